@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up a virtual environment in .venv with traceap and everything it needs (CPU only).
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+# torch first and pinned: anything looser pulls a multi-GB CUDA build.
+.venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import traceap, torch; assert torch.__version__.startswith('2.13.0')" \
+  || { echo "setup: traceap did not install" >&2; exit 1; }

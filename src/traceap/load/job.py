@@ -1,0 +1,58 @@
+"""A multi-rank job: a folder of per-rank traces, loaded as one."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TraceFormatError
+from ..trace import Trace
+from .kineto import load
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass
+class Job:
+    """The traces of one distributed job, ordered by rank."""
+
+    path: str
+    traces: list[Trace]
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the job (from distributedInfo where present, else the number of files)."""
+        sizes = [t.meta.world_size for t in self.traces if t.meta.world_size]
+        return max(sizes) if sizes else len(self.traces)
+
+    def __iter__(self):
+        return iter(self.traces)
+
+    def __len__(self) -> int:
+        return len(self.traces)
+
+
+def trace_files(folder: str | os.PathLike) -> list[Path]:
+    """Trace files directly inside a folder (`*.json`, `*.json.gz`), sorted by name."""
+    p = Path(folder)
+    return sorted(f for f in p.iterdir()
+                  if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+
+
+def load_job(folder: str | os.PathLike) -> Job:
+    """Load every trace in a folder as the ranks of one job (rank from distributedInfo or name)."""
+    files = trace_files(folder)
+    if not files:
+        raise TraceFormatError(f"{folder}: no .json or .json.gz traces in this folder")
+    traces = [load(f) for f in files]
+    for i, t in enumerate(traces):
+        if t.meta.rank is None:
+            t.meta.rank = i
+    traces.sort(key=lambda t: t.meta.rank)
+    ranks = [t.meta.rank for t in traces]
+    if len(set(ranks)) != len(ranks):
+        for i, t in enumerate(traces):
+            t.meta.warnings.append(f"duplicate rank ids in job; rank {t.meta.rank} renumbered {i}")
+            t.meta.rank = i
+    return Job(str(folder), traces)

@@ -1,0 +1,30 @@
+"""Shared fixtures: the bundled real traces, and the whole ../shared set where present."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+SAMPLE = REPO / "examples" / "ddp_cnn_a100_rank0.json.gz"
+SHARED_TRACES = Path(os.environ.get("TRACEAP_SHARED", REPO.parent / "shared")) / "traces"
+
+
+def shared_trace_files() -> list[Path]:
+    """Every real trace in ../shared/traces (empty when the folder is absent)."""
+    if not SHARED_TRACES.is_dir():
+        return []
+    return sorted(SHARED_TRACES.glob("*/*.json.gz"))
+
+
+needs_shared = pytest.mark.skipif(not SHARED_TRACES.is_dir(),
+                                  reason="../shared/traces is absent (outside the dev checkout)")
+
+
+@pytest.fixture(scope="session")
+def sample_trace():
+    import traceap
+    return traceap.load(SAMPLE)
