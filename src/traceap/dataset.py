@@ -1,0 +1,161 @@
+"""Datasets in the traceap dataset v1 format (FORMATS.md): DATASET/manifest.jsonl + traces.
+
+Training is weakly supervised: training code may read `label` and `patterns`, never
+`anomalies` of train entries (`Entry.anomalies_for_eval` guards the distinction).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from .errors import DatasetError
+from .windows import Windows
+
+PATTERNS = (
+    "single_process_dataloading",
+    "no_pin_memory",
+    "excessive_memcpy",
+    "graph_break",
+    "cpu_bound",
+    "small_nccl_kernels",
+    "nccl_blocks_compute_stream",
+    "nccl_compute_no_overlap",
+)
+SPLITS = ("train", "test_seen", "test_unseen")
+TASKS = ("image_classification", "object_detection", "image_segmentation", "image_generation",
+         "depth_estimation", "pose_estimation", "action_recognition", "other")
+SEEN_TASKS = ("image_classification", "object_detection", "image_segmentation")
+MANIFEST = "manifest.jsonl"
+
+
+class Anomaly(msgspec.Struct):
+    """One ground-truth occurrence of an anti-pattern, in the trace's own clock (us)."""
+
+    start_us: float
+    end_us: float
+    pattern: str
+
+
+class Entry(msgspec.Struct, omit_defaults=True):
+    """One manifest line (one trace; a rank of a job shares `job` with its siblings)."""
+
+    id: str
+    path: str
+    split: str
+    task: str
+    model: str
+    platform: str
+    world_size: int
+    rank: int
+    label: str
+    patterns: list[str] = []
+    anomalies: list[Anomaly] = []
+    source: str | None = None
+    notes: str | None = None
+    job: str | None = None
+
+    @property
+    def is_bad(self) -> bool:
+        """Trace-level label as an int-like bool (bad = has anti-patterns, low utilisation)."""
+        return self.label == "bad"
+
+
+_DECODER = msgspec.json.Decoder(Entry)
+_ENCODER = msgspec.json.Encoder()
+
+
+def read_manifest(dataset: str | os.PathLike) -> list[Entry]:
+    """All entries of DATASET/manifest.jsonl, validated."""
+    root = Path(dataset)
+    path = root / MANIFEST if root.is_dir() else root
+    if not path.exists():
+        raise DatasetError(f"{dataset}: no {MANIFEST} (not a traceap dataset)")
+    entries = []
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            e = _DECODER.decode(line)
+        except msgspec.DecodeError as exc:
+            raise DatasetError(f"{path}:{n}: bad manifest line ({exc})") from None
+        if e.split not in SPLITS:
+            raise DatasetError(f"{path}:{n}: unknown split {e.split!r}")
+        if e.label not in ("good", "bad"):
+            raise DatasetError(f"{path}:{n}: label must be 'good' or 'bad', not {e.label!r}")
+        bad = [p for p in list(e.patterns) + [a.pattern for a in e.anomalies] if p not in PATTERNS]
+        if bad:
+            raise DatasetError(f"{path}:{n}: unknown pattern id {bad[0]!r}")
+        entries.append(e)
+    return entries
+
+
+def trace_path(dataset: str | os.PathLike, entry: Entry) -> Path:
+    """Absolute path of an entry's trace file."""
+    root = Path(dataset)
+    root = root if root.is_dir() else root.parent
+    return root / entry.path
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """One manifest line (no trailing newline)."""
+    return _ENCODER.encode(entry)
+
+
+def write_manifest(dataset: str | os.PathLike, entries: list[Entry]) -> Path:
+    """Write DATASET/manifest.jsonl."""
+    path = Path(dataset) / MANIFEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(encode_entry(e) + b"\n" for e in entries))
+    return path
+
+
+def window_labels(entry: Entry, windows: Windows) -> np.ndarray:
+    """Per window: True when it overlaps any anomaly interval (FORMATS.md).  Test-time only."""
+    y = np.zeros(windows.n, dtype=bool)
+    for a in entry.anomalies:
+        y[windows.overlapping(a.start_us, a.end_us)] = True
+    return y
+
+
+def window_patterns(entry: Entry, windows: Windows) -> list[str | None]:
+    """Per window: the pattern of the anomaly covering most of it, or None."""
+    best: list[tuple[float, str | None]] = [(0.0, None)] * windows.n
+    for a in entry.anomalies:
+        for w in windows.overlapping(a.start_us, a.end_us):
+            cover = min(a.end_us, windows.end_us[w]) - max(a.start_us, windows.start_us[w])
+            if cover > best[w][0]:
+                best[w] = (cover, a.pattern)
+    return [p for _, p in best]
+
+
+@dataclass
+class Split:
+    """Entries of one split, grouped for convenience."""
+
+    name: str
+    entries: list[Entry] = field(default_factory=list)
+
+    def by_task(self) -> dict[str, list[Entry]]:
+        """Entries per task, in the order tasks first appear."""
+        out: dict[str, list[Entry]] = {}
+        for e in self.entries:
+            out.setdefault(e.task, []).append(e)
+        return out
+
+
+def splits(entries: list[Entry]) -> dict[str, Split]:
+    """Entries per split name."""
+    out = {s: Split(s) for s in SPLITS}
+    for e in entries:
+        out[e.split].entries.append(e)
+    return out
+
+
+__all__ = ["Anomaly", "Entry", "PATTERNS", "SEEN_TASKS", "SPLITS", "Split", "TASKS",
+           "encode_entry", "read_manifest", "splits", "trace_path", "window_labels",
+           "window_patterns", "write_manifest"]
