@@ -40,8 +40,12 @@ def covered_time(starts: np.ndarray, ends: np.ndarray, points: np.ndarray) -> np
     """
     if len(starts) == 0:
         return np.zeros(len(points))
-    s = np.sort(starts)
-    e = np.sort(ends)
+    # Kineto clocks are epoch microseconds (~1.7e15): cumulative sums of raw values lose
+    # hundreds of us to rounding, so work relative to the first point (differences unchanged).
+    origin = float(points[0]) if len(points) else 0.0
+    points = np.asarray(points, dtype=np.float64) - origin
+    s = np.sort(starts) - origin
+    e = np.sort(ends) - origin
     cs = np.concatenate(([0.0], np.cumsum(s)))
     ce = np.concatenate(([0.0], np.cumsum(e)))
     ns = np.searchsorted(s, points, side="left")
