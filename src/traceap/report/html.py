@@ -1,0 +1,661 @@
+"""A self-contained HTML report: header, window-score timeline (Figure 7, interactive), findings.
+
+One file, no network: the CSS and the small drawing script (``traceap/data/report``) are inlined,
+the data the script draws sits in a JSON block.  Trace-derived strings are escaped on the way
+in (``html.escape`` for markup, ``<``/``>``/``&`` as JSON escapes inside the data block) and the
+script only ever writes them through ``textContent``.
+
+Per-window digests for the hover (top kernels, top CPU ops, launch delays) and the events that
+prove each finding are computed here from the trace, with numpy per window, never per event.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from ..trace import Kind, MemKind, Trace, merged_intervals
+from ..windows import Windows
+
+#: One colour per pattern id (Okabe-Ito first: readable by colour-blind readers).
+PATTERN_COLORS = {
+    "single_process_dataloading": "#E69F00",
+    "no_pin_memory": "#56B4E9",
+    "excessive_memcpy": "#009E73",
+    "graph_break": "#CC79A7",
+    "cpu_bound": "#D55E00",
+    "small_nccl_kernels": "#0072B2",
+    "nccl_blocks_compute_stream": "#8F6D00",
+    "nccl_compute_no_overlap": "#6A3D9A",
+}
+UNKNOWN_COLOR = "#7b3294"
+TOP = 3  # kernels / CPU ops per window in the hover
+PROOF_ROWS = 8  # events listed under each finding
+
+
+# -- public API --------------------------------------------------------------------------------
+def write_html(analysis, path: str | os.PathLike, trace=None) -> Path:
+    """Write the report of an `Analysis` (or of a job's analyses) to `path`; returns the path.
+
+    `trace` (a `Trace`, a `Job` or a list of traces, one per rank) feeds the hover digests and
+    the proving events; when omitted, the trace is read again from ``analysis.trace_path``.
+    """
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(analysis, trace), encoding="utf-8")
+    return out
+
+
+def render_html(analysis, trace=None) -> str:
+    """The report as one HTML string (see `write_html`)."""
+    ranks, cross, job_path = _ranks_of(analysis, trace)
+    sections = [_RankView.build(r, k) for k, r in enumerate(ranks)]
+    data = {"colors": PATTERN_COLORS, "titles": {p: pattern_title(p) for p in _all_patterns(sections, cross)},
+            "ranks": [s.data for s in sections]}
+    is_job = len(sections) > 1 or job_path is not None
+    title = Path(job_path or ranks[0].analysis.trace_path or "trace").name
+    body = [f"<h1>traceap report: {_e(title)}</h1>",
+            f'<p class="sub">{_e(job_path or ranks[0].analysis.trace_path)}</p>']
+    if is_job:
+        body.append(_job_header(sections, cross))
+        body.append(_ranks_view(sections))
+        body.append("<h2>Findings across ranks</h2>")
+        body.append(_cards(cross, "job", None, None) if cross else
+                    '<p class="none">No cross-rank finding.</p>')
+        body.append('<h2>Ranks</h2><div class="tabs">' + "".join(
+            f'<button data-rank="{k}">{_e(s.label)}</button>' for k, s in enumerate(sections))
+            + "</div>")
+    for k, s in enumerate(sections):
+        body.append(f'<section class="rank-section" data-rank="{k}">')
+        if is_job:
+            body.append(f"<h2>{_e(s.label)}</h2>")
+        body.append(s.header())
+        body.append(s.timeline(k))
+        body.append(f"<h2>Findings ({len(s.findings)})</h2>")
+        body.append(s.cards() if s.findings else
+                    '<p class="none">No anti-pattern found in this trace.</p>')
+        if s.notes:
+            body.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in s.notes)
+                        + "</ul>")
+        body.append("</section>")
+    values = {"TITLE": _e(f"traceap: {title}"), "CSS": _asset("report.css"),
+              "BODY": "\n".join(body), "DATA": _json_for_script(data), "JS": _asset("report.js")}
+    # One pass over the template: text put in is never scanned for markers again.
+    return re.sub(r"@([A-Z]+)@", lambda m: values[m.group(1)], _PAGE)
+
+
+def pattern_title(pattern: str | None) -> str:
+    """The human name of a pattern id (from the pattern registry)."""
+    if not pattern:
+        return "unclassified anomaly"
+    try:
+        from ..patterns import REGISTRY
+        return REGISTRY[pattern].title
+    except (ImportError, KeyError, AttributeError):
+        return pattern.replace("_", " ")
+
+
+# -- per-window digests (the hover) ------------------------------------------------------------
+def window_digests(windows: Windows, top: int = TOP) -> list[dict]:
+    """Per window: top kernels, top CPU ops, launch delays, memcpy and NCCL counts, GPU busy.
+
+    Kernels and memcpys are the window's anchors (they start in it); CPU ops are the outermost
+    ones, with their time clipped to the window.
+    """
+    t = windows.trace
+    busy = windows.gpu_busy_us / windows.width_us
+    outer = _outer_cpu_ops(t)
+    o_ts, o_end = t.ts[outer], t.end[outer]
+    longest = float(t.dur[outer].max()) if len(outer) else 0.0
+    short = _short_names(t)
+    out = []
+    for w in range(windows.n):
+        a, b = windows.edges[w], windows.edges[w + 1]
+        rows = windows.anchors(w)
+        kinds = t.kind[rows]
+        kernels = rows[kinds == Kind.KERNEL]
+        memcpy = rows[kinds == Kind.GPU_MEMCPY]
+        d = {"busy": round(float(busy[w]), 3), "nk": int(len(kernels)), "k": [], "o": [],
+             "ld": None, "mc": None, "nc": int(t.is_nccl[kernels].sum()) if len(kernels) else 0}
+        if len(kernels):
+            d["k"] = _top_by_name(t.name[kernels], t.dur[kernels], top, short)
+            delay = t.launch_delay[kernels]
+            ok = np.isfinite(delay)
+            if ok.any():
+                j = int(np.argmax(np.where(ok, delay, -np.inf)))
+                d["ld"] = [round(float(np.median(delay[ok])), 1), round(float(delay[j]), 1),
+                           short[t.name[kernels[j]]]]
+        if len(memcpy):
+            d["mc"] = [int(len(memcpy)), round(float(np.nansum(t.bytes[memcpy])) / 1e6, 2)]
+        lo = np.searchsorted(o_ts, a - longest, side="left")
+        hi = np.searchsorted(o_ts, b, side="left")
+        cand = np.arange(lo, hi)
+        cand = cand[o_end[cand] > a]
+        if len(cand):
+            clipped = np.minimum(o_end[cand], b) - np.maximum(o_ts[cand], a)
+            d["o"] = _top_by_name(t.name[outer[cand]], clipped, top, short)
+        out.append(d)
+    return out
+
+
+def _outer_cpu_ops(t: Trace) -> np.ndarray:
+    """CPU ops with no enclosing CPU op (``aten::conv2d``, not the ``aten::_convolution`` in it)."""
+    cpu = t.rows(Kind.CPU_OP)
+    par = t.parent[cpu]
+    return cpu[(par < 0) | (t.kind[np.maximum(par, 0)] != Kind.CPU_OP)]
+
+
+def _top_by_name(codes: np.ndarray, values: np.ndarray, top: int, short: list[str]) -> list:
+    uniq, inv = np.unique(codes, return_inverse=True)
+    total = np.bincount(inv, weights=values)
+    count = np.bincount(inv)
+    best = np.argsort(-total, kind="stable")[:top]
+    return [[short[int(uniq[i])], int(count[i]), round(float(total[i]), 1)] for i in best]
+
+
+_TEMPLATE_RE = re.compile(r"<[^<>]*>")
+
+
+def short_name(name: str, limit: int = 90) -> str:
+    """A readable kernel name: C++ template arguments and parameter lists folded away."""
+    if len(name) <= limit or name.startswith(("Memcpy", "Memset")):
+        return name if len(name) <= limit else name[:limit - 1] + "\u2026"
+    s = name[5:] if name.startswith("void ") else name
+    for _ in range(8):  # nested templates: fold the innermost first
+        folded = _TEMPLATE_RE.sub("<\u2026>", s)
+        if folded == s:
+            break
+        s = folded
+    s = s.replace("<\u2026<\u2026>\u2026>", "<\u2026>")
+    paren = s.find("(")
+    if paren > 0:
+        s = s[:paren] + "(\u2026)"
+    return s if len(s) <= limit else s[:limit - 1] + "\u2026"
+
+
+def _short_names(t: Trace) -> list[str]:
+    return [short_name(n) for n in t.names]
+
+
+# -- the events that prove a finding -----------------------------------------------------------
+def proof_events(trace: Trace, finding, limit: int = PROOF_ROWS) -> tuple[str, list[dict]]:
+    """The events inside a finding's time range that show its pattern, most telling first.
+
+    Returns a caption (what the rows are) and rows with ``t_ms`` (from the trace start),
+    ``dur_us``, ``kind``, ``name``, ``where`` (stream or thread) and ``detail``.
+    """
+    t = trace
+    a, b = float(finding.start_us), float(finding.end_us)
+    t0 = t.span[0]
+    in_range = (t.ts < b) & (t.end > a)
+    names = t.names_array
+    pattern = finding.pattern
+    detail = None
+    if pattern == "single_process_dataloading":
+        caption = "DataLoader fetches on the training thread, longest first"
+        loaders = np.array(["DataLoader" in n and "__next__" in n for n in t.names], dtype=bool)
+        rows = np.flatnonzero(in_range & loaders[t.name]) if len(t.names) else np.zeros(0, int)
+        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
+    elif pattern in ("no_pin_memory", "excessive_memcpy"):
+        mem = t.rows(Kind.GPU_MEMCPY)
+        mem = mem[in_range[mem]]
+        if pattern == "no_pin_memory":
+            caption = "Copies from pageable host memory (synchronous), longest first"
+            host = np.where(t.copy_kind[mem] == 2, t.copy_dst[mem], t.copy_src[mem])  # DTOH: dst
+            pageable = mem[(host == MemKind.PAGEABLE) | (host == MemKind.HOST)]
+            mem = pageable if len(pageable) else mem
+        else:
+            caption = "Memory copies, longest first"
+        rows = mem[np.argsort(-t.dur[mem], kind="stable")]
+        detail = "bytes"
+    elif pattern == "graph_break":
+        caption = "Compiled regions and Dynamo guards (many short regions = graph breaks)"
+        marks = np.array([("Torch-Compiled Region" in n or "CompiledFunction" in n or
+                           "TorchDynamo" in n or "Graph break" in n) for n in t.names], dtype=bool)
+        rows = np.flatnonzero(in_range & marks[t.name]) if len(t.names) else np.zeros(0, int)
+        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
+    elif pattern in ("small_nccl_kernels", "nccl_blocks_compute_stream",
+                     "nccl_compute_no_overlap"):
+        nccl = np.flatnonzero(in_range & t.is_nccl)
+        if pattern == "small_nccl_kernels":
+            caption = "NCCL kernels, shortest first (each pays a fixed launch and sync cost)"
+            rows = nccl[np.argsort(t.dur[nccl], kind="stable")]
+        elif pattern == "nccl_blocks_compute_stream":
+            caption = "NCCL kernels on a stream that also runs compute kernels"
+            kernels = t.rows(Kind.KERNEL)
+            compute_streams = np.unique(t.stream[kernels[~t.is_nccl[kernels]]])
+            rows = nccl[np.isin(t.stream[nccl], compute_streams)]
+            rows = rows[np.argsort(-t.dur[rows], kind="stable")]
+        else:
+            caption = "NCCL kernels with no compute running beside them, longest first"
+            rows = nccl[np.argsort(-t.dur[nccl], kind="stable")]
+        detail = "nelems"
+    elif pattern == "cpu_bound":
+        caption = "Longest GPU idle gaps, and the CPU ops that ran meanwhile"
+        return caption, _gaps_and_ops(t, a, b, limit)
+    else:
+        caption = "Longest GPU events in this range"
+        gpu = t.gpu_work_rows
+        rows = gpu[in_range[gpu]]
+        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
+    rows = rows[:limit]
+    out = []
+    for r in rows:
+        r = int(r)
+        gpu_side = t.stream[r] >= 0
+        extra = ""
+        if detail == "bytes" and np.isfinite(t.bytes[r]):
+            extra = f"{t.bytes[r] / 1e6:.2f} MB"
+        elif detail == "nelems" and t.comm_nelems[r] >= 0:
+            extra = f"{int(t.comm_nelems[r]):,} elements"
+        if gpu_side and np.isfinite(t.launch_delay[r]):
+            extra = (extra + "; " if extra else "") + f"launched {_us(t.launch_delay[r])} earlier"
+        out.append({"t_ms": (t.ts[r] - t0) / 1e3, "dur_us": float(t.dur[r]),
+                    "kind": Kind(int(t.kind[r])).name.lower(), "name": str(names[t.name[r]]),
+                    "where": f"stream {t.stream[r]}" if gpu_side else f"thread {t.tid[r]}",
+                    "detail": extra})
+    return caption, out
+
+
+def _gaps_and_ops(t: Trace, a: float, b: float, limit: int) -> list[dict]:
+    gpu = t.gpu_work_rows
+    gpu = gpu[(t.ts[gpu] < b) & (t.end[gpu] > a)]
+    s, e = merged_intervals(np.clip(t.ts[gpu], a, b), np.clip(t.end[gpu], a, b))
+    starts = np.concatenate(([a], e))
+    ends = np.concatenate((s, [b]))
+    gap = ends - starts
+    t0 = t.span[0]
+    out = []
+    outer = _outer_cpu_ops(t)
+    for i in np.argsort(-gap, kind="stable")[:max(limit // 2, 1)]:
+        if gap[i] <= 0:
+            break
+        g0, g1 = starts[i], ends[i]
+        ops = outer[(t.ts[outer] < g1) & (t.end[outer] > g0)]
+        busy = np.minimum(t.end[ops], g1) - np.maximum(t.ts[ops], g0)
+        top = ops[np.argsort(-busy, kind="stable")[:2]]
+        out.append({"t_ms": (g0 - t0) / 1e3, "dur_us": float(gap[i]), "kind": "GPU idle",
+                    "name": "no kernel, copy or memset running", "where": "GPU",
+                    "detail": "CPU meanwhile: " + (", ".join(t.name_of(int(r)) for r in top)
+                                                   or "nothing traced")})
+    return out
+
+
+# -- turning inputs into per-rank views --------------------------------------------------------
+@dataclass
+class _Rank:
+    label: str
+    analysis: object
+    trace: Trace | None
+
+
+def _ranks_of(analysis, trace) -> tuple[list[_Rank], list, str | None]:
+    """(per-rank views, cross-rank findings, job path or None) for one analysis or a job."""
+    per_rank = None
+    cross: list = []
+    job_path = None
+    if isinstance(analysis, (list, tuple)):
+        per_rank = list(analysis)
+    else:
+        for attr in ("ranks", "analyses", "per_rank"):
+            if isinstance(getattr(analysis, attr, None), (list, tuple)):
+                per_rank = list(getattr(analysis, attr))
+                cross = list(getattr(analysis, "findings", None) or
+                             getattr(analysis, "cross_rank", None) or [])
+                job_path = str(getattr(analysis, "path", None) or
+                               getattr(analysis, "job_path", None) or "") or None
+                break
+    if per_rank is None:
+        return [_Rank(_rank_label(analysis, 0), analysis, _trace_for(analysis, trace, 0))], [], None
+    if not per_rank:
+        raise ValueError("a job report needs at least one rank analysis")
+    return ([_Rank(_rank_label(a, i), a, _trace_for(a, trace, i)) for i, a in enumerate(per_rank)],
+            cross, job_path)
+
+
+def _rank_label(analysis, i: int) -> str:
+    rank = (getattr(analysis, "summary", None) or {}).get("rank")
+    return f"rank {rank if rank is not None else i}"
+
+
+def _trace_for(analysis, trace, i: int) -> Trace | None:
+    if isinstance(trace, Trace):
+        return trace
+    if trace is not None:
+        traces = list(getattr(trace, "traces", trace))
+        return traces[i] if i < len(traces) else None
+    path = getattr(analysis, "trace_path", None)
+    if path and Path(path).is_file():
+        from ..load import load
+        return load(path)
+    return None
+
+
+@dataclass
+class _RankView:
+    label: str
+    analysis: object
+    trace: Trace | None
+    findings: list
+    data: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+    @classmethod
+    def build(cls, r: _Rank, k: int) -> _RankView:
+        a = r.analysis
+        ws = list(a.windows)
+        findings = list(a.findings)
+        view = cls(r.label, a, r.trace, findings, notes=list(getattr(a, "notes", None) or []))
+        t0 = float(ws[0].start_us) if ws else 0.0
+        span = (float(ws[-1].end_us) - t0) if ws else 1.0
+        n = len(ws)
+        finding_of = [-1] * n
+        for k, f in enumerate(findings):
+            for w in f.windows:
+                if 0 <= int(w) < n and finding_of[int(w)] < 0:
+                    finding_of[int(w)] = k
+        data = {"id": f"r{k}", "label": r.label, "n": n,
+                "span_ms": span / 1e3 or 1e-3, "width_ms": span / max(n, 1) / 1e3,
+                "score": [round(float(w.score), 4) for w in ws],
+                "flagged": [1 if w.flagged else 0 for w in ws],
+                "pattern": [w.pattern if w.flagged else None for w in ws],
+                "conf": [None if w.confidence is None else round(float(w.confidence), 3)
+                         for w in ws],
+                "pscores": {p: [round(float(v), 4) for v in s]
+                            for p, s in (getattr(a, "pattern_scores", None) or {}).items()
+                            if len(s) == n and p in {w.pattern for w in ws if w.flagged}},
+                "threshold": _threshold(a), "finding_of": finding_of,
+                "steps": [], "busy": None, "digests": None}
+        if r.trace is not None and n:
+            windows = Windows(r.trace, n, start_us=t0, end_us=t0 + span)
+            digests = window_digests(windows)
+            data["digests"] = digests
+            data["busy"] = [d["busy"] for d in digests]
+            data["steps"] = [[(s.start_us - t0) / 1e3, (s.end_us - t0) / 1e3, s.number]
+                             for s in r.trace.steps if s.end_us > t0 and s.start_us < t0 + span]
+        else:
+            view.notes.append("The trace file was not available: hover details and the events "
+                              "behind each finding are missing.")
+        view.data = data
+        return view
+
+    # -- markup ------------------------------------------------------------------------------
+    @property
+    def summary(self) -> dict:
+        return getattr(self.analysis, "summary", None) or {}
+
+    def time_lost(self) -> dict[str, float]:
+        lost: dict[str, float] = {}
+        for f in self.findings:
+            lost[f.pattern] = lost.get(f.pattern, 0.0) + float(getattr(f, "time_lost_us", 0.0) or 0.0)
+        return dict(sorted(lost.items(), key=lambda kv: -kv[1]))
+
+    def header(self) -> str:
+        s = self.summary
+        steps = s.get("steps") or []
+        step_us = [st["dur_us"] for st in steps if st.get("dur_us")]
+        busy = s.get("gpu_busy_fraction")
+        dur = s.get("duration_us")
+        if dur is None and s.get("span_us"):
+            dur = s["span_us"][1] - s["span_us"][0]
+        lost = self.time_lost()
+        tiles = [("GPU", s.get("gpu_name") or "unknown", False),
+                 ("Duration", _us(dur) if dur else "-", False),
+                 ("Profiler steps", f"{len(steps) or s.get('n_profiler_steps', 0)}"
+                  + (f" \u00b7 {_us(float(np.median(step_us)))} each" if step_us else ""), False),
+                 ("GPU utilisation", f"{busy * 100:.0f}%" if busy is not None else "-",
+                  busy is not None and busy < 0.5),
+                 ("Kernels", f"{s.get('n_kernels', 0):,}", False),
+                 ("Flagged windows", f"{sum(self.data['flagged'])} / {self.data['n']}", False),
+                 ("Time lost", _us(sum(lost.values())) if lost else "none found", bool(lost))]
+        if s.get("world_size"):
+            tiles.insert(1, ("Rank", f"{s.get('rank')} of {s.get('world_size')}", False))
+        det = getattr(self.analysis, "detector", None)
+        if det:
+            tiles.append(("Detector", str(det), False))
+        out = ['<div class="tiles">'] + [
+            f'<div class="tile{" bad" if bad else ""}"><div class="k">{_e(k)}</div>'
+            f'<div class="v">{_e(v)}</div></div>' for k, v, bad in tiles] + ["</div>"]
+        if lost:
+            out.append(_lost_bars(lost))
+        return "".join(out)
+
+    def timeline(self, k: int) -> str:
+        return ('<h2>Window scores over the trace</h2><div class="panel">'
+                f'<div class="timeline" id="timeline-{k}" data-rank="{k}" '
+                f'data-windows="{self.data["n"]}"></div><div class="legend"></div>'
+                '<p class="notes">Bars: each window\'s anomaly score; coloured when flagged, by '
+                'pattern. Hover a window for its top kernels, CPU ops and launch delays; click a '
+                'flagged one to jump to its finding.</p></div>')
+
+    def cards(self) -> str:
+        return _cards(self.findings, self.data["id"], self.trace, self.data["steps"])
+
+
+def _threshold(a) -> float | None:
+    for attr in ("threshold",):
+        v = getattr(a, attr, None)
+        if isinstance(v, (int, float)) and np.isfinite(v):
+            return float(v)
+    return None
+
+
+def _all_patterns(sections: Sequence[_RankView], cross: list) -> set[str]:
+    out = set(PATTERN_COLORS)
+    for s in sections:
+        out |= {p for p in s.data["pattern"] if p}
+        out |= {f.pattern for f in s.findings}
+    out |= {f.pattern for f in cross}
+    return out
+
+
+def _lost_bars(lost: dict[str, float]) -> str:
+    most = max(lost.values()) or 1.0
+    rows = ['<div class="lost"><div class="k" style="color:var(--muted);font-size:12px;'
+            'text-transform:uppercase">Time lost per pattern</div>']
+    for p, us in lost.items():
+        rows.append(f'<div class="lost-row"><div><span class="swatch" style="background:'
+                    f'{_color(p)}"></span>{_e(pattern_title(p))}</div><div><div class="lost-bar" '
+                    f'style="width:{100 * us / most:.1f}%;background:{_color(p)}"></div></div>'
+                    f'<div class="n">{_e(_us(us))}</div></div>')
+    rows.append("</div>")
+    return "".join(rows)
+
+
+def _cards(findings: list, prefix: str, trace: Trace | None, steps) -> str:
+    order = sorted(range(len(findings)), key=lambda k: (
+        getattr(findings[k], "rank", None) is None, getattr(findings[k], "rank", None) or 0,
+        -float(getattr(findings[k], "time_lost_us", 0.0) or 0.0)))
+    parts = ['<div class="cards">']
+    t0 = trace.span[0] if trace is not None else None
+    for k in order:
+        f = findings[k]
+        c = _color(f.pattern)
+        sev = str(getattr(f, "severity", "") or "")
+        wins = list(f.windows)
+        where = (f"{_us(float(f.start_us) - t0)} \u2013 {_us(float(f.end_us) - t0)} from the start"
+                 if t0 is not None else f"{_us(float(f.end_us) - float(f.start_us))} long")
+        head = (f'<div class="card" id="{_e(prefix)}-f{k}" style="border-left-color:{c}">'
+                f'<h3><span class="swatch" style="background:{c}"></span>'
+                f'{_e(getattr(f, "title", None) or pattern_title(f.pattern))}'
+                f'{f"<span class={chr(34)}badge {_e(sev.lower())}{chr(34)}>{_e(sev)}</span>" if sev else ""}'
+                f'</h3><div class="meta">{_e(where)} \u00b7 windows {_e(_ranges(wins))} \u00b7 '
+                f'time lost {_e(_us(float(getattr(f, "time_lost_us", 0.0) or 0.0)))}</div>')
+        parts.append(head)
+        parts.append(f'<div class="evidence">{_e(f.evidence)}</div>')
+        expl = getattr(f, "explanation", "") or ""
+        if expl:
+            parts.append(f'<div class="evidence">{_e(expl)}</div>')
+        if trace is not None:
+            caption, rows = proof_events(trace, f)
+            parts.append(_proof_table(caption, rows))
+        parts.append(f'<div class="fix"><b>How to fix it</b>{_format_fix(f.fix)}</div></div>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _proof_table(caption: str, rows: list[dict]) -> str:
+    if not rows:
+        return (f'<details><summary>Events that prove it</summary><p class="none">'
+                f'{_e(caption)}: none in this range.</p></details>')
+    body = "".join(
+        f'<tr><td class="n">{r["t_ms"]:.3f}</td><td class="n">{_e(_us(r["dur_us"]))}</td>'
+        f'<td>{_e(r["kind"])}</td><td>{_e(r["where"])}</td>'
+        f'<td><code title="{_e(r["name"])}">{_e(short_name(r["name"], 120))}</code></td>'
+        f'<td>{_e(r["detail"])}</td></tr>' for r in rows)
+    return (f'<details open><summary>Events that prove it</summary><div class="notes">'
+            f'{_e(caption)}</div><table class="ev"><tr><th class="n">start (ms)</th>'
+            f'<th class="n">duration</th><th>kind</th><th>where</th><th>name</th><th>detail</th>'
+            f'</tr>{body}</table></details>')
+
+
+def _job_header(sections: Sequence[_RankView], cross: list) -> str:
+    lost: dict[str, float] = {}
+    for s in sections:
+        for p, us in s.time_lost().items():
+            lost[p] = lost.get(p, 0.0) + us
+    for f in cross:
+        lost[f.pattern] = lost.get(f.pattern, 0.0) + float(getattr(f, "time_lost_us", 0.0) or 0.0)
+    gpu = next((s.summary.get("gpu_name") for s in sections if s.summary.get("gpu_name")), None)
+    busy = [s.summary.get("gpu_busy_fraction") for s in sections
+            if s.summary.get("gpu_busy_fraction") is not None]
+    tiles = [("Ranks", str(len(sections))), ("GPU", gpu or "unknown"),
+             ("GPU utilisation", f"{min(busy) * 100:.0f}\u2013{max(busy) * 100:.0f}%" if busy else "-"),
+             ("Findings", str(sum(len(s.findings) for s in sections) + len(cross))),
+             ("Time lost (all ranks)", _us(sum(lost.values())) if lost else "none found")]
+    out = '<div class="tiles">' + "".join(
+        f'<div class="tile"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
+        for k, v in tiles) + "</div>"
+    return out + (_lost_bars(dict(sorted(lost.items(), key=lambda kv: -kv[1]))) if lost else "")
+
+
+def _ranks_view(sections: Sequence[_RankView]) -> str:
+    rows = []
+    for k, s in enumerate(sections):
+        busy = s.summary.get("gpu_busy_fraction")
+        steps = [st["dur_us"] for st in (s.summary.get("steps") or []) if st.get("dur_us")]
+        rows.append(f'<tr class="rankrow" data-rank="{k}"><td>{_e(s.label)}</td>'
+                    f'<td style="width:60%"><div class="rankstrip" data-rank="{k}"></div></td>'
+                    f'<td class="n">{f"{busy * 100:.0f}%" if busy is not None else "-"}</td>'
+                    f'<td class="n">{_e(_us(float(np.median(steps)))) if steps else "-"}</td>'
+                    f'<td class="n">{sum(s.data["flagged"])}</td>'
+                    f'<td class="n">{_e(_us(sum(s.time_lost().values())))}</td></tr>')
+    return ('<h2>Across ranks</h2><div class="panel ranks"><table class="ev"><tr><th>rank</th>'
+            '<th>window scores (flagged windows in their pattern colour)</th>'
+            '<th class="n">GPU busy</th><th class="n">median step</th>'
+            '<th class="n">flagged</th><th class="n">time lost</th></tr>' + "".join(rows)
+            + '</table><p class="notes">Click a rank to open its timeline and findings.</p></div>')
+
+
+# -- small helpers -----------------------------------------------------------------------------
+def _e(s) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _color(p: str | None) -> str:
+    return PATTERN_COLORS.get(p or "", UNKNOWN_COLOR)
+
+
+def _us(us: float | None) -> str:
+    if us is None or not np.isfinite(us):
+        return "-"
+    if us == 0:
+        return "0"
+    a = abs(us)
+    if a >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if a >= 1e3:
+        return f"{us / 1e3:.{1 if a >= 1e4 else 2}f} ms"
+    return f"{us:.{0 if a >= 100 else 1}f} us"
+
+
+def _ranges(ws: list[int]) -> str:
+    ws = sorted(int(w) for w in ws)
+    if not ws:
+        return "-"
+    out, start, prev = [], ws[0], ws[0]
+    for w in ws[1:] + [None]:
+        if w is not None and w == prev + 1:
+            prev = w
+            continue
+        out.append(str(start) if start == prev else f"{start}\u2013{prev}")
+        if w is not None:
+            start = prev = w
+    return ", ".join(out)
+
+
+_FENCE_RE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+_INLINE_RE = re.compile(r"`([^`\n]+)`")
+
+
+def _format_fix(text: str) -> str:
+    """Curated advice as markup: fenced or indented blocks become code, the rest paragraphs."""
+    text = str(text or "").strip()
+    if not text:
+        return '<p class="none">No curated fix for this pattern.</p>'
+    parts, pos = [], 0
+    for m in _FENCE_RE.finditer(text):
+        parts.append(("text", text[pos:m.start()]))
+        parts.append(("code", m.group(1)))
+        pos = m.end()
+    parts.append(("text", text[pos:]))
+    out = []
+    for kind, chunk in parts:
+        if kind == "code":
+            out.append(f"<pre><code>{_e(chunk.rstrip())}</code></pre>")
+            continue
+        para, code = [], []
+        for line in chunk.split("\n") + [""]:
+            if line.startswith(("    ", "\t", ">>> ")):
+                if para:
+                    out.append(_para(para))
+                    para = []
+                code.append(line[4:] if line.startswith("    ") else line)
+                continue
+            if code:
+                out.append(f"<pre><code>{_e(chr(10).join(code).rstrip())}</code></pre>")
+                code = []
+            if line.strip():
+                para.append(line.strip())
+            elif para:
+                out.append(_para(para))
+                para = []
+    return "".join(out)
+
+
+def _para(lines: list[str]) -> str:
+    text = _e(" ".join(lines))
+    return "<p>" + _INLINE_RE.sub(r"<code>\1</code>", text) + "</p>"
+
+
+def _json_for_script(data) -> str:
+    # Inside <script>, "</script>" or "<!--" in a kernel name would end the block: escape <, >, &.
+    raw = orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    return raw.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _asset(name: str) -> str:
+    return resources.files("traceap").joinpath("data", "report", name).read_text(encoding="utf-8")
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>@TITLE@</title>
+<style>@CSS@</style></head>
+<body><main>
+@BODY@
+<p class="notes">Made by traceap. Times are measured from the first event of each trace.</p>
+</main>
+<script id="traceap-data" type="application/json">@DATA@</script>
+<script>@JS@</script>
+</body></html>
+"""
