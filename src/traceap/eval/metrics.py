@@ -1,0 +1,73 @@
+"""The numbers of the paper's tables, computed by scikit-learn (never by hand).
+
+Every function takes plain arrays and returns plain Python values, so the runner and the
+tests can call them on anything: window labels against window scores, trace labels against
+aggregated trace scores, true patterns against predicted ones.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from sklearn.metrics import accuracy_score, confusion_matrix, roc_auc_score, roc_curve
+
+#: The label used in confusion matrices for "the classifier named no pattern".
+NO_PATTERN = "none"
+
+
+def auc(y_true: Sequence[bool] | np.ndarray, scores: Sequence[float] | np.ndarray) -> float | None:
+    """Area under the ROC curve in [0, 1]; None when only one class is present (undefined)."""
+    y = np.asarray(y_true, dtype=bool)
+    s = np.asarray(scores, dtype=np.float64)
+    if y.size == 0 or y.all() or not y.any():
+        return None
+    return float(roc_auc_score(y, s))
+
+
+def roc(y_true, scores) -> tuple[np.ndarray, np.ndarray] | None:
+    """(false positive rate, true positive rate) points of the ROC curve; None if undefined."""
+    y = np.asarray(y_true, dtype=bool)
+    if y.size == 0 or y.all() or not y.any():
+        return None
+    fpr, tpr, _ = roc_curve(y, np.asarray(scores, dtype=np.float64))
+    return fpr, tpr
+
+
+def accuracy(y_true: Sequence[str], y_pred: Sequence[str | None]) -> float | None:
+    """Share of exact matches; a prediction of None counts as wrong.  None when empty."""
+    if len(y_true) == 0:
+        return None
+    pred = [NO_PATTERN if p is None else p for p in y_pred]
+    return float(accuracy_score(list(y_true), pred))
+
+
+def confusion(y_true: Sequence[str], y_pred: Sequence[str | None],
+              labels: Sequence[str]) -> np.ndarray:
+    """Confusion matrix, rows = true, columns = predicted, over `labels` + NO_PATTERN.
+
+    The extra last column (and row, always zero for true labels) counts windows the
+    classifier left without a pattern, so every true window is counted exactly once.
+    """
+    names = list(labels) + [NO_PATTERN]
+    pred = [NO_PATTERN if p is None else p for p in y_pred]
+    if len(y_true) == 0:
+        return np.zeros((len(names), len(names)), dtype=np.int64)
+    return confusion_matrix(list(y_true), pred, labels=names).astype(np.int64)
+
+
+def mean_defined(values: Sequence[float | None]) -> float | None:
+    """Mean of the defined values (the tables' "Avg" over tasks); None if none is defined."""
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def runs(flags: np.ndarray) -> int:
+    """Number of maximal runs of consecutive True values (flagged windows -> findings)."""
+    f = np.asarray(flags, dtype=bool)
+    if f.size == 0:
+        return 0
+    return int(f[0]) + int(np.count_nonzero(f[1:] & ~f[:-1]))
+
+
+__all__ = ["NO_PATTERN", "accuracy", "auc", "confusion", "mean_defined", "roc", "runs"]

@@ -1,0 +1,385 @@
+"""Run detectors and classifiers over a dataset's test traces and collect the paper's numbers.
+
+Each test trace is loaded once; for every window count N it is cut into `Windows`, labelled
+from the manifest's anomaly intervals (a window is positive when it overlaps one), scored by
+every detector and, on its truly anomalous windows, classified by every classifier.  The raw
+per-trace results (`TraceRecord`) are kept, so that the tables (`EvalResult.summary`) and the
+plots are computed from the same data.
+
+Detectors that need training are fitted on the dataset's train split with trace-level labels
+only (`label`: good/bad); the train traces' anomaly intervals are never read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings as _warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from ..dataset import PATTERNS, SEEN_TASKS, TASKS, Entry, read_manifest, trace_path, \
+    window_labels, window_patterns
+from ..detectors.base import Detector
+from ..errors import DatasetError, TraceFormatError
+from ..load import load
+from ..progress import track
+from ..trace import Trace
+from ..windows import Windows
+from . import metrics
+
+SCHEMA = "traceap.eval/v1"
+#: Column order of the tables: the paper's Table 3, then the other tasks of FORMATS.md.
+TASK_ORDER = SEEN_TASKS + ("pose_estimation", "depth_estimation", "image_generation") + tuple(
+    t for t in TASKS if t not in SEEN_TASKS + ("pose_estimation", "depth_estimation",
+                                               "image_generation"))
+#: Split name -> the group it is reported under (the paper's "Seen" and "Unseen").
+GROUPS = {"test_seen": "seen", "test_unseen": "unseen", "train": "train"}
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What to evaluate.  Defaults are the paper's (N = 50, 100, 200; seen and unseen tests)."""
+
+    windows: tuple[int, ...] = (50, 100, 200)
+    splits: tuple[str, ...] = ("test_seen", "test_unseen")
+    #: Score at or above which a window is flagged (when the detector has no `threshold`).
+    threshold: float = 0.5
+    #: At most this many test traces per split, spread over (task, label); None = all.
+    limit: int | None = None
+    #: At most this many train traces to fit detectors on, spread over labels; None = all.
+    fit_limit: int | None = None
+
+    def __post_init__(self):
+        if not self.windows or any(n < 1 for n in self.windows):
+            raise ValueError("window counts must be positive integers")
+        bad = [s for s in self.splits if s not in GROUPS]
+        if bad or not self.splits:
+            raise ValueError(f"unknown split {bad[0] if bad else ''!r}; "
+                             f"choose from {', '.join(GROUPS)}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError("threshold must lie in [0, 1]")
+        for name in ("limit", "fit_limit"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+@dataclass
+class TraceRecord:
+    """One test trace at one window count: labels, scores per detector, calls per classifier."""
+
+    id: str
+    split: str
+    task: str
+    bad: bool
+    n: int
+    span_us: tuple[float, float]
+    labels: np.ndarray                      # bool per window (overlaps an anomaly)
+    patterns: list[str | None]              # true pattern per window (None = clean)
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    flagged: dict[str, np.ndarray] = field(default_factory=dict)
+    #: classifier -> predicted pattern for each truly anomalous window, in window order.
+    calls: dict[str, list[str | None]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        """"seen", "unseen" or "train"."""
+        return GROUPS[self.split]
+
+    @property
+    def true_calls(self) -> list[str]:
+        """The true pattern of each truly anomalous window, in window order."""
+        return [p for p in self.patterns if p is not None]
+
+
+def select(entries: Sequence[Entry], limit: int | None, key: Callable[[Entry], tuple]) -> list[Entry]:
+    """At most `limit` entries, taken round-robin over the groups of `key` (stable order)."""
+    if limit is None or len(entries) <= limit:
+        return list(entries)
+    groups: dict[tuple, list[Entry]] = {}
+    for e in entries:
+        groups.setdefault(key(e), []).append(e)
+    queues = [list(g) for g in groups.values()]
+    out: list[Entry] = []
+    while len(out) < limit:
+        for q in queues:
+            if q and len(out) < limit:
+                out.append(q.pop(0))
+    keep = {id(e) for e in out}
+    return [e for e in entries if id(e) in keep]
+
+
+def test_entries(entries: Sequence[Entry], config: EvalConfig) -> list[Entry]:
+    """The entries evaluated: the chosen splits, each cut to `config.limit` traces."""
+    out: list[Entry] = []
+    for split in config.splits:
+        chosen = [e for e in entries if e.split == split]
+        out += select(chosen, config.limit, key=lambda e: (e.task, e.label))
+    return out
+
+
+class _Loader:
+    """Loads traces of a dataset, reporting missing or unreadable ones instead of failing."""
+
+    def __init__(self, dataset: Path, warn: Callable[[str], None]):
+        self.dataset = dataset
+        self.warn = warn
+
+    def __call__(self, entry: Entry) -> Trace | None:
+        path = trace_path(self.dataset, entry)
+        if not path.is_file():
+            self.warn(f"{entry.id}: trace file {path} is missing; skipped")
+            return None
+        try:
+            return load(path)
+        except (TraceFormatError, OSError, ValueError) as exc:
+            self.warn(f"{entry.id}: cannot read {path} ({exc}); skipped")
+            return None
+
+
+def fit_detectors(detectors: Mapping[str, Detector], names: Iterable[str],
+                  train: Sequence[Entry], load_trace: Callable[[Entry], Trace | None]) -> int:
+    """Fit the named detectors on train traces with trace-level labels; returns traces used."""
+    names = [n for n in names if n in detectors]
+    if not names or not train:
+        return 0
+    traces, labels = [], []
+    for e in track(train, "loading train traces"):
+        t = load_trace(e)
+        if t is not None:
+            traces.append(t)
+            labels.append(1 if e.is_bad else 0)   # the label only: never e.anomalies
+    if not traces:
+        return 0
+    for n in names:
+        detectors[n].fit(traces, labels)
+    return len(traces)
+
+
+@dataclass
+class EvalResult:
+    """Everything one evaluation produced: raw records, summaries, warnings."""
+
+    dataset: str
+    config: EvalConfig
+    detectors: list[str]
+    classifiers: list[str]
+    records: list[TraceRecord]
+    ablation: list[str] = field(default_factory=list)
+    n_fit_traces: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def of(self, n: int, split: str | None = None, task: str | None = None) -> list[TraceRecord]:
+        """Records at window count n, optionally of one split and task."""
+        return [r for r in self.records if r.n == n and (split is None or r.split == split)
+                and (task is None or r.task == task)]
+
+    @cached_property
+    def tasks(self) -> dict[str, list[str]]:
+        """Group -> tasks present in it, in the paper's order (then first appearance)."""
+        order = {t: i for i, t in enumerate(TASK_ORDER)}
+        out: dict[str, list[str]] = {}
+        for split in self.config.splits:
+            present = {r.task for r in self.records if r.split == split}
+            out[GROUPS[split]] = sorted(present, key=lambda t: (order.get(t, 99), t))
+        return out
+
+    def _split_of(self, group: str) -> str:
+        return next(s for s, g in GROUPS.items() if g == group)
+
+    def _detection(self, n: int, name: str) -> dict:
+        out: dict = {}
+        for group, tasks in self.tasks.items():
+            split = self._split_of(group)
+            per_task = {}
+            for task in tasks:
+                recs = self.of(n, split, task)
+                y = np.concatenate([r.labels for r in recs])
+                s = np.concatenate([r.scores[name] for r in recs])
+                per_task[task] = metrics.auc(y, s)
+            recs = self.of(n, split)
+            y = np.concatenate([r.labels for r in recs]) if recs else np.zeros(0, bool)
+            s = np.concatenate([r.scores[name] for r in recs]) if recs else np.zeros(0)
+            out[group] = {"tasks": per_task, "avg": metrics.mean_defined(list(per_task.values())),
+                          "pooled": metrics.auc(y, s),
+                          "n_windows": int(y.size), "n_positive": int(y.sum())}
+        return out
+
+    def _classification(self, n: int, name: str) -> dict:
+        out: dict = {"tasks": {}}
+        every_true: list[str] = []
+        every_pred: list[str | None] = []
+        listed = [t for ts in self.tasks.values() for t in ts]
+        for group, tasks in self.tasks.items():
+            split = self._split_of(group)
+            for task in tasks:
+                truth: list[str] = []
+                pred: list[str | None] = []
+                for r in self.of(n, split, task):
+                    truth += r.true_calls
+                    pred += r.calls.get(name, [])
+                key = task if listed.count(task) == 1 else f"{task} ({group})"
+                out["tasks"][key] = {"accuracy": metrics.accuracy(truth, pred), "n_windows": len(truth),
+                                     "group": group}
+                every_true += truth
+                every_pred += pred
+        out["avg"] = metrics.mean_defined([v["accuracy"] for v in out["tasks"].values()])
+        out["overall"] = metrics.accuracy(every_true, every_pred)
+        out["confusion"] = {"labels": list(PATTERNS) + [metrics.NO_PATTERN],
+                            "matrix": metrics.confusion(every_true, every_pred, PATTERNS).tolist()}
+        return out
+
+    def _trace_level(self, n: int, name: str) -> dict:
+        recs = self.of(n)
+        out: dict = {}
+        for group in list(self.tasks) + ["all"]:
+            rs = recs if group == "all" else [r for r in recs if r.group == group]
+            y = [r.bad for r in rs]
+            out[group] = {
+                "auc_mean": metrics.auc(y, [float(r.scores[name].mean()) for r in rs]),
+                "auc_max": metrics.auc(y, [float(r.scores[name].max()) for r in rs]),
+                "n_good": int(sum(not b for b in y)), "n_bad": int(sum(y)),
+            }
+        good = [r for r in recs if not r.bad]
+        bad = [r for r in recs if r.bad]
+        out["false_findings_per_healthy_trace"] = (
+            float(np.mean([metrics.runs(r.flagged[name]) for r in good])) if good else None)
+        out["flagged_windows_per_healthy_trace"] = (
+            float(np.mean([r.flagged[name].sum() for r in good])) if good else None)
+        out["flagged_share_healthy"] = (
+            float(np.mean([r.flagged[name].mean() for r in good])) if good else None)
+        lab = np.concatenate([r.labels for r in bad]) if bad else np.zeros(0, bool)
+        flg = np.concatenate([r.flagged[name] for r in bad]) if bad else np.zeros(0, bool)
+        out["window_recall_bad"] = float(flg[lab].mean()) if lab.any() else None
+        out["window_precision_bad"] = float(lab[flg].mean()) if flg.any() else None
+        return out
+
+    @cached_property
+    def summary(self) -> dict:
+        """The tables as plain JSON-able data (schema traceap.eval/v1)."""
+        ns = list(self.config.windows)
+        scored = list(self.detectors)
+        out = {
+            "schema": SCHEMA,
+            "dataset": self.dataset,
+            "windows": ns,
+            "splits": list(self.config.splits),
+            "detectors": scored,
+            "classifiers": self.classifiers,
+            "ablation": self.ablation,
+            "threshold": self.config.threshold,
+            "limit": self.config.limit,
+            "tasks": self.tasks,
+            "n_traces": {GROUPS[s]: {"good": sum(1 for r in self.of(ns[0], s) if not r.bad),
+                                     "bad": sum(1 for r in self.of(ns[0], s) if r.bad)}
+                         for s in self.config.splits},
+            "n_fit_traces": self.n_fit_traces,
+            "detection": {str(n): {d: self._detection(n, d) for d in scored + self.ablation}
+                          for n in ns},
+            "classification": {c: {str(n): self._classification(n, c) for n in ns}
+                               for c in self.classifiers},
+            "trace_level": {str(n): {d: self._trace_level(n, d) for d in scored} for n in ns},
+            "seconds_per_trace": {str(n): {k: _mean([r.seconds[k] for r in self.of(n) if k in r.seconds])
+                                           for k in scored + self.ablation + self.classifiers}
+                                  for n in ns},
+            "seconds": self.seconds,
+            "warnings": self.warnings,
+        }
+        return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def _threshold(detector: Detector, default: float) -> float:
+    t = getattr(detector, "threshold", None)
+    return float(t) if isinstance(t, (int, float)) and 0.0 <= t <= 1.0 else default
+
+
+def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, Detector],
+             classifiers: Mapping[str, object] | None = None,
+             config: EvalConfig = EvalConfig(), fit: Iterable[str] = (),
+             ablation: Mapping[str, Detector] | None = None,
+             on_warning: Callable[[str], None] | None = None) -> EvalResult:
+    """Evaluate `detectors` (and `classifiers`) on the test splits of a dataset.
+
+    `fit` names the detectors to fit on the train split (trace-level labels only) before
+    testing.  `ablation` are extra detectors (model variants) reported in the ablation table.
+    Classifiers are given, for each truly anomalous window, the scores of the first detector.
+    """
+    classifiers = dict(classifiers or {})
+    ablation = dict(ablation or {})
+    dataset = Path(dataset)
+    entries = read_manifest(dataset)
+    chosen = test_entries(entries, config)
+    if not chosen:
+        raise DatasetError(f"{dataset}: no traces in split(s) {', '.join(config.splits)}")
+    if not detectors and not ablation and not classifiers:
+        raise ValueError("nothing to evaluate: give at least one detector or classifier")
+    warned: list[str] = []
+
+    def warn(msg: str) -> None:
+        warned.append(msg)
+        if on_warning is not None:
+            on_warning(msg)
+        else:
+            _warnings.warn(msg, stacklevel=2)
+
+    load_trace = _Loader(dataset, warn)
+    t0 = time.perf_counter()
+    train = select([e for e in entries if e.split == "train"], config.fit_limit,
+                   key=lambda e: (e.label,))
+    fit_names = [n for n in fit if n in detectors]
+    n_fit = fit_detectors(detectors, fit_names, train, load_trace)
+    if fit_names and n_fit == 0:
+        warn(f"{dataset}: no train traces; {', '.join(fit_names)} evaluated unfitted")
+
+    all_detectors = {**detectors, **ablation}
+    primary = next(iter(all_detectors), None)
+    records: list[TraceRecord] = []
+    for entry in track(chosen, "evaluating traces"):
+        trace = load_trace(entry)
+        if trace is None:
+            continue
+        for n in config.windows:
+            w = Windows(trace, n)
+            y = window_labels(entry, w)
+            rec = TraceRecord(entry.id, entry.split, entry.task, entry.is_bad, n,
+                              (float(w.edges[0]), float(w.edges[-1])), y, window_patterns(entry, w))
+            for name, det in all_detectors.items():
+                t1 = time.perf_counter()
+                s = np.asarray(det.score_windows(w), dtype=np.float64)
+                rec.seconds[name] = time.perf_counter() - t1
+                if s.shape != (n,):
+                    raise ValueError(f"detector {name!r} returned {s.shape} scores for {n} windows")
+                rec.scores[name] = np.clip(np.nan_to_num(s), 0.0, 1.0)
+                rec.flagged[name] = rec.scores[name] >= _threshold(det, config.threshold)
+            if y.any():
+                idx = np.flatnonzero(y)
+                ref = rec.scores[primary] if primary else np.zeros(n)
+                for name, clf in classifiers.items():
+                    t1 = time.perf_counter()
+                    calls = clf.classify(w, idx, ref)
+                    rec.seconds[name] = time.perf_counter() - t1
+                    if len(calls) != len(idx):
+                        raise ValueError(f"classifier {name!r} returned {len(calls)} calls "
+                                         f"for {len(idx)} windows")
+                    rec.calls[name] = [c.pattern for c in calls]
+            records.append(rec)
+        del trace
+    if not records:
+        raise DatasetError(f"{dataset}: none of the {len(chosen)} test traces could be read")
+    return EvalResult(str(dataset), config, list(detectors), list(classifiers), records,
+                      list(ablation), {n: n_fit for n in fit_names}, warned,
+                      time.perf_counter() - t0)
+
+
+__all__ = ["EvalConfig", "EvalResult", "GROUPS", "SCHEMA", "TraceRecord",
+           "evaluate", "fit_detectors", "select", "test_entries"]

@@ -1,0 +1,210 @@
+"""The evaluation summary as Markdown tables (the paper's layout) and as JSON.
+
+Both render `EvalResult.summary` (schema traceap.eval/v1), so the Markdown in the README and
+the JSON a script reads always hold the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from ..dataset import PATTERNS
+from .metrics import NO_PATTERN
+
+TASK_TITLES = {
+    "image_classification": "Image Classification",
+    "object_detection": "Object Detection",
+    "image_segmentation": "Image Segmentation",
+    "image_generation": "Image Generation",
+    "depth_estimation": "Depth Estimation",
+    "pose_estimation": "Pose Estimation",
+    "action_recognition": "Action Recognition",
+    "other": "Other",
+}
+DETECTOR_TITLES = {"rule": "Rule", "clustering": "Clustering", "expert": "Expert rules",
+                   "model": "Model (ours)", "llm": "Pure LLM"}
+#: Short column names for the confusion matrix, in PATTERNS order.
+PATTERN_SHORT = {
+    "single_process_dataloading": "SPD", "no_pin_memory": "NPM", "excessive_memcpy": "MEM",
+    "graph_break": "GB", "cpu_bound": "CPU", "small_nccl_kernels": "SNK",
+    "nccl_blocks_compute_stream": "NBS", "nccl_compute_no_overlap": "NNO", NO_PATTERN: "none",
+}
+GROUP_TITLES = {"seen": "Seen", "unseen": "Unseen", "train": "Train"}
+
+
+def pct(x: float | None, digits: int = 2) -> str:
+    """A fraction as a percentage with fixed digits; "–" when undefined."""
+    return "–" if x is None else f"{100.0 * x:.{digits}f}"
+
+
+def num(x: float | None, digits: int = 2) -> str:
+    """A plain number with fixed digits; "–" when undefined."""
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _title(name: str, titles: dict[str, str]) -> str:
+    return titles.get(name, name)
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> str:
+    align = align or ["l"] + ["r"] * (len(header) - 1)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def detection_table(s: dict, names: list[str] | None = None) -> str:
+    """Table 3: window-level AUC-ROC (%) per task with seen and unseen averages, per N."""
+    names = s["detectors"] if names is None else names
+    header = ["N<sub>w</sub>", "Detector"]
+    for group, tasks in s["tasks"].items():
+        header += [_title(t, TASK_TITLES) for t in tasks] + [f"{GROUP_TITLES[group]} avg"]
+    rows = []
+    for n in s["windows"]:
+        for d in names:
+            det = s["detection"][str(n)][d]
+            row = [str(n), _title(d, DETECTOR_TITLES)]
+            for group, tasks in s["tasks"].items():
+                row += [pct(det[group]["tasks"][t]) for t in tasks] + [f"**{pct(det[group]['avg'])}**"]
+            rows.append(row)
+    return _table(header, rows, ["r", "l"] + ["r"] * (len(header) - 2))
+
+
+def classification_table(s: dict, classifier: str) -> str:
+    """Table 4: pattern accuracy (%) per task on truly anomalous windows, per N."""
+    c = s["classification"][classifier]
+    ns = [str(n) for n in s["windows"]]
+    header = ["Task"] + [f"N<sub>w</sub> = {n}" for n in ns]
+    tasks = list(c[ns[0]]["tasks"])
+    rows = []
+    for t in tasks:
+        base, _, group = t.partition(" (")
+        label = _title(base, TASK_TITLES) + (f" ({group}" if group else "")
+        rows.append([label] + [f"{pct(c[n]['tasks'][t]['accuracy'])} "
+                               f"({c[n]['tasks'][t]['n_windows']})" for n in ns])
+    rows.append(["**Avg** (over tasks)"] + [f"**{pct(c[n]['avg'])}**" for n in ns])
+    rows.append(["All windows"] + [pct(c[n]["overall"]) for n in ns])
+    return _table(header, rows)
+
+
+def confusion_table(s: dict, classifier: str, n: int) -> str:
+    """Confusion matrix over the eight patterns (+ "none") at window count n."""
+    conf = s["classification"][classifier][str(n)]["confusion"]
+    labels = conf["labels"]
+    header = ["true \\ predicted"] + [PATTERN_SHORT.get(p, p) for p in labels]
+    rows = []
+    for p, row in zip(labels, conf["matrix"]):
+        if p == NO_PATTERN:
+            continue
+        rows.append([f"{PATTERN_SHORT[p]} `{p}`"] + [f"**{v}**" if q == p and v else str(v)
+                                                      for q, v in zip(labels, row)])
+    return _table(header, rows)
+
+
+def trace_level_table(s: dict) -> str:
+    """Trace-level AUC (good vs bad, mean and max window score) and false findings."""
+    groups = [g for g in s["tasks"]]
+    header = ["N<sub>w</sub>", "Detector"]
+    header += [f"trace AUC mean ({GROUP_TITLES[g]})" for g in groups]
+    header += [f"trace AUC max ({GROUP_TITLES[g]})" for g in groups]
+    header += ["false findings / healthy trace", "flagged windows / healthy trace",
+               "window recall (bad)", "window precision (bad)"]
+    rows = []
+    for n in s["windows"]:
+        for d in s["detectors"]:
+            t = s["trace_level"][str(n)][d]
+            row = [str(n), _title(d, DETECTOR_TITLES)]
+            row += [pct(t[g]["auc_mean"]) for g in groups]
+            row += [pct(t[g]["auc_max"]) for g in groups]
+            row += [num(t["false_findings_per_healthy_trace"]),
+                    num(t["flagged_windows_per_healthy_trace"]),
+                    pct(t["window_recall_bad"], 1), pct(t["window_precision_bad"], 1)]
+            rows.append(row)
+    return _table(header, rows, ["r", "l"] + ["r"] * (len(header) - 2))
+
+
+def ablation_table(s: dict) -> str:
+    """Table 5: seen and unseen average window AUC (%) of each model variant, per N."""
+    header = ["Variant"]
+    for n in s["windows"]:
+        header += [f"Seen AUC N={n}", f"Unseen AUC N={n}"]
+    rows = []
+    for v in s["ablation"]:
+        row = [v]
+        for n in s["windows"]:
+            det = s["detection"][str(n)][v]
+            row += [pct(det.get("seen", {}).get("avg")), pct(det.get("unseen", {}).get("avg"))]
+        rows.append(row)
+    return _table(header, rows)
+
+
+def timing_table(s: dict) -> str:
+    """Mean seconds per trace spent in each detector / classifier (trace load excluded)."""
+    names = s["detectors"] + s["ablation"] + s["classifiers"]
+    header = ["N<sub>w</sub>"] + [_title(k, DETECTOR_TITLES) for k in names]
+    rows = [[n] + [num(s["seconds_per_trace"][n].get(k), 3) for k in names]
+            for n in s["seconds_per_trace"]]
+    return _table(header, rows)
+
+
+def _middle(ns: list[int]) -> int:
+    return min(ns, key=lambda n: (abs(n - 100), n))
+
+
+def markdown(s: dict, heading: str = "##") -> str:
+    """Every table of the summary as one Markdown document (sub-headings at `heading`)."""
+    h = heading
+    counts = ", ".join(f"{GROUP_TITLES[g]}: {c['good']} good + {c['bad']} bad"
+                       for g, c in s["n_traces"].items())
+    parts = [f"Dataset `{Path(s['dataset']).name}` — test traces {counts}"
+             + (f" (at most {s['limit']} per split)" if s.get("limit") else "")
+             + (f"; detectors fitted on {max(s['n_fit_traces'].values())} train traces "
+                f"({', '.join(s['n_fit_traces'])})" if s["n_fit_traces"] else "") + "."]
+    if s["detectors"]:
+        parts += [f"{h} Window-level detection, AUC-ROC (%) (paper Table 3)",
+                  "A window is positive when it overlaps a labelled anomaly interval; "
+                  "AUC over the pooled windows of each task's test traces; Avg = mean over tasks.",
+                  detection_table(s)]
+        parts += [f"{h} Trace level: good vs bad, and false findings on healthy traces",
+                  f"Trace score = mean or max of its window scores.  A window is flagged at score "
+                  f">= {s['threshold']} (or the detector's own threshold); a finding is a run of "
+                  f"consecutive flagged windows.",
+                  trace_level_table(s)]
+    for c in s["classifiers"]:
+        m = _middle(s["windows"])
+        parts += [f"{h} Pattern classification accuracy (%) of the `{c}` classifier (paper Table 4)",
+                  "On truly anomalous windows (true pattern = the anomaly covering most of the "
+                  "window); the number of windows in parentheses.",
+                  classification_table(s, c),
+                  f"Confusion matrix (windows, N<sub>w</sub> = {m}; rows true, columns predicted; "
+                  f"`none` = no pattern named):",
+                  confusion_table(s, c, m)]
+    if s["ablation"]:
+        parts += [f"{h} Ablation of the model (paper Table 5)",
+                  "Average window AUC over seen and unseen tasks, per variant checkpoint.",
+                  ablation_table(s)]
+    if s["seconds_per_trace"]:
+        parts += [f"{h} Time per trace (s; scoring only, trace load excluded)", timing_table(s)]
+    for w in s["warnings"][:20]:
+        parts.append(f"- warning: {w}")
+    return "\n\n".join(parts) + "\n"
+
+
+def write(s: dict, out: str | os.PathLike) -> tuple[Path, Path]:
+    """Write OUT/eval.md and OUT/eval.json; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / "eval.md"
+    js = out / "eval.json"
+    md.write_text(markdown(s), encoding="utf-8")
+    js.write_bytes(orjson.dumps(s, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    return md, js
+
+
+__all__ = ["PATTERN_SHORT", "TASK_TITLES", "ablation_table", "classification_table",
+           "confusion_table", "detection_table", "markdown", "pct", "timing_table",
+           "trace_level_table", "write"]

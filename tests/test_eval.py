@@ -1,0 +1,311 @@
+"""`traceap eval` on a tiny dataset built from real traces, where the right numbers are known.
+
+The dataset copies the bundled real traces into tmp/traces and writes a manifest whose anomaly
+intervals we choose, at fractions of each trace's span that fall strictly inside windows for
+N = 50, 100 and 200, so the number of labelled windows is known by arithmetic alone.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+import traceap
+from traceap.dataset import PATTERNS, Anomaly, Entry, read_manifest, trace_path, write_manifest
+from traceap.errors import DatasetError
+from traceap.eval import EvalConfig, evaluate, metrics, plots, tables
+from traceap.eval.runner import select
+
+from .conftest import DATA, SAMPLE
+
+# (id, source file, split, task, label, [(start fraction, end fraction, pattern)])
+LAYOUT = [
+    ("ic_bad", DATA / "particle_transformer_bs8.json.gz", "test_seen", "image_classification", "bad",
+     [(0.1025, 0.2975, "no_pin_memory"), (0.6025, 0.6975, "cpu_bound")]),
+    ("ic_good", DATA / "kineto2021_v100.json.gz", "test_seen", "image_classification", "good", []),
+    ("od_bad", DATA / "amd_mi250_train.json.gz", "test_seen", "object_detection", "bad",
+     [(0.2025, 0.4975, "excessive_memcpy")]),
+    ("od_good", DATA / "amd_mi300_gemm.json.gz", "test_seen", "object_detection", "good", []),
+    ("pe_bad", DATA / "dlrm_job" / "worker0.pt.trace.json.gz", "test_unseen", "pose_estimation",
+     "bad", [(0.4025, 0.5975, "small_nccl_kernels")]),
+    ("pe_good", DATA / "dlrm_job" / "worker1.pt.trace.json.gz", "test_unseen", "pose_estimation",
+     "good", []),
+    ("ig_bad", SAMPLE, "test_unseen", "image_generation", "bad",
+     [(0.0025, 0.0975, "graph_break"), (0.8025, 0.9975, "nccl_compute_no_overlap")]),
+    ("ig_good", DATA / "cpu_only_zoology.json.gz", "test_unseen", "image_generation", "good", []),
+    ("train_bad", DATA / "amd_mi250_train.json.gz", "train", "image_classification", "bad",
+     [(0.0025, 0.9975, "cpu_bound")]),
+    ("train_good", DATA / "kineto2021_v100.json.gz", "train", "image_classification", "good", []),
+]
+WINDOWS = (50, 100, 200)
+
+
+def n_labelled(a: float, b: float, n: int) -> int:
+    """Windows of N equal windows that overlap [a, b) (fractions strictly inside windows)."""
+    return math.floor(b * n) - math.floor(a * n) + 1
+
+
+def build(root: Path, layout=LAYOUT, missing: bool = False) -> Path:
+    """A dataset in FORMATS.md form from the bundled real traces."""
+    (root / "traces").mkdir(parents=True)
+    entries = []
+    for tid, src, split, task, label, anomalies in layout:
+        rel = f"traces/{tid}.pt.trace.json.gz"
+        shutil.copyfile(src, root / rel)
+        lo, hi = traceap.load(src).span
+        entries.append(Entry(
+            id=tid, path=rel, split=split, task=task, model="m", platform="p", world_size=1,
+            rank=0, label=label, patterns=sorted({p for *_, p in anomalies}),
+            anomalies=[Anomaly(lo + a * (hi - lo), lo + b * (hi - lo), p) for a, b, p in anomalies]))
+    if missing:
+        entries.append(Entry(id="gone", path="traces/gone.pt.trace.json.gz", split="test_seen",
+                             task="image_classification", model="m", platform="p", world_size=1,
+                             rank=0, label="good"))
+    write_manifest(root, entries)
+    return root
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("tiny"), missing=True)
+
+
+class Oracle:
+    """Reads the manifest: a window's score is 1 exactly when it overlaps an anomaly."""
+
+    name = "perfect"
+
+    def __init__(self, root: Path, invert: bool = False):
+        self.by_file = {trace_path(root, e).name: e for e in read_manifest(root)}
+        self.invert = invert
+
+    def entry(self, windows) -> Entry:
+        return self.by_file[Path(windows.trace.meta.path).name]
+
+    def fit(self, traces, labels):
+        return self
+
+    def score_windows(self, windows) -> np.ndarray:
+        e = self.entry(windows)
+        lo, hi = windows.start_us, windows.end_us
+        y = np.zeros(windows.n)
+        for a in e.anomalies:
+            y[(lo < a.end_us) & (hi > a.start_us)] = 1.0
+        return 1.0 - y if self.invert else y
+
+
+class Coin:
+    """Uniform random scores: AUC about 0.5."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def fit(self, traces, labels):
+        return self
+
+    def score_windows(self, windows) -> np.ndarray:
+        return self.rng.random(windows.n)
+
+
+class Constant:
+    """The same score everywhere (flags every window when >= the threshold)."""
+
+    name = "constant"
+
+    def __init__(self, value: float):
+        self.value = value
+        self.fitted_on: list[tuple[int, list[int]]] = []
+
+    def fit(self, traces, labels):
+        assert all(isinstance(t, traceap.Trace) for t in traces)
+        self.fitted_on.append((len(traces), list(labels)))
+        return self
+
+    def score_windows(self, windows) -> np.ndarray:
+        return np.full(windows.n, self.value)
+
+
+@dataclass
+class Call:
+    pattern: str | None
+
+
+class KnownClassifier:
+    """Right on image classification; always says cpu_bound on object detection; silent on
+    pose estimation; right on image generation."""
+
+    def __init__(self, root: Path):
+        self.oracle = Oracle(root)
+
+    def classify(self, windows, window_indices, scores):
+        e = self.oracle.entry(windows)
+        out = []
+        for w in window_indices:
+            lo, hi = windows.start_us[w], windows.end_us[w]
+            cover = [(min(a.end_us, hi) - max(a.start_us, lo), a.pattern) for a in e.anomalies]
+            truth = max(cover)[1]
+            out.append(Call({"object_detection": "cpu_bound", "pose_estimation": None}.get(
+                e.task, truth)))
+        return out
+
+
+@pytest.fixture(scope="module")
+def result(dataset):
+    return evaluate(dataset, {"perfect": Oracle(dataset), "random": Coin(0),
+                              "inverted": Oracle(dataset, invert=True), "constant": Constant(0.7)},
+                    classifiers={"known": KnownClassifier(dataset)},
+                    config=EvalConfig(windows=WINDOWS), fit=["constant"],
+                    on_warning=lambda m: None)
+
+
+def test_perfect_detector_has_auc_one_and_random_about_half(result):
+    s = result.summary
+    for n in WINDOWS:
+        det = s["detection"][str(n)]
+        for group, tasks in (("seen", ["image_classification", "object_detection"]),
+                             ("unseen", ["pose_estimation", "image_generation"])):
+            assert s["tasks"][group] == tasks
+            assert det["perfect"][group]["tasks"] == {t: 1.0 for t in tasks}
+            assert det["perfect"][group]["avg"] == 1.0
+            assert det["inverted"][group]["avg"] == 0.0
+            assert det["random"][group]["pooled"] == pytest.approx(0.5, abs=0.1)
+            assert det["constant"][group]["avg"] == 0.5     # all ties
+    # Table 3 average is the mean of the per-task AUCs.
+    r = s["detection"]["200"]["random"]["seen"]
+    assert r["avg"] == pytest.approx(np.mean(list(r["tasks"].values())))
+
+
+def test_window_labels_count_exactly(result):
+    s = result.summary
+    for n in WINDOWS:
+        seen = sum(n_labelled(a, b, n) for _, _, split, _, _, an in LAYOUT if split == "test_seen"
+                   for a, b, _ in an)
+        det = s["detection"][str(n)]["perfect"]["seen"]
+        assert det["n_positive"] == seen
+        assert det["n_windows"] == 4 * n      # the missing trace is skipped, not counted
+
+
+def test_missing_trace_is_reported_and_skipped(result):
+    assert [w for w in result.warnings if "gone" in w and "missing" in w]
+    assert "gone" not in {r.id for r in result.records}
+    assert s_counts(result) == {"seen": {"good": 2, "bad": 2}, "unseen": {"good": 2, "bad": 2}}
+
+
+def s_counts(result):
+    return result.summary["n_traces"]
+
+
+def test_classification_accuracy_and_confusion(result):
+    s = result.summary
+    for n in WINDOWS:
+        c = s["classification"]["known"][str(n)]
+        acc = {t: v["accuracy"] for t, v in c["tasks"].items()}
+        assert acc == {"image_classification": 1.0, "object_detection": 0.0,
+                       "pose_estimation": 0.0, "image_generation": 1.0}
+        assert c["avg"] == 0.5
+        m = np.array(c["confusion"]["matrix"])
+        labels = c["confusion"]["labels"]
+        assert labels == list(PATTERNS) + ["none"]
+        ix = {p: i for i, p in enumerate(labels)}
+        expect = np.zeros_like(m)
+        for tid, _, split, task, _, an in LAYOUT:
+            if split == "train":
+                continue
+            for a, b, p in an:
+                pred = {"object_detection": "cpu_bound", "pose_estimation": "none"}.get(task, p)
+                expect[ix[p], ix[pred]] += n_labelled(a, b, n)
+        assert (m == expect).all()
+        total = m.sum()
+        assert c["overall"] == pytest.approx(np.trace(m) / total)
+
+
+def test_trace_level_auc_and_false_findings(result):
+    s = result.summary
+    for n in WINDOWS:
+        t = s["trace_level"][str(n)]
+        assert t["perfect"]["all"]["auc_mean"] == 1.0
+        assert t["perfect"]["all"]["auc_max"] == 1.0
+        assert t["perfect"]["false_findings_per_healthy_trace"] == 0.0
+        assert t["perfect"]["window_recall_bad"] == 1.0
+        assert t["perfect"]["window_precision_bad"] == 1.0
+        # The inverted oracle flags every window of a healthy trace: one finding of N windows.
+        assert t["inverted"]["false_findings_per_healthy_trace"] == 1.0
+        assert t["inverted"]["flagged_windows_per_healthy_trace"] == n
+        assert t["constant"]["flagged_share_healthy"] == 1.0
+
+
+def test_fitting_uses_train_split_labels_only(result, dataset):
+    const = Constant(0.7)
+    evaluate(dataset, {"constant": const, "random": Coin()}, config=EvalConfig(windows=(10,)),
+             fit=["constant"], on_warning=lambda m: None)
+    assert const.fitted_on == [(2, [1, 0])]
+    assert result.n_fit_traces == {"constant": 2}
+
+
+def test_dataset_without_train_split_evaluates_unfitted(tmp_path):
+    root = build(tmp_path / "d", [x for x in LAYOUT if x[2] != "train"][:4])
+    const = Constant(0.2)
+    seen: list[str] = []
+    r = evaluate(root, {"constant": const, "perfect": Oracle(root)},
+                 config=EvalConfig(windows=(20,), splits=("test_seen",)), fit=["constant"],
+                 on_warning=seen.append)
+    assert const.fitted_on == []
+    assert any("no train traces" in w for w in seen)
+    assert r.summary["detection"]["20"]["perfect"]["seen"]["avg"] == 1.0
+    assert list(r.summary["tasks"]) == ["seen"]
+
+
+def test_limit_keeps_tasks_and_labels(dataset):
+    entries = [e for e in read_manifest(dataset) if e.split == "test_unseen"]
+    picked = select(entries, 2, key=lambda e: (e.task, e.label))
+    assert len(picked) == 2 and len({(e.task, e.label) for e in picked}) == 2
+    r = evaluate(dataset, {"perfect": Oracle(dataset)},
+                 config=EvalConfig(windows=(20,), limit=2), on_warning=lambda m: None)
+    assert len(r.records) <= 4
+
+
+def test_metrics_are_sklearn_and_handle_one_class():
+    assert metrics.auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == 0.75
+    assert metrics.auc([1, 1], [0.1, 0.2]) is None
+    assert metrics.accuracy(["a", "b"], ["a", None]) == 0.5
+    assert metrics.accuracy([], []) is None
+    assert metrics.runs(np.array([1, 1, 0, 1, 0, 0, 1], bool)) == 3
+    assert metrics.runs(np.zeros(5, bool)) == 0
+    assert metrics.mean_defined([None, 0.5, 1.0]) == 0.75
+
+
+def test_markdown_json_and_plots(result, tmp_path):
+    md_path, js_path = tables.write(result.summary, tmp_path)
+    md = md_path.read_text()
+    assert "| 100 | perfect | 100.00 | 100.00 | **100.00** | 100.00 | 100.00 | **100.00** |" in md
+    assert "Image Classification" in md and "Pose Estimation" in md
+    assert "| **Avg** (over tasks) | **50.00** | **50.00** | **50.00** |" in md
+    back = orjson.loads(js_path.read_bytes())
+    assert back["schema"] == "traceap.eval/v1"
+    assert back["detection"]["50"]["perfect"]["unseen"]["avg"] == 1.0
+    roc = plots.roc_curves(result, tmp_path, 100)
+    tl = plots.timelines(result, tmp_path, 100)
+    for p in (roc, tl):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+    # One bad trace per task, the seen tasks first.
+    assert [r.id for r in plots.pick_traces(result, 100)] == ["ic_bad", "od_bad", "pe_bad", "ig_bad"]
+    assert plots.spans(np.array([0, 1, 1, 0, 1], bool)) == [(1, 3), (4, 5)]
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(DatasetError, match="no manifest"):
+        evaluate(tmp_path, {"random": Coin()})
+    root = build(tmp_path / "d", LAYOUT[-2:])
+    with pytest.raises(DatasetError, match="no traces in split"):
+        evaluate(root, {"random": Coin()})
+    with pytest.raises(ValueError, match="unknown split"):
+        EvalConfig(splits=("test",))
