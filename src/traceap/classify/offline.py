@@ -1,0 +1,77 @@
+"""The offline classifier: the expert rules name the pattern, no network, no model needed.
+
+For each flagged window it takes the pattern whose mechanism scores highest there (the
+argmax of `traceap.patterns` scores) and attaches that pattern's evidence and fix.  A flagged
+window in which no mechanism is visible is reported as a likely false alarm rather than given
+an arbitrary name.  A learned pattern head can be blended in through `pattern_head`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..windows import Windows
+from .base import PatternCall
+
+#: Optional learned head: windows -> {pattern id: per-window probability}.
+PatternHead = Callable[[Windows], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class OfflineConfig:
+    """Minimum rule score to name a pattern, and the weight of a learned head when present."""
+
+    min_score: float = 0.15
+    head_weight: float = 0.5
+
+
+class OfflineClassifier:
+    """Argmax of the expert pattern scores (optionally blended with a learned head)."""
+
+    name = "offline"
+
+    def __init__(self, min_score: float = 0.15, pattern_head: PatternHead | None = None,
+                 head_weight: float = 0.5):
+        self.config = OfflineConfig(min_score, head_weight)
+        self.pattern_head = pattern_head
+
+    def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
+        """Per pattern, per window: the rule score, blended with the learned head if any."""
+        from ..patterns import pattern_scores
+        scores = pattern_scores(windows)
+        if self.pattern_head is not None:
+            head = self.pattern_head(windows)
+            w = self.config.head_weight
+            scores = {p: (1 - w) * s + w * np.asarray(head.get(p, s)) for p, s in scores.items()}
+        return scores
+
+    def classify(self, windows: Windows, window_indices: Sequence[int],
+                 scores: np.ndarray) -> list[PatternCall]:
+        """One call per window index: the strongest pattern, its evidence and its fix."""
+        from ..patterns import REGISTRY
+        probs = self.pattern_probabilities(windows)
+        ids = list(probs)
+        table = np.stack([probs[p] for p in ids])  # P x N
+        calls = []
+        for w in window_indices:
+            col = table[:, int(w)]
+            best = int(np.argmax(col))
+            conf = float(col[best])
+            if conf < self.config.min_score:
+                calls.append(PatternCall(
+                    window=int(w), pattern=None, confidence=round(1.0 - conf, 4), evidence="",
+                    fix="", false_alarm=True, source=self.name,
+                    explanation="no known anti-pattern mechanism is visible in this window "
+                                f"(strongest: {ids[best]} at {conf:.2f})"))
+                continue
+            pat = REGISTRY[ids[best]]
+            runner = sorted(col)[-2] if len(col) > 1 else 0.0
+            ev = pat.evidence(windows, [int(w)])
+            calls.append(PatternCall(
+                window=int(w), pattern=pat.id, confidence=round(conf, 4), evidence=ev.text,
+                fix=pat.fix, source=self.name,
+                explanation=f"{pat.mechanism} (rule score {conf:.2f}; next best {runner:.2f})"))
+        return calls

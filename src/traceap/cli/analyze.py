@@ -1,0 +1,95 @@
+"""`traceap analyze TRACE|DIR`: find anti-patterns window by window, say where and how to fix."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import orjson
+import typer
+from rich.console import Console
+
+from ..errors import TraceapError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)
+
+
+def _report_module(name: str, what: str):
+    try:
+        return importlib.import_module(f"traceap.report.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name and f"traceap.report.{name}".startswith(exc.name):
+            raise TraceapError(f"{what} is not available in this installation "
+                               f"(traceap.report.{name} is missing)") from None
+        raise
+
+
+def analyze(
+    trace: Path = typer.Argument(..., help="A trace (.json / .json.gz) or a folder of per-rank traces."),
+    windows: int = typer.Option(100, "--windows", "-w", help="Number of equal time windows."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.analysis/v1 JSON here ('-' = stdout)."),
+    detector: str | None = typer.Option(None, "--detector", help="expert, rule, clustering, model or llm (default: the bundled model if present, else expert)."),
+    model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model)."),
+    classifier: str = typer.Option("offline", "--classifier", help="offline (expert rules) or llm."),
+    threshold: float | None = typer.Option(None, "--threshold", help="Flag windows scoring at least this (default: the detector's)."),
+    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report."),
+    annotate: Path | None = typer.Option(None, "--annotate", help="Also write the trace with a findings track (open in Perfetto)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal summary."),
+) -> None:
+    """Find performance anti-patterns, window by window, with evidence and fixes."""
+    from ..analysis import analyze as run, analyze_job
+    from ..detectors.registry import make_detector
+    from ..load import load, load_job
+    from ..progress import status
+
+    if not trace.exists():
+        raise TraceapError(f"{trace}: no such file or folder")
+    if windows < 1:
+        raise TraceapError("--windows must be at least 1")
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise TraceapError("--threshold must be between 0 and 1")
+    if model is not None:
+        if detector not in (None, "model"):
+            raise TraceapError("--model goes with --detector model")
+        if not model.exists():
+            raise TraceapError(f"{model}: no such model checkpoint")
+        det = make_detector("model", path=str(model))
+    else:
+        det = detector
+    # Fail on a missing report module before the (possibly long) analysis.
+    html_mod = _report_module("html", "--html") if html else None
+    ann_mod = _report_module("annotate", "--annotate") if annotate else None
+
+    with status(f"loading {trace.name}"):
+        loaded = load_job(trace) if trace.is_dir() else load(trace)
+    is_job = trace.is_dir()
+    with status("analysing"):
+        if is_job:
+            result = analyze_job(loaded, windows, det, classifier, threshold)
+        else:
+            result = run(loaded, windows, det, classifier, threshold)
+
+    if json_out is not None:
+        data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+        if str(json_out) == "-":
+            typer.echo(data.decode())
+            quiet = True
+        else:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_bytes(data)
+    if html_mod is not None:
+        html_mod.write_html(result, html, loaded)
+    if ann_mod is not None:
+        if is_job:
+            raise TraceapError("--annotate works on one trace, not a folder")
+        ann_mod.write_annotated(result, loaded, annotate)
+    if not quiet:
+        from ..report.terminal import render, render_job
+        console = Console()
+        (render_job if is_job else render)(result, console)
+        for path, what in ((json_out, "analysis JSON"), (html, "HTML report"),
+                           (annotate, "annotated trace")):
+            if path is not None and str(path) != "-":
+                console.print(f"  [dim]{what}: {path}[/dim]")

@@ -1,0 +1,43 @@
+"""Detectors by name, so the CLI, evaluation and notebooks build them the same way.
+
+"model" and "llm" live in modules written separately (and may need a checkpoint or a server);
+they are imported only when asked for, and a missing one is a clear `TraceapError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import TraceapError
+from .base import Detector
+
+DETECTOR_NAMES = ("expert", "rule", "clustering", "model", "llm")
+
+_WHERE = {
+    "expert": ("traceap.detectors.expert", "ExpertDetector"),
+    "rule": ("traceap.detectors.rule", "RuleDetector"),
+    "clustering": ("traceap.detectors.clustering", "ClusteringDetector"),
+    "model": ("traceap.detectors.model", "ModelDetector"),
+    "llm": ("traceap.detectors.llm", "PureLLMDetector"),
+}
+
+
+def make_detector(name: str, **options) -> Detector:
+    """A detector by name with constructor options (e.g. `make_detector("model", path=...)`)."""
+    if name not in _WHERE:
+        raise TraceapError(f"unknown detector {name!r}; choose one of {', '.join(DETECTOR_NAMES)}")
+    module, cls = _WHERE[name]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            raise TraceapError(f"the {name!r} detector is not available in this installation "
+                               f"({module} is missing)") from None
+        raise
+    try:
+        return getattr(mod, cls)(**options)
+    except TypeError as exc:
+        raise TraceapError(f"detector {name!r}: bad option ({exc})") from None
+
+
+__all__ = ["DETECTOR_NAMES", "make_detector"]

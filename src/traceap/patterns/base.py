@@ -1,0 +1,102 @@
+"""The anti-pattern contract: a per-window score from the mechanism, evidence in numbers, a fix.
+
+Each pattern module measures what its mechanism leaves in a trace (per window, as numpy arrays),
+turns the measures into a score in [0, 1], and estimates the time it costs (`lost_us`).
+Evidence for any set of windows is computed from the same measures, so the score, the number
+the report shows and the ranking by time lost never disagree.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..windows import Windows
+from .signals import cached, fmt_us
+
+Measures = dict[str, np.ndarray]
+
+
+@dataclass
+class Evidence:
+    """What a pattern found in some windows: a sentence with numbers, and the time it costs."""
+
+    text: str
+    time_lost_us: float
+    numbers: dict = field(default_factory=dict)
+
+
+class AntiPattern(ABC):
+    """One anti-pattern: subclasses set `id`, `title`, `fix` and implement `measure`/`describe`."""
+
+    id: str = ""
+    title: str = ""
+    fix: str = ""
+    #: One line on the mechanism, shown beside the evidence.
+    mechanism: str = ""
+
+    def measures(self, windows: Windows) -> Measures:
+        """Per-window measures, including `score` and `lost_us` (cached per Windows)."""
+        def make() -> Measures:
+            if not windows.trace.has_gpu:
+                z = np.zeros(windows.n)
+                return {"score": z, "lost_us": z}
+            m = self.measure(windows)
+            m["score"] = np.clip(np.nan_to_num(m["score"]), 0.0, 1.0)
+            m["lost_us"] = np.clip(np.nan_to_num(m["lost_us"]), 0.0, windows.width_us)
+            return m
+        return cached(windows, f"pattern:{self.id}", make)
+
+    @abstractmethod
+    def measure(self, windows: Windows) -> Measures:
+        """Compute the measures (with `score` and `lost_us`) for every window."""
+
+    @abstractmethod
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        """The evidence sentence and its numbers for windows `idx`."""
+
+    def score_windows(self, windows: Windows) -> np.ndarray:
+        """Per-window score in [0, 1]."""
+        return self.measures(windows)["score"].copy()
+
+    def evidence(self, windows: Windows, window_indices: Iterable[int]) -> Evidence:
+        """Evidence in numbers for the given windows: what, where, time lost."""
+        idx = np.unique(np.asarray(list(window_indices), dtype=np.int64))
+        idx = idx[(idx >= 0) & (idx < windows.n)]
+        m = self.measures(windows)
+        lost = float(m["lost_us"][idx].sum()) if len(idx) else 0.0
+        if not len(idx):
+            return Evidence("no windows given", 0.0, {})
+        text, numbers = self.describe(windows, idx, m)
+        numbers = {"windows": int(len(idx)), "time_lost_us": round(lost, 1), **numbers}
+        where = _where(windows, idx)
+        return Evidence(f"{text}; {where}; about {fmt_us(lost)} of GPU time lost.", lost, numbers)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"
+
+
+def _where(windows: Windows, idx: np.ndarray) -> str:
+    """'in windows 3-5, 40 (t = 12.1-15.3 ms ...)' — where to look in a trace viewer."""
+    runs = runs_of(idx)
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6]]
+    more = f" and {len(runs) - 6} more places" if len(runs) > 6 else ""
+    t0 = windows.edges[0]
+    a, b = runs[0]
+    return (f"in window{'s' if len(idx) > 1 else ''} {', '.join(parts)}{more} "
+            f"(first at +{fmt_us(windows.edges[a] - t0)} to +{fmt_us(windows.edges[b + 1] - t0)})")
+
+
+def runs_of(idx: Iterable[int], gap: int = 1) -> list[tuple[int, int]]:
+    """Sorted indices as runs [(first, last)], joining runs separated by at most `gap - 1`."""
+    idx = sorted(set(int(i) for i in idx))
+    runs: list[tuple[int, int]] = []
+    for i in idx:
+        if runs and i - runs[-1][1] <= gap:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs

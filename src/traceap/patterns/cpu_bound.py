@@ -1,0 +1,110 @@
+"""CPU-bound (launch-bound) execution: the GPU idles while the host launches short kernels.
+
+Mechanism: when each kernel runs shorter than the host takes to issue it (Python, dispatcher,
+`cudaLaunchKernel`), the launch queue stays empty and the device waits between kernels.
+Evidence: GPU idle gaps ended by a kernel whose launch started only after the device had gone
+idle (`starved` time), not explained by data loading, syncs or graph breaks, in windows whose
+kernels are mostly short.  Anchors: HTA's short kernel (GPU time < CPU launch time); TraceLens
+short kernels averaging under 10 us and GPU idle over 15%; nsys-ai >= 5 launches under 10 us.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Kind
+from ..windows import Windows
+from .base import AntiPattern, Measures
+from .excessive_memcpy import sync_bubbles
+from .graph_break import BreakConfig, break_gaps
+from .signals import (count_in, fmt_us, kernel_rows, overlap_in, ramp, rows_named, starved_gaps,
+                      sum_in, top_names, union_in, rows_in_windows)
+from .single_process_dataloading import LOADER_NEXT
+
+
+@dataclass(frozen=True)
+class CpuBoundConfig:
+    """Thresholds: starved GPU time (share of a window) and the share of short kernels."""
+
+    starved_lo: float = 0.15   # TraceLens: GPU idle over 15%
+    starved_hi: float = 0.50
+    short_us: float = 10.0     # TraceLens / nsys-ai: kernels averaging under 10 us
+    short_lo: float = 0.3
+    short_hi: float = 0.7
+    min_kernels_lo: float = 3.0
+    min_kernels_hi: float = 10.0
+
+
+def short_kernels(trace, short_us: float) -> np.ndarray:
+    """Per kernel row (aligned with kernel_rows): runs shorter than its launch call or short_us."""
+    k = kernel_rows(trace)
+    launch = trace.launch[k]
+    call = np.where(launch >= 0, trace.dur[np.maximum(launch, 0)], 0.0)
+    return (trace.dur[k] < call) | (trace.dur[k] < short_us)
+
+
+class CpuBound(AntiPattern):
+    id = "cpu_bound"
+    title = "CPU-bound: the GPU waits while Python launches many short kernels"
+    mechanism = "short kernels launched one by one; the GPU drains the queue and idles"
+    fix = """\
+Launch fewer, bigger kernels, or take the host out of the loop:
+
+    model = torch.compile(model)                       # fuses elementwise chains
+    model = torch.compile(model, mode="reduce-overhead")   # + CUDA graphs: one launch per step
+    # or capture a static step yourself with torch.cuda.graphs (torch.cuda.CUDAGraph)
+
+Also: raise the batch size (more work per kernel), use fused optimizers
+(`torch.optim.AdamW(params, fused=True)` or `foreach=True`), channels_last + AMP
+(`torch.autocast("cuda", dtype=torch.bfloat16)`), and move per-sample Python loops into
+batched tensor ops."""
+
+    def __init__(self, config: CpuBoundConfig = CpuBoundConfig()):
+        self.config = config
+
+    def measure(self, windows: Windows) -> Measures:
+        t, c = windows.trace, self.config
+        w = windows.width_us
+        s0, s1, _ = starved_gaps(t)
+        starved = union_in(windows, s0, s1)
+        # Idle already owned by another pattern's mechanism is not launch overhead.
+        loader = rows_named(t, LOADER_NEXT)
+        b0, b1 = sync_bubbles(t, 20.0)
+        g0, g1 = break_gaps(t, BreakConfig())
+        ex0 = np.concatenate((t.ts[loader], b0, g0))
+        ex1 = np.concatenate((t.end[loader], b1, g1))
+        explained = overlap_in(windows, (s0, s1), (ex0, ex1))
+        unexplained = np.clip(starved - explained, 0.0, None)
+        k = kernel_rows(t)
+        short = short_kernels(t, c.short_us)
+        n_k = count_in(windows, t.ts[k])
+        n_short = count_in(windows, t.ts[k[short]])
+        short_frac = n_short / np.maximum(n_k, 1)
+        score = (ramp(unexplained / w, c.starved_lo, c.starved_hi)
+                 * ramp(short_frac, c.short_lo, c.short_hi)
+                 * ramp(n_k, c.min_kernels_lo, c.min_kernels_hi))
+        return {"score": score, "lost_us": unexplained, "starved_us": starved, "n_kernels": n_k,
+                "n_short": n_short, "kernel_us": sum_in(windows, t.ts[k], t.dur[k])}
+
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        t = windows.trace
+        n_k = int(m["n_kernels"][idx].sum())
+        n_s = int(m["n_short"][idx].sum())
+        lost = float(m["lost_us"][idx].sum())
+        mean = float(m["kernel_us"][idx].sum()) / max(n_k, 1)
+        span = len(idx) * windows.width_us
+        k = rows_in_windows(windows, kernel_rows(t), idx)
+        ops = t.cpu_op[k]
+        ops = ops[ops >= 0]
+        top = top_names(t, ops, k=3)
+        who = ("; most launches from " + ", ".join(f"{n} x{c}" for n, c, _ in top)) if top else ""
+        text = (f"{n_k} kernels averaging {fmt_us(mean)} ({n_s} shorter than their launch or "
+                f"{self.config.short_us:.0f} us); the GPU waited for the CPU {fmt_us(lost)} "
+                f"({100 * lost / max(span, 1e-9):.0f}% of these windows){who}")
+        return text, {"n_kernels": n_k, "n_short_kernels": n_s, "mean_kernel_us": round(mean, 2),
+                      "gpu_waiting_for_cpu_us": round(lost, 1)}
+
+
+PATTERN = CpuBound()

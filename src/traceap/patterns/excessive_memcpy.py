@@ -1,0 +1,142 @@
+"""Excessive host<->device copies and the synchronisations they force.
+
+Mechanism: `.item()`, `.cpu()`, `.numpy()`, `print(loss)` or building tensors on the host inside
+the loop each produce a DtoH/HtoD memcpy and a `cudaStreamSynchronize` (or a synchronous
+`cudaMemcpy`): the host waits for the device to drain, then the device waits for the host to
+launch again.  Time lost = copy time no compute overlaps + GPU idle gaps that start when such a
+sync returns.  Anchors: TraceLens flags a memcpy direction over 5% of time or over 10
+transfers; nsys-ai flags sync APIs over 1 ms and 2% of GPU time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import CopyKind, Kind
+from ..windows import Windows
+from .base import AntiPattern, Measures
+from .signals import (cached, compute_rows, count_in, fmt_bytes, fmt_us, name_mask, overlap_in,
+                      ramp, rows_named, rows_in_windows, spans, starved_gaps, sum_in, top_names, union_in)
+
+SCALAR_OPS = r"^aten::(item|_local_scalar_dense)$|^aten::(to|_to_copy|copy_)$"
+
+
+@dataclass(frozen=True)
+class MemcpyConfig:
+    """Thresholds on the share of a window lost to copies and sync bubbles."""
+
+    lost_lo: float = 0.03
+    lost_hi: float = 0.25
+    #: Host time blocked in copies + syncs (the host cannot run ahead of the device).
+    host_lo: float = 0.10     # TraceLens: a memcpy direction over 5% of time
+    host_hi: float = 0.50
+    host_weight: float = 0.8
+    #: Fewer transfers + syncs than this in a window is one batch upload, not a habit.
+    count_lo: float = 1.0
+    count_hi: float = 4.0
+    #: A GPU gap counts as a sync bubble when a sync returned within this long of its start.
+    sync_tol_us: float = 20.0
+
+
+def host_copies(trace) -> np.ndarray:
+    """HtoD and DtoH memcpy rows."""
+    def make():
+        rows = trace.rows(Kind.GPU_MEMCPY)
+        return rows[np.isin(trace.copy_kind[rows], (CopyKind.HTOD, CopyKind.DTOH))]
+    return cached(trace, "host_copies", make)
+
+
+#: `cudaStreamWaitEvent` makes a *stream* wait on the device; the host does not block.
+DEVICE_SIDE_WAITS = r"StreamWaitEvent"
+
+
+def sync_rows(trace) -> np.ndarray:
+    """Runtime calls that block the host until the device catches up."""
+    def make():
+        rows = np.flatnonzero(trace.is_sync)
+        if not len(rows):
+            return rows
+        return rows[~name_mask(trace, DEVICE_SIDE_WAITS)[trace.name[rows]]]
+    return cached(trace, "sync_rows", make)
+
+
+def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
+    """Starved GPU gaps that begin while a sync is returning: the price of each sync."""
+    def make():
+        g0, g1, _ = starved_gaps(trace)
+        sync = sync_rows(trace)
+        if not len(g0) or not len(sync):
+            return np.zeros(0), np.zeros(0)
+        ends = np.sort(trace.end[sync])
+        j = np.searchsorted(ends, g1, side="right") - 1  # last sync ending before the gap ends
+        ok = j >= 0
+        last = np.where(ok, ends[np.maximum(j, 0)], -np.inf)
+        hit = ok & (last >= g0 - tol_us)
+        return g0[hit], g1[hit]
+    return cached(trace, f"sync_bubbles:{tol_us}", make)
+
+
+class ExcessiveMemcpy(AntiPattern):
+    id = "excessive_memcpy"
+    title = "Frequent host<->device copies and synchronisations (.item(), .cpu())"
+    mechanism = "DtoH/HtoD copies with cudaStreamSynchronize stall the host and then the GPU"
+    fix = """\
+Keep values on the GPU inside the loop and synchronise rarely:
+
+    # before: a sync (DtoH copy + cudaStreamSynchronize) every iteration
+    running_loss += loss.item()
+    # after: accumulate on the device, read once per N steps / per epoch
+    running_loss += loss.detach()
+    if step % log_every == 0:
+        print(running_loss.item() / log_every); running_loss.zero_()
+
+Also: create tensors directly on the device (`torch.zeros(n, device=device)`, not
+`torch.zeros(n).to(device)`), avoid `.cpu()`/`.numpy()`/`print(tensor)`/Python `if tensor:` in
+the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining syncs."""
+
+    def __init__(self, config: MemcpyConfig = MemcpyConfig()):
+        self.config = config
+
+    def measure(self, windows: Windows) -> Measures:
+        t, c = windows.trace, self.config
+        w = windows.width_us
+        copies = host_copies(t)
+        sync = sync_rows(t)
+        comp = compute_rows(t)
+        copy_us = union_in(windows, *spans(t, copies))
+        exposed = copy_us - overlap_in(windows, spans(t, copies), spans(t, comp))
+        b0, b1 = sync_bubbles(t, c.sync_tol_us)
+        bubble_us = union_in(windows, b0, b1)
+        sync_us = union_in(windows, *spans(t, sync))
+        host_us = union_in(windows, np.concatenate((t.ts[copies], t.ts[sync])),
+                           np.concatenate((t.end[copies], t.end[sync])))
+        n_copies = count_in(windows, t.ts[copies])
+        n_sync = count_in(windows, t.ts[sync])
+        lost = np.minimum(exposed + bubble_us, w)
+        count = ramp(n_copies + n_sync, c.count_lo, c.count_hi)
+        score = np.maximum(ramp(lost / w, c.lost_lo, c.lost_hi),
+                           c.host_weight * ramp(host_us / w, c.host_lo, c.host_hi)) * count
+        nbytes = sum_in(windows, t.ts[copies], np.nan_to_num(t.bytes[copies]))
+        dtoh = count_in(windows, t.ts[copies[t.copy_kind[copies] == CopyKind.DTOH]])
+        return {"score": score, "lost_us": lost, "copy_us": copy_us, "exposed_copy_us": exposed,
+                "sync_us": sync_us, "bubble_us": bubble_us, "n_copies": n_copies,
+                "n_dtoh": dtoh, "n_sync": n_sync, "bytes": nbytes}
+
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        t = windows.trace
+        s = {k: float(m[k][idx].sum()) for k in ("copy_us", "exposed_copy_us", "sync_us",
+                                                  "bubble_us", "n_copies", "n_dtoh", "n_sync",
+                                                  "bytes")}
+        ops = rows_in_windows(windows, rows_named(t, SCALAR_OPS), idx)
+        callers = top_names(t, ops, k=2)
+        who = (" (from " + ", ".join(f"{n} x{c}" for n, c, _ in callers) + ")") if callers else ""
+        text = (f"{int(s['n_copies'])} host<->device copies ({int(s['n_dtoh'])} DtoH, "
+                f"{fmt_bytes(s['bytes'])}, {fmt_us(s['copy_us'])}, {fmt_us(s['exposed_copy_us'])} "
+                f"not overlapped) and {int(s['n_sync'])} synchronising calls "
+                f"({fmt_us(s['sync_us'])}){who}; GPU idle after syncs {fmt_us(s['bubble_us'])}")
+        return text, {k: round(v, 1) for k, v in s.items()}
+
+
+PATTERN = ExcessiveMemcpy()

@@ -1,0 +1,89 @@
+"""NCCL on the compute stream: communication serialised with the kernels that could hide it.
+
+Mechanism: a collective issued on the stream that runs the model's kernels (e.g.
+`dist.all_reduce` on the default stream, a custom hook without a side stream, some FSDP/TorchRec
+settings) makes every later compute kernel on that stream wait for the collective, and the
+collective waits for its peers.  Evidence: NCCL kernels on a stream that carries a large share
+of compute-kernel time, and the compute they hold up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..windows import Windows
+from .base import AntiPattern, Measures
+from .signals import (cached, compute_rows, compute_streams, count_in, fmt_us, nccl_rows,
+                      overlap_in, ramp, spans, top_names, union_in, rows_in_windows)
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """Thresholds: share of a window a compute stream spends in NCCL."""
+
+    time_lo: float = 0.02
+    time_hi: float = 0.15
+    #: A stream is a compute stream when it carries this share of compute-kernel time.
+    compute_share: float = 0.1
+
+
+def blocking_nccl(trace, config: BlockConfig) -> np.ndarray:
+    """NCCL kernel rows on a compute stream."""
+    def make():
+        n = nccl_rows(trace)
+        return n[np.isin(trace.stream[n], compute_streams(trace, config.compute_share))]
+    return cached(trace, f"blocking_nccl:{config}", make)
+
+
+class NcclBlocksComputeStream(AntiPattern):
+    id = "nccl_blocks_compute_stream"
+    title = "NCCL collectives on the compute stream (compute waits for communication)"
+    mechanism = "collectives queued on the stream of the model's kernels serialise with them"
+    fix = """\
+Run collectives on their own stream and let compute continue:
+
+    # DDP / FSDP already use a separate NCCL stream: prefer them to hand-written all_reduce.
+    work = torch.distributed.all_reduce(t, async_op=True)   # NCCL stream, returns at once
+    ...                                                     # independent compute here
+    work.wait()                                             # only where `t` is needed
+
+    # custom code: issue on a side stream and join explicitly
+    comm = torch.cuda.Stream()
+    comm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(comm):
+        torch.distributed.all_reduce(t)
+    torch.cuda.current_stream().wait_stream(comm)
+
+Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a collective."""
+
+    def __init__(self, config: BlockConfig = BlockConfig()):
+        self.config = config
+
+    def measure(self, windows: Windows) -> Measures:
+        t, c = windows.trace, self.config
+        blk = blocking_nccl(t, c)
+        comp = compute_rows(t)
+        on_stream = union_in(windows, *spans(t, blk))
+        hidden = overlap_in(windows, spans(t, blk), spans(t, comp))
+        exposed = np.clip(on_stream - hidden, 0.0, None)
+        score = ramp(on_stream / windows.width_us, c.time_lo, c.time_hi)
+        return {"score": score, "lost_us": exposed * (score > 0), "nccl_on_compute_us": on_stream,
+                "n_blocking": count_in(windows, t.ts[blk])}
+
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        t = windows.trace
+        n = int(m["n_blocking"][idx].sum())
+        tot = float(m["nccl_on_compute_us"][idx].sum())
+        rows = rows_in_windows(windows, blocking_nccl(t, self.config), idx)
+        streams = sorted(int(s) for s in np.unique(t.stream[rows]))
+        top = top_names(t, rows, k=2)
+        what = ", ".join(f"{n_.split('(')[0]} x{c}" for n_, c, _ in top)
+        text = (f"{n} NCCL kernels ({fmt_us(tot)}) run on compute stream(s) {streams}, "
+                f"so the kernels queued behind them wait: {what}")
+        return text, {"n_nccl_on_compute_stream": n, "nccl_on_compute_us": round(tot, 1),
+                      "streams": streams}
+
+
+PATTERN = NcclBlocksComputeStream()

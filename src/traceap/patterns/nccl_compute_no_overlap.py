@@ -1,0 +1,92 @@
+"""Exposed communication: NCCL runs while no compute kernel runs beside it.
+
+Mechanism: DDP overlaps gradient all-reduce with the rest of backward; when buckets are
+ready only at the end (one huge bucket, `find_unused_parameters=True`, hooks that wait), when
+communication is issued after backward, or when a rank waits for a straggler, the collectives
+run alone and the step waits for them.  Evidence: NCCL time on communication streams not
+overlapped by any compute kernel.  Anchors: TraceLens flags exposed communication over 5% of
+GPU time and overlap under 70% (ignoring under 100 us of communication); nsys-ai overlap < 30%.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..windows import Windows
+from .base import AntiPattern, Measures
+from .nccl_blocks_compute_stream import BlockConfig, blocking_nccl
+from .signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
+                      spans, top_names, union_in, rows_in_windows)
+
+
+@dataclass(frozen=True)
+class OverlapConfig:
+    """Thresholds on exposed NCCL time (share of a window) and on the overlap ratio."""
+
+    exposed_lo: float = 0.05   # TraceLens: exposed communication over 5% of GPU time
+    exposed_hi: float = 0.30
+    overlap_ok: float = 0.70   # TraceLens: overlap under 70% is a problem
+    overlap_bad: float = 0.30  # nsys-ai: overlap under 30%
+    min_comm_us: float = 100.0  # TraceLens ignores under 100 us of communication
+
+
+def side_nccl(trace) -> np.ndarray:
+    """NCCL kernels on their own streams (those on compute streams are the other pattern)."""
+    def make():
+        return np.setdiff1d(nccl_rows(trace), blocking_nccl(trace, BlockConfig()))
+    return cached(trace, "side_nccl", make)
+
+
+class NcclComputeNoOverlap(AntiPattern):
+    id = "nccl_compute_no_overlap"
+    title = "Communication not overlapped with compute (exposed NCCL time)"
+    mechanism = "collectives run while no compute kernel runs, so the step waits for them"
+    fix = """\
+Let gradient communication run during backward:
+
+    model = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[local_rank],
+        bucket_cap_mb=25,                 # smaller first buckets start all-reduce earlier
+        find_unused_parameters=False,     # True delays every bucket to the end of backward
+        gradient_as_bucket_view=True, static_graph=True)
+
+Don't all-reduce gradients yourself after `loss.backward()`; with FSDP use
+`backward_prefetch=BackwardPrefetch.BACKWARD_PRE` and `forward_prefetch=True`; with gradient
+accumulation, `model.no_sync()` on non-final micro-batches.  If one rank is slower (see the
+straggler finding), the others' NCCL time is waiting: balance the data/work per rank."""
+
+    def __init__(self, config: OverlapConfig = OverlapConfig()):
+        self.config = config
+
+    def measure(self, windows: Windows) -> Measures:
+        t, c = windows.trace, self.config
+        side = side_nccl(t)
+        comp = compute_rows(t)
+        comm = union_in(windows, *spans(t, side))
+        hidden = overlap_in(windows, spans(t, side), spans(t, comp))
+        exposed = np.clip(comm - hidden, 0.0, None)
+        overlap = hidden / np.maximum(comm, 1e-9)
+        score = (ramp(exposed / windows.width_us, c.exposed_lo, c.exposed_hi)
+                 * ramp(1.0 - overlap, 1.0 - c.overlap_ok, 1.0 - c.overlap_bad)
+                 * (comm >= c.min_comm_us))
+        return {"score": score, "lost_us": exposed * (score > 0), "comm_us": comm,
+                "hidden_us": hidden, "n_nccl": count_in(windows, t.ts[side])}
+
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        t = windows.trace
+        comm = float(m["comm_us"][idx].sum())
+        hidden = float(m["hidden_us"][idx].sum())
+        exposed = comm - hidden
+        rows = rows_in_windows(windows, side_nccl(t), idx)
+        top = top_names(t, rows, weights=t.dur[rows], k=2)
+        what = ", ".join(f"{n.split('(')[0]} x{c}" for n, c, _ in top)
+        text = (f"NCCL ran {fmt_us(comm)} ({what}), only {100 * hidden / max(comm, 1e-9):.0f}% "
+                f"overlapped with compute; {fmt_us(exposed)} exposed")
+        return text, {"comm_us": round(comm, 1), "overlapped_us": round(hidden, 1),
+                      "exposed_us": round(exposed, 1),
+                      "overlap_fraction": round(hidden / comm, 3) if comm > 0 else None}
+
+
+PATTERN = NcclComputeNoOverlap()

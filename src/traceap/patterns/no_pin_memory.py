@@ -1,0 +1,105 @@
+"""Host-to-device copies from pageable memory (no `pin_memory`).
+
+Mechanism: `Memcpy HtoD (Pageable -> Device)` cannot run as a true async DMA: the driver stages
+the data through a pinned buffer and the launching `cudaMemcpyAsync` blocks the host for about
+the whole copy, so neither the copy nor the next launches overlap anything.  ROCm traces say
+`Host -> Device` without the memory kind; such copies count when the launching call blocked for
+most of the copy (the synchronous signature).  Anchor: Nsight's "async copies from pageable
+memory" rule; nsys-ai flags any pageable memcpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import CopyKind, Kind, MemKind
+from ..windows import Windows
+from .base import AntiPattern, Measures
+from .signals import cached, fmt_bytes, fmt_us, ramp, sum_in, union_in
+
+
+@dataclass(frozen=True)
+class PinConfig:
+    """Thresholds: share of a window spent in pageable copies or blocked launching them."""
+
+    time_lo: float = 0.01
+    time_hi: float = 0.10
+    #: Copies below this many bytes per window are scalars/metadata, not input batches.
+    bytes_lo: float = 16e3
+    bytes_hi: float = 512e3
+    #: A `Host -> Device` copy (kind unknown) counts when its launch blocked this much of it.
+    blocking_share: float = 0.8
+    unknown_weight: float = 0.7
+
+
+def pageable_h2d(trace, config: PinConfig = PinConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, weight): HtoD copies from pageable memory (1.0) or unknown host memory that
+    blocked their launch (config.unknown_weight)."""
+    def make():
+        rows = trace.rows(Kind.GPU_MEMCPY)
+        rows = rows[trace.copy_kind[rows] == CopyKind.HTOD]
+        src = trace.copy_src[rows]
+        launch = trace.launch[rows]
+        blocked = np.where(launch >= 0, trace.dur[np.maximum(launch, 0)], 0.0)
+        sync_like = blocked >= config.blocking_share * trace.dur[rows]
+        unknown = np.isin(src, (MemKind.HOST, MemKind.UNKNOWN)) & sync_like
+        keep = (src == MemKind.PAGEABLE) | unknown
+        return rows[keep], np.where(src[keep] == MemKind.PAGEABLE, 1.0, config.unknown_weight)
+    return cached(trace, f"pageable_h2d:{config}", make)
+
+
+class NoPinMemory(AntiPattern):
+    id = "no_pin_memory"
+    title = "Host-to-device copies from pageable memory (no pin_memory)"
+    mechanism = "pageable HtoD copies are staged by the driver and block the launching thread"
+    fix = """\
+Copy batches from page-locked (pinned) memory, asynchronously:
+
+    loader = DataLoader(dataset, batch_size=bs, num_workers=8, pin_memory=True)
+    for images, targets in loader:
+        images = images.to(device, non_blocking=True)    # async DMA from pinned memory
+        targets = targets.to(device, non_blocking=True)
+
+For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pin_memory=True)`
+(or `t.pin_memory()`), then `.to(device, non_blocking=True)`."""
+
+    def __init__(self, config: PinConfig = PinConfig()):
+        self.config = config
+
+    def measure(self, windows: Windows) -> Measures:
+        t, c = windows.trace, self.config
+        rows, weight = pageable_h2d(t, c)
+        launch = t.launch[rows]
+        has_launch = launch >= 0
+        calls = launch[has_launch]
+        copy_us = union_in(windows, t.ts[rows], t.end[rows])
+        blocked_us = union_in(windows, t.ts[calls], t.end[calls])
+        # The stall: either the host blocked in the call, or the copy ran, whichever covers more.
+        stall = union_in(windows, np.concatenate((t.ts[rows], t.ts[calls])),
+                         np.concatenate((t.end[rows], t.end[calls])))
+        nbytes = sum_in(windows, t.ts[rows], np.nan_to_num(t.bytes[rows]))
+        n = sum_in(windows, t.ts[rows], np.ones(len(rows)))
+        w = sum_in(windows, t.ts[rows], weight) / np.maximum(n, 1)
+        # Unknown size (older traces lack bytes): judge on time alone.
+        size = np.where((n > 0) & (nbytes == 0), 1.0, ramp(nbytes, c.bytes_lo, c.bytes_hi))
+        score = ramp(stall / windows.width_us, c.time_lo, c.time_hi) * size * w
+        return {"score": score, "lost_us": stall * (score > 0), "copy_us": copy_us,
+                "blocked_us": blocked_us, "bytes": nbytes, "n": n}
+
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        n = int(m["n"][idx].sum())
+        nbytes = float(m["bytes"][idx].sum())
+        copy = float(m["copy_us"][idx].sum())
+        blocked = float(m["blocked_us"][idx].sum())
+        bw = nbytes / copy / 1e3 if copy > 0 and nbytes > 0 else None
+        text = (f"{n} host-to-device copies from pageable memory ({fmt_bytes(nbytes)} in "
+                f"{fmt_us(copy)}" + (f", {bw:.1f} GB/s" if bw else "") +
+                f"); the launching thread blocked {fmt_us(blocked)}")
+        return text, {"n_copies": n, "bytes": nbytes, "copy_us": round(copy, 1),
+                      "host_blocked_us": round(blocked, 1),
+                      "bandwidth_gbps": None if bw is None else round(bw, 2)}
+
+
+PATTERN = NoPinMemory()

@@ -1,0 +1,205 @@
+"""Shared measurements the anti-pattern rules are built from.
+
+Everything here is vectorised over the trace's columns and cached on the `Trace` or the
+`Windows` object it belongs to, so eight patterns (plus the classifier and the report) asking
+for the same thing pay for it once.  Interval arithmetic works on unions: the overlap of two
+sets of intervals A and B inside a window is |A| + |B| - |A u B|.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, TypeVar
+
+import numpy as np
+
+from ..trace import Kind, Trace, merged_intervals
+from ..windows import Windows, covered_time
+
+T = TypeVar("T")
+
+#: CPU-side kinds that carry Python/op/annotation names (where DataLoader and compile markers live).
+HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
+
+
+def cached(obj: object, key: str, make: Callable[[], T]) -> T:
+    """`make()` computed once per (obj, key); stored on the object so it dies with it."""
+    store = obj.__dict__.setdefault("_traceap_cache", {})
+    if key not in store:
+        store[key] = make()
+    return store[key]
+
+
+def ramp(x: np.ndarray | float, lo: float, hi: float) -> np.ndarray:
+    """0 below `lo`, 1 above `hi`, linear between: how a measure becomes a score."""
+    return np.clip((np.asarray(x, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+
+
+# -- names -----------------------------------------------------------------------------------
+def name_mask(trace: Trace, pattern: str) -> np.ndarray:
+    """Per name code: the name matches the regex `pattern` (evaluated once per unique name)."""
+    def make() -> np.ndarray:
+        rx = re.compile(pattern)
+        return np.fromiter((bool(rx.search(n)) for n in trace.names), dtype=bool,
+                           count=len(trace.names))
+    return cached(trace, f"name:{pattern}", make)
+
+
+def rows_named(trace: Trace, pattern: str, kinds: tuple[Kind, ...] = HOST_KINDS) -> np.ndarray:
+    """Rows of the given kinds whose name matches the regex `pattern`, in time order."""
+    def make() -> np.ndarray:
+        rows = trace.rows(*kinds)
+        if not len(rows) or not len(trace.names):
+            return rows
+        return rows[name_mask(trace, pattern)[trace.name[rows]]]
+    return cached(trace, f"rows:{pattern}:{kinds}", make)
+
+
+# -- intervals per window --------------------------------------------------------------------
+def union_in(windows: Windows, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window: time covered by the union of intervals [starts, ends)."""
+    if len(starts) == 0:
+        return np.zeros(windows.n)
+    s, e = merged_intervals(np.asarray(starts, float), np.asarray(ends, float))
+    return np.diff(covered_time(s, e, windows.edges))
+
+
+def overlap_in(windows: Windows, a: tuple[np.ndarray, np.ndarray],
+               b: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per window: time covered by both union(a) and union(b)."""
+    ua, ub = union_in(windows, *a), union_in(windows, *b)
+    both = union_in(windows, np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])))
+    return np.clip(ua + ub - both, 0.0, None)
+
+
+def spans(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of rows."""
+    return trace.ts[rows], trace.end[rows]
+
+
+def count_in(windows: Windows, ts: np.ndarray) -> np.ndarray:
+    """Per window: how many time points fall in it (points outside the span are dropped)."""
+    ts = ts[(ts >= windows.edges[0]) & (ts <= windows.edges[-1])]
+    return np.bincount(windows.index_of(ts), minlength=windows.n).astype(np.float64)
+
+
+def sum_in(windows: Windows, ts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per window: sum of values at time points ts."""
+    keep = (ts >= windows.edges[0]) & (ts <= windows.edges[-1])
+    return np.bincount(windows.index_of(ts[keep]), weights=values[keep], minlength=windows.n)
+
+
+# -- GPU activity ----------------------------------------------------------------------------
+def kernel_rows(trace: Trace) -> np.ndarray:
+    """Kernel rows."""
+    return cached(trace, "kernels", lambda: trace.rows(Kind.KERNEL))
+
+
+def nccl_rows(trace: Trace) -> np.ndarray:
+    """NCCL/RCCL kernel rows."""
+    return cached(trace, "nccl", lambda: np.flatnonzero(trace.is_nccl))
+
+
+def compute_rows(trace: Trace) -> np.ndarray:
+    """Kernels that are not communication."""
+    def make() -> np.ndarray:
+        k = kernel_rows(trace)
+        return k[~trace.is_nccl[k]]
+    return cached(trace, "compute", make)
+
+
+def compute_streams(trace: Trace, min_share: float = 0.1) -> np.ndarray:
+    """Streams carrying at least `min_share` of all compute-kernel time (the 'main' streams)."""
+    def make() -> np.ndarray:
+        c = compute_rows(trace)
+        if not len(c):
+            return np.zeros(0, dtype=np.int64)
+        streams, inv = np.unique(trace.stream[c], return_inverse=True)
+        time = np.bincount(inv, weights=trace.dur[c])
+        total = time.sum()
+        return streams[time >= min_share * total] if total > 0 else streams
+    return cached(trace, f"compute_streams:{min_share}", make)
+
+
+def starved_gaps(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU idle gaps that end because the CPU only just launched the next work.
+
+    For GPU work in start order, the device has drained everything before it at
+    `prev_end = max(end of all earlier work)`.  If the next item starts after that and its
+    launching runtime call began after the device went idle, the device waited for the host:
+    (gap start, gap end, row of the work that ended the gap).  Gaps whose next item was already
+    queued (dependencies, event waits) are not counted.
+    """
+    def make():
+        g = trace.gpu_work_rows
+        if len(g) < 2:
+            z = np.zeros(0)
+            return z, z, np.zeros(0, dtype=np.int64)
+        g = g[np.argsort(trace.ts[g], kind="stable")]
+        ts, end = trace.ts[g], trace.end[g]
+        prev_end = np.maximum.accumulate(end)[:-1]
+        nxt = g[1:]
+        launch = trace.launch[nxt]
+        launch_ts = np.where(launch >= 0, trace.ts[np.maximum(launch, 0)], np.inf)
+        gap = ts[1:] - prev_end
+        late = (gap > 0) & (launch_ts >= prev_end)
+        return prev_end[late], ts[1:][late], nxt[late]
+    return cached(trace, "starved_gaps", make)
+
+
+def gpu_busy_span(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of all GPU work (kernels, memcpys, memsets)."""
+    g = trace.gpu_work_rows
+    return trace.ts[g], trace.end[g]
+
+
+def idle_while(windows: Windows, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window: time inside union(starts, ends) during which the GPU ran nothing."""
+    def busy():
+        return union_in(windows, *gpu_busy_span(windows.trace))
+    b = cached(windows, "gpu_busy_union", busy)
+    gs, ge = gpu_busy_span(windows.trace)
+    both = union_in(windows, np.concatenate((starts, gs)), np.concatenate((ends, ge)))
+    return np.clip(both - b, 0.0, None)
+
+
+def top_names(trace: Trace, rows: np.ndarray, weights: np.ndarray | None = None,
+              k: int = 3) -> list[tuple[str, int, float]]:
+    """The k most frequent (or heaviest) names among rows: (name, count, total weight)."""
+    if not len(rows):
+        return []
+    codes = trace.name[rows]
+    w = np.ones(len(rows)) if weights is None else weights
+    uniq, inv = np.unique(codes, return_inverse=True)
+    tot = np.bincount(inv, weights=w)
+    cnt = np.bincount(inv)
+    order = np.argsort(-tot)[:k]
+    return [(trace.names[uniq[i]], int(cnt[i]), float(tot[i])) for i in order]
+
+
+def rows_in_windows(windows: Windows, rows: np.ndarray, idx) -> np.ndarray:
+    """Rows (of any kind) starting inside the given windows."""
+    if not len(rows):
+        return rows
+    w = windows.index_of(windows.trace.ts[rows])
+    inside = (windows.trace.ts[rows] >= windows.edges[0]) & (windows.trace.ts[rows] <= windows.edges[-1])
+    return rows[inside & np.isin(w, np.asarray(list(idx), dtype=np.int64))]
+
+
+def fmt_us(us: float) -> str:
+    """A duration for humans."""
+    us = float(us)
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.0f} us"
+
+
+def fmt_bytes(b: float) -> str:
+    """A size for humans."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(b) < 1024 or unit == "GB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} GB"

@@ -1,0 +1,86 @@
+"""Single-process data loading: the GPU waits while the training process itself loads a batch.
+
+Mechanism: `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (num_workers=0) runs
+decoding and augmentation on the main thread; nothing is queued on the GPU meanwhile, so the
+time of `__next__` that overlaps GPU idle time is lost.  A multi-process loader that still
+starves the GPU is the same bottleneck with a different fix (more workers, prefetching).
+Anchor: the TensorBoard plugin flagged DataLoader time over 5% of a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..windows import Windows
+from .base import AntiPattern, Measures
+from .signals import fmt_us, idle_while, ramp, rows_named, spans, union_in
+
+#: `enumerate(DataLoader)#..._next__` annotations and with_stack python frames of the loader.
+LOADER_NEXT = r"DataLoader.*__next__|torch/utils/data/dataloader\.py\(\d+\): __next__"
+SINGLE = r"_SingleProcessDataLoaderIter|torch/utils/data/_utils/fetch\.py"
+MULTI = r"_MultiProcessingDataLoaderIter"
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Thresholds: share of a window the GPU spends idle inside `__next__`."""
+
+    idle_lo: float = 0.05     # TensorBoard plugin: DataLoader over 5% of the step
+    idle_hi: float = 0.35
+    #: A multi-process loader that starves the GPU is reported, but scores lower.
+    multi_weight: float = 0.6
+
+
+class SingleProcessDataloading(AntiPattern):
+    id = "single_process_dataloading"
+    title = "Data loading in the training process (GPU waits for the next batch)"
+    mechanism = "DataLoader.__next__ runs on the main thread while the GPU has nothing queued"
+    fix = """\
+Load batches in worker processes so the next batch is ready when the GPU finishes a step:
+
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=bs, shuffle=True,
+        num_workers=min(8, os.cpu_count()),   # was 0: loading ran in the training process
+        pin_memory=True,                      # page-locked batches copy faster, asynchronously
+        persistent_workers=True,              # keep workers alive between epochs
+        prefetch_factor=4)                    # batches each worker prepares ahead
+
+If the workers still cannot keep up, move augmentation to the GPU (e.g. torchvision.transforms.v2
+on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image decoder."""
+
+    def __init__(self, config: LoaderConfig = LoaderConfig()):
+        self.config = config
+
+    def measure(self, windows: Windows) -> Measures:
+        t, c = windows.trace, self.config
+        nxt = rows_named(t, LOADER_NEXT)
+        single = rows_named(t, SINGLE)
+        multi = rows_named(t, MULTI)
+        # With py-stack traces, frames nest inside the annotation; unions count each once.
+        idle = idle_while(windows, *spans(t, nxt))
+        idle_single = idle_while(windows, *spans(t, single))
+        idle_multi = idle_while(windows, *spans(t, multi))
+        loader_time = union_in(windows, *spans(t, nxt))
+        frac = idle / windows.width_us
+        # Unknown kind (python frames only) counts as single: workers' frames never show here.
+        weight = np.where(idle_multi > idle_single, c.multi_weight, 1.0)
+        score = ramp(frac, c.idle_lo, c.idle_hi) * weight
+        return {"score": score, "lost_us": idle, "loader_us": loader_time,
+                "idle_single_us": idle_single, "idle_multi_us": idle_multi}
+
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        loader = float(m["loader_us"][idx].sum())
+        idle = float(m["lost_us"][idx].sum())
+        multi = float(m["idle_multi_us"][idx].sum()) > float(m["idle_single_us"][idx].sum())
+        kind = ("multi-process DataLoader (workers cannot keep up)" if multi
+                else "single-process DataLoader (num_workers=0)")
+        share = idle / max(loader, 1e-9)
+        text = (f"{kind}: DataLoader.__next__ takes {fmt_us(loader)}, of which {fmt_us(idle)} "
+                f"({100 * share:.0f}%) with the GPU idle")
+        return text, {"loader_us": round(loader, 1), "gpu_idle_in_loader_us": round(idle, 1),
+                      "multi_process": bool(multi)}
+
+
+PATTERN = SingleProcessDataloading()

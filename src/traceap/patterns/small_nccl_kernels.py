@@ -1,0 +1,95 @@
+"""Many short NCCL kernels: gradients all-reduced in too many small messages.
+
+Mechanism: every collective pays a fixed latency (launch, ring/tree setup, synchronisation with
+the peers) regardless of size; small messages never reach link bandwidth.  DDP with a tiny
+`bucket_cap_mb`, per-parameter all-reduces, or `no_sync` misuse produce dozens of short NCCL
+kernels per step.  Evidence: NCCL kernels shorter than `short_us` (or carrying under
+`small_bytes` where the trace records message sizes), many per step.  Anchor: nsys-ai's
+">= 5 launches averaging under 10 us" rule, scaled to collectives' latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..windows import Windows
+from .base import AntiPattern, Measures
+from .signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
+                      spans, sum_in, top_names, union_in, rows_in_windows)
+
+
+@dataclass(frozen=True)
+class SmallNcclConfig:
+    """Thresholds: what a short collective is, and how many per window and per step."""
+
+    short_us: float = 50.0
+    small_bytes: float = 1 << 20
+    per_window_lo: float = 1.0
+    per_window_hi: float = 5.0
+    per_step_lo: float = 4.0
+    per_step_hi: float = 16.0
+
+
+def small_nccl(trace, config: SmallNcclConfig) -> np.ndarray:
+    """NCCL kernel rows that are short (or small, when sizes are recorded)."""
+    def make():
+        n = nccl_rows(trace)
+        nelems = trace.comm_nelems[n]
+        by_size = (nelems > 0) & (nelems * 4 < config.small_bytes)
+        by_time = (nelems <= 0) & (trace.dur[n] < config.short_us)
+        return n[by_size | by_time]
+    return cached(trace, f"small_nccl:{config}", make)
+
+
+class SmallNcclKernels(AntiPattern):
+    id = "small_nccl_kernels"
+    title = "Many small NCCL collectives (gradients sent in tiny messages)"
+    mechanism = "each collective pays a fixed latency; small messages never reach link bandwidth"
+    fix = """\
+Send gradients in fewer, larger messages:
+
+    model = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[local_rank],
+        bucket_cap_mb=100,            # default 25; raise it if you lowered it or have many params
+        gradient_as_bucket_view=True,
+        static_graph=True)            # lets DDP fix bucket order after the first iteration
+
+Don't all-reduce tensors one by one (metrics, per-parameter loops): pack them with
+`torch.cat` or `torch.distributed.all_reduce_coalesced`, and reduce logging metrics every N
+steps.  With gradient accumulation, wrap the non-final micro-batches in `model.no_sync()`."""
+
+    def __init__(self, config: SmallNcclConfig = SmallNcclConfig()):
+        self.config = config
+
+    def measure(self, windows: Windows) -> Measures:
+        t, c = windows.trace, self.config
+        small = small_nccl(t, c)
+        allc = nccl_rows(t)
+        n_small = count_in(windows, t.ts[small])
+        per_step = len(small) / max(len(t.steps), 1)
+        trace_factor = float(ramp(per_step, c.per_step_lo, c.per_step_hi))
+        score = ramp(n_small, c.per_window_lo, c.per_window_hi) * trace_factor
+        comm = union_in(windows, *spans(t, small))
+        exposed = comm - overlap_in(windows, spans(t, small), spans(t, compute_rows(t)))
+        return {"score": score, "lost_us": exposed * (score > 0), "n_small": n_small,
+                "n_nccl": count_in(windows, t.ts[allc]),
+                "small_us": sum_in(windows, t.ts[small], t.dur[small]), "exposed_us": exposed}
+
+    def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
+        t = windows.trace
+        n_s = int(m["n_small"][idx].sum())
+        n_all = int(m["n_nccl"][idx].sum())
+        tot = float(m["small_us"][idx].sum())
+        per_step = len(small_nccl(t, self.config)) / max(len(t.steps), 1)
+        rows = rows_in_windows(windows, small_nccl(t, self.config), idx)
+        top = top_names(t, rows, k=2)
+        what = ", ".join(f"{n.split('(')[0]} x{c}" for n, c, _ in top)
+        text = (f"{n_s} of {n_all} NCCL kernels are short (average {fmt_us(tot / max(n_s, 1))}; "
+                f"{per_step:.0f} per step overall): {what}")
+        return text, {"n_small_nccl": n_s, "n_nccl": n_all, "small_nccl_us": round(tot, 1),
+                      "small_per_step": round(per_step, 1)}
+
+
+PATTERN = SmallNcclKernels()

@@ -1,0 +1,149 @@
+"""The terminal summary of an analysis: header, a one-line timeline of window scores, findings.
+
+    GPU, span, steps, GPU busy, detector
+    ▁▁▃█▇▁▁▁▂▁▁▃█▇▁▁ ...   one block per window, height = score, colour = pattern
+    #1 HIGH  CPU-bound ...  time lost, evidence in numbers, the fix as code
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.syntax import Syntax
+from rich.text import Text
+
+from ..patterns.signals import fmt_us
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+#: Colours per pattern (same hues as the HTML report, as close as a terminal gets).
+COLORS = {
+    "single_process_dataloading": "#E69F00",
+    "no_pin_memory": "#56B4E9",
+    "excessive_memcpy": "#009E73",
+    "graph_break": "#CC79A7",
+    "cpu_bound": "#D55E00",
+    "small_nccl_kernels": "#0072B2",
+    "nccl_blocks_compute_stream": "#C9A227",
+    "nccl_compute_no_overlap": "#9B6BD0",
+    "straggler": "#FF5555",
+}
+UNNAMED = "magenta"
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def timeline(analysis, width: int = 100) -> Text:
+    """One character per window (bins of windows beyond `width`): height by score, colour by
+    pattern for flagged windows, grey otherwise."""
+    scores = np.array([w.score for w in analysis.windows])
+    n = len(scores)
+    bins = np.array_split(np.arange(n), min(n, width)) if n else []
+    text = Text()
+    for b in bins:
+        k = b[int(np.argmax(scores[b]))]
+        w = analysis.windows[k]
+        ch = BLOCKS[min(int(w.score * len(BLOCKS)), len(BLOCKS) - 1)]
+        if w.flagged:
+            style = COLORS.get(w.pattern, UNNAMED) if w.pattern else UNNAMED
+        else:
+            style = "grey42"
+        text.append(ch, style=style)
+    return text
+
+
+def _header(console: Console, a) -> None:
+    s = a.summary or {}
+    busy = s.get("gpu_busy_fraction")
+    span = a.span_us[1] - a.span_us[0]
+    rank = (f"   rank {s['rank']}/{s['world_size']}" if s.get("world_size")
+            else (f"   rank {s['rank']}" if s.get("rank") is not None else ""))
+    console.print(f"[bold]{escape(str(a.trace_path))}[/bold]")
+    console.print(f"  GPU {escape(str(s.get('gpu_name') or 'unknown'))}{rank}   span "
+                  f"{fmt_us(span)}   steps {s.get('n_profiler_steps', 0)}   GPU busy "
+                  f"{'-' if busy is None else f'{100 * busy:.0f}%'}   kernels "
+                  f"{s.get('n_kernels', 0)}   detector {a.detector}")
+
+
+def _legend(a) -> Text:
+    text = Text("  ")
+    seen = []
+    for w in a.windows:
+        if w.flagged and w.pattern not in seen:
+            seen.append(w.pattern)
+    for p in seen:
+        text.append("■ ", style=COLORS.get(p, UNNAMED) if p else UNNAMED)
+        text.append(f"{p or 'unnamed'}  ", style="dim")
+    if not seen:
+        text.append("no window flagged", style="dim")
+    return text
+
+
+def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -> None:
+    """One finding: rank, severity, title, time lost, evidence and fix."""
+    share = f.time_lost_us / span_us if span_us > 0 else 0.0
+    head = Text(f"#{f.rank} " if isinstance(f.rank, int) and f.pattern != "straggler" else "- ")
+    head.append(f"{f.severity.upper():6s} ", style=SEVERITY_STYLE.get(f.severity, ""))
+    head.append(f.title, style=f"bold {COLORS.get(f.pattern, '')}".strip())
+    head.append(f"  ({f.pattern})", style="dim")
+    console.print(head)
+    console.print(Padding(Text(f"time lost {fmt_us(f.time_lost_us)} ({100 * share:.1f}% of "
+                               f"the trace)", style="bold"), (0, 0, 0, 4)))
+    console.print(Padding(Text(f.evidence), (0, 0, 0, 4)))
+    if f.explanation:
+        console.print(Padding(Text(f.explanation, style="dim italic"), (0, 0, 0, 4)))
+    if show_fix and f.fix:
+        console.print(Padding(Text("fix:", style="bold green"), (0, 0, 0, 4)))
+        console.print(Padding(Syntax(f.fix, "python", theme="ansi_dark", word_wrap=True,
+                                     background_color="default"), (0, 0, 0, 6)))
+
+
+def render(analysis, console: Console | None = None, show_fix: bool = True) -> None:
+    """Print the summary of one `Analysis`."""
+    console = console or Console()
+    a = analysis
+    _header(console, a)
+    width = max(20, min(a.n_windows, (console.width or 100) - 4))
+    line = Text("  ")
+    line.append_text(timeline(a, width))
+    console.print(line)
+    console.print(_legend(a))
+    span = a.span_us[1] - a.span_us[0]
+    if not a.findings:
+        console.print("  [green]no anti-pattern found[/green]")
+    for f in a.findings:
+        console.print()
+        render_finding(console, f, span, show_fix)
+    for n in a.notes:
+        console.print(f"  [dim]note: {escape(n)}[/dim]")
+
+
+def render_job(job, console: Console | None = None) -> None:
+    """Print a job: a timeline per rank, cross-rank findings, then each rank's findings (fixes
+    shown once per pattern)."""
+    console = console or Console()
+    console.print(f"[bold]job {escape(job.path)}[/bold]: {len(job.ranks)} ranks")
+    for a in job.ranks:
+        r = a.summary.get("rank")
+        busy = a.summary.get("gpu_busy_fraction")
+        line = Text(f"  rank {r if r is not None else '?':>3} ")
+        line.append_text(timeline(a, max(20, min(a.n_windows, (console.width or 100) - 30))))
+        line.append(f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, "
+                    f"{len(a.findings)} findings", style="dim")
+        console.print(line)
+    if job.findings:
+        console.print("\n[bold]across ranks[/bold]")
+        span = max((a.span_us[1] - a.span_us[0]) for a in job.ranks)
+        for f in job.findings:
+            render_finding(console, f, span)
+    shown: set[str] = set()
+    for a in job.ranks:
+        if not a.findings:
+            continue
+        console.print(f"\n[bold]rank {a.summary.get('rank')}[/bold]")
+        span = a.span_us[1] - a.span_us[0]
+        for f in a.findings:
+            render_finding(console, f, span, show_fix=f.pattern not in shown)
+            shown.add(f.pattern)
+    for n in job.notes:
+        console.print(f"  [dim]note: {escape(n)}[/dim]")
