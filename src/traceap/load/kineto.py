@@ -12,7 +12,7 @@ import math
 import os
 import re
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import msgspec
@@ -20,6 +20,7 @@ import numpy as np
 from msgspec import field
 
 from ..errors import EmptyTraceError, TraceFormatError
+from ..progress import status
 from ..trace import CATEGORY_KIND, LAUNCH_KINDS, Kind, Step, Trace, TraceMeta
 
 _NAN = float("nan")
@@ -211,11 +212,26 @@ def _kind_lookup():
 def load(path: str | os.PathLike) -> Trace:
     """Load one Kineto trace file (`.json` or `.json.gz`) into a columnar `Trace`."""
     path = str(path)
-    data = read_bytes(path)
-    with _gc_paused():
-        parsed, warnings = _decode(data, path)
-        del data
-        return _build(parsed, path, warnings)
+    with _spinner(path):
+        data = read_bytes(path)
+        with _gc_paused():
+            parsed, warnings = _decode(data, path)
+            del data
+            return _build(parsed, path, warnings)
+
+
+#: Traces above this size (uncompressed, estimated for .gz) show a spinner while they load.
+SPINNER_BYTES = 50 * 1024 * 1024
+
+
+def _spinner(path: str):
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    if size * (8 if path.endswith(".gz") else 1) <= SPINNER_BYTES:  # Kineto JSON gzips ~8x
+        return nullcontext()
+    return status(f"loading {os.path.basename(path)} ({size / 1e6:.0f} MB)")
 
 
 def _build(parsed: _File, path: str, warnings: list[str]) -> Trace:
