@@ -1,0 +1,407 @@
+"""What the LLM reads and what it must answer (paper section 5.6).
+
+A flagged window holds thousands of events; a small model has a 4k-token context.  The digest
+keeps what distinguishes the eight anti-patterns: the heaviest kernels and CPU ops with their
+durations and launch delays, GPU idle gaps, memcpys by direction and memory kind with sizes,
+synchronising calls, NCCL kernels with their streams and overlap with compute, annotations
+(DataLoader, torch.compile markers, ProfilerStep), and a one-line summary of the neighbouring
+windows for contrast.  The answer is JSON constrained by `ANSWER_SCHEMA` and checked by
+`parse_answer`; anything else is an `AnswerError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dataset import PATTERNS
+from ..trace import CopyKind, Kind, MemKind
+from ..windows import Windows
+
+NONE = "none"
+
+#: The eight anti-patterns as the model is told them: what each looks like in a window.
+SIGNATURES: dict[str, str] = {
+    "single_process_dataloading":
+        "a long `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (or collate/"
+        "decode/transform ops) runs on the training thread while the GPU sits idle; "
+        "no `_MultiProcessingDataLoaderIter`.",
+    "no_pin_memory":
+        "`Memcpy HtoD (Pageable -> Device)` copies; the launching cudaMemcpyAsync blocks the "
+        "host for about as long as the copy itself.",
+    "excessive_memcpy":
+        "many or large HtoD/DtoH memcpys (from .item(), .cpu(), .tolist(), .to(device) inside "
+        "the loop) taking a large share of the window, often with synchronising calls.",
+    "graph_break":
+        "torch.compile split into pieces: several `Torch-Compiled Region` / `CompiledFunction` "
+        "/ `TorchDynamo Cache Lookup` entries, eager aten ops and GPU gaps between "
+        "triton_* kernels.",
+    "cpu_bound":
+        "the GPU is mostly idle between many short kernels; kernels finish faster than the "
+        "CPU launches them (short kernels, long launch delays, busy cudaLaunchKernel).",
+    "small_nccl_kernels":
+        "many short NCCL kernels (tens of us, small messages) instead of a few large "
+        "bucketed collectives.",
+    "nccl_blocks_compute_stream":
+        "NCCL kernels run on the same stream as compute kernels, so compute waits behind "
+        "communication on that stream.",
+    "nccl_compute_no_overlap":
+        "NCCL kernels on their own stream but no compute runs while they do: communication "
+        "is exposed and the GPU computes nothing during collectives.",
+}
+
+SYSTEM = (
+    "You are an expert in PyTorch performance. You read one time window of a PyTorch "
+    "profiler (Kineto) trace that an anomaly detector flagged, and you name the performance "
+    "anti-pattern it shows. The possible anti-patterns and their signatures:\n"
+    + "\n".join(f"- {p}: {s}" for p, s in SIGNATURES.items())
+    + "\nIf the window shows none of them (normal, busy GPU work), answer pattern \"none\" "
+    "and false_alarm true. Answer with one JSON object only: "
+    '{"evidence": "<the numbers from the window that decide it>", "pattern": "<one of the '
+    'ids above or none>", "confidence": <0..1>, "false_alarm": <true|false>, "fix": "<one '
+    'sentence on how to fix it>"}.'
+)
+
+#: JSON schema of the answer (evidence first, so a small model states facts before choosing).
+ANSWER_SCHEMA: dict = {
+    "type": "object",
+    "properties": {
+        "evidence": {"type": "string", "maxLength": 400},
+        "pattern": {"type": "string", "enum": [*PATTERNS, NONE]},
+        "confidence": {"type": "number"},
+        "false_alarm": {"type": "boolean"},
+        "fix": {"type": "string", "maxLength": 300},
+    },
+    "required": ["evidence", "pattern", "confidence", "false_alarm", "fix"],
+    "additionalProperties": False,
+}
+
+
+class AnswerError(ValueError):
+    """The model's reply is not a valid answer (not JSON, unknown pattern, bad field)."""
+
+
+@dataclass
+class Answer:
+    """A validated answer for one window."""
+
+    pattern: str            # one of PATTERNS, or "none"
+    confidence: float       # in [0, 1]
+    evidence: str
+    fix: str
+    false_alarm: bool
+
+
+@dataclass(frozen=True)
+class DigestConfig:
+    """How much of a window the digest keeps (sized for a 4k-token context)."""
+
+    top_kernels: int = 6
+    top_cpu_ops: int = 6
+    top_annotations: int = 6
+    max_name: int = 80
+    neighbours: int = 1
+
+
+# -- the digest ------------------------------------------------------------------------------
+def _us(x: float) -> str:
+    x = float(x)
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}s"
+    if x >= 1e3:
+        return f"{x / 1e3:.2f}ms"
+    return f"{x:.1f}us"
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:.2f}MB" if b >= 1e5 else f"{b / 1e3:.1f}KB"
+
+
+def _short(name: str, n: int) -> str:
+    name = " ".join(name.split())
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+def _clipped(windows: Windows, w: int, rows: np.ndarray) -> np.ndarray:
+    """Time of each row inside window w."""
+    t = windows.trace
+    a, b = windows.edges[w], windows.edges[w + 1]
+    return np.clip(np.minimum(t.end[rows], b) - np.maximum(t.ts[rows], a), 0.0, None)
+
+
+def _by_name(windows: Windows, rows: np.ndarray, time: np.ndarray, k: int):
+    """Top-k names among rows by time: (code, count, time, row indices mask)."""
+    t = windows.trace
+    if not len(rows):
+        return []
+    codes, inv = np.unique(t.name[rows], return_inverse=True)
+    tot = np.bincount(inv, weights=time)
+    cnt = np.bincount(inv)
+    order = np.argsort(-tot)[:k]
+    return [(int(codes[i]), int(cnt[i]), float(tot[i]), inv == i) for i in order]
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from ..trace import merged_intervals
+    return merged_intervals(np.asarray(starts, float), np.asarray(ends, float))
+
+
+def _overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+    """Time covered by both unions of intervals."""
+    def size(s, e):
+        return float(np.sum(e - s)) if len(s) else 0.0
+    ua, ub = _union(*a), _union(*b)
+    both = _union(np.concatenate((ua[0], ub[0])), np.concatenate((ua[1], ub[1])))
+    return max(size(*ua) + size(*ub) - size(*both), 0.0)
+
+
+def _idle_gaps(windows: Windows, w: int) -> tuple[int, float, float]:
+    """(number of GPU idle gaps over 10 us, longest, total idle) inside window w."""
+    t = windows.trace
+    a, b = windows.edges[w], windows.edges[w + 1]
+    rows = windows.rows_in(w, Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET)
+    s, e = _union(np.clip(t.ts[rows], a, b), np.clip(t.end[rows], a, b))
+    bounds_s = np.concatenate(([a], e))
+    bounds_e = np.concatenate((s, [b]))
+    gaps = np.clip(bounds_e - bounds_s, 0.0, None)
+    big = gaps[gaps > 10.0]
+    return int(len(big)), float(big.max()) if len(big) else 0.0, float(gaps.sum())
+
+
+def summary_line(windows: Windows, w: int) -> str:
+    """One line per window: GPU busy, kernels, memcpys, NCCL, syncs (for neighbours and the
+    pure-LLM baseline)."""
+    s = windows.stats
+    parts = [
+        f"busy {100 * s['gpu_busy_frac'][w]:.0f}%",
+        f"{int(s['n_kernels'][w])} kernels (mean {_us(s['mean_kernel_us'][w])}, "
+        f"{int(s['n_short_kernels'][w])} <10us, launch delay {_us(s['mean_launch_delay_us'][w])})",
+    ]
+    if s["n_memcpy"][w]:
+        parts.append(f"{int(s['n_memcpy'][w])} memcpy {s['memcpy_mb'][w]:.2f}MB "
+                     f"({100 * s['memcpy_time_frac'][w]:.0f}% time)")
+    if s["n_nccl"][w]:
+        parts.append(f"{int(s['n_nccl'][w])} NCCL ({100 * s['nccl_time_frac'][w]:.0f}% time)")
+    if s["n_sync"][w]:
+        parts.append(f"{int(s['n_sync'][w])} sync ({100 * s['sync_time_frac'][w]:.0f}% time)")
+    parts.append(f"cpu ops {100 * s['cpu_op_time_frac'][w]:.0f}%")
+    return ", ".join(parts)
+
+
+def digest(windows: Windows, w: int, config: DigestConfig = DigestConfig()) -> str:
+    """The events of window w as a compact text for the model."""
+    t, c = windows.trace, config
+    a, b = windows.edges[w], windows.edges[w + 1]
+    t0 = windows.edges[0]
+    out = [f"Window {w} of {windows.n}: +{_us(a - t0)} to +{_us(b - t0)} "
+           f"(width {_us(b - a)})."]
+    n_gaps, longest, idle = _idle_gaps(windows, w)
+    out.append(f"GPU busy {100 * (1 - idle / (b - a)):.0f}%, idle {_us(idle)} in {n_gaps} gaps "
+               f"over 10us (longest {_us(longest)}).")
+    out.append("Summary: " + summary_line(windows, w) + ".")
+
+    kernels = windows.rows_in(w, Kind.KERNEL)
+    nccl_mask = t.is_nccl[kernels]
+    compute = kernels[~nccl_mask]
+    if len(compute):
+        out.append(f"Top kernels by GPU time in the window (of {len(compute)}):")
+        for code, n, tot, m in _by_name(windows, compute, _clipped(windows, w, compute), c.top_kernels):
+            r = compute[m]
+            delay = t.launch_delay[r]
+            delay = delay[np.isfinite(delay)]
+            d = f", launch delay mean {_us(delay.mean())}" if len(delay) else ""
+            streams = ",".join(str(int(x)) for x in np.unique(t.stream[r])[:3])
+            out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}, mean "
+                       f"{_us(t.dur[r].mean())}{d}, stream {streams}")
+
+    cpu = windows.rows_in(w, Kind.CPU_OP, Kind.PYTHON_FUNCTION)
+    if len(cpu):
+        out.append(f"Top CPU ops by time (of {len(cpu)}):")
+        for code, n, tot, _ in _by_name(windows, cpu, _clipped(windows, w, cpu), c.top_cpu_ops):
+            out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}")
+
+    rt = windows.rows_in(w, Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
+    if len(rt):
+        top = _by_name(windows, rt, _clipped(windows, w, rt), 4)
+        out.append("Runtime calls: " + "; ".join(
+            f"{_short(t.names[code], 40)} {n}x {_us(tot)}" for code, n, tot, _ in top) + ".")
+        sync = rt[t.is_sync[rt]]
+        if len(sync):
+            st = _clipped(windows, w, sync)
+            out.append(f"Synchronising calls: {len(sync)}, {_us(st.sum())} "
+                       f"({', '.join(sorted({t.names[x] for x in t.name[sync]})[:3])}).")
+
+    mc = windows.rows_in(w, Kind.GPU_MEMCPY)
+    if len(mc):
+        keys = t.copy_kind[mc].astype(int) * 16 + t.copy_src[mc].astype(int)
+        out.append(f"Memcpys ({len(mc)}):")
+        for key in np.unique(keys):
+            r = mc[keys == key]
+            ck, src = CopyKind(key // 16).name, MemKind(key % 16).name.lower()
+            nbytes = float(np.nansum(t.bytes[r]))
+            blocked = t.launch[r]
+            blocked = blocked[blocked >= 0]
+            host = f", host blocked {_us(t.dur[blocked].sum())}" if len(blocked) else ""
+            out.append(f"- {ck} from {src}: {len(r)}x, {_mb(nbytes)}, "
+                       f"{_us(_clipped(windows, w, r).sum())}{host}")
+
+    nccl = kernels[nccl_mask]
+    if len(nccl):
+        nstreams = sorted(int(x) for x in np.unique(t.stream[nccl]))
+        cstreams = sorted(int(x) for x in np.unique(t.stream[compute])) if len(compute) else []
+        shared = sorted(set(nstreams) & set(cstreams))
+        ov = _overlap((t.ts[nccl], t.end[nccl]), (t.ts[compute], t.end[compute]))
+        ntime = float(_clipped(windows, w, nccl).sum())
+        out.append(f"NCCL kernels ({len(nccl)}, {_us(ntime)}, mean {_us(t.dur[nccl].mean())}) "
+                   f"on streams {nstreams}; compute kernels on streams {cstreams}"
+                   + (f"; SAME stream {shared}" if shared else "; separate streams")
+                   + f"; NCCL time overlapped by compute {_us(ov)}.")
+        for code, n, tot, m in _by_name(windows, nccl, _clipped(windows, w, nccl), 3):
+            elems = t.comm_nelems[nccl[m]]
+            elems = elems[elems >= 0]
+            e = f", {int(elems.mean())} elements" if len(elems) else ""
+            out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}{e}")
+
+    ann = windows.rows_in(w, Kind.USER_ANNOTATION, Kind.GPU_USER_ANNOTATION)
+    if len(ann):
+        top = _by_name(windows, ann, _clipped(windows, w, ann), c.top_annotations)
+        out.append("Annotations: " + "; ".join(
+            f"{_short(t.names[code], 60)} {n}x {_us(tot)}" for code, n, tot, _ in top) + ".")
+
+    for d in range(1, c.neighbours + 1):
+        for v, side in ((w - d, "before"), (w + d, "after")):
+            if 0 <= v < windows.n:
+                out.append(f"Window {v} ({side}): {summary_line(windows, v)}.")
+    return "\n".join(out)
+
+
+def messages(windows: Windows, w: int, config: DigestConfig = DigestConfig(),
+             hint: str | None = None) -> list[dict]:
+    """Chat messages asking the model to classify window w."""
+    user = ("This window was flagged as anomalous by the detector. Which anti-pattern does it "
+            "show, or is it a false alarm?\n\n" + digest(windows, w, config))
+    if hint:
+        user += "\n\n" + hint
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+# -- the answer ------------------------------------------------------------------------------
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
+_ALIASES = {p.replace("_", " "): p for p in PATTERNS} | {p.replace("_", "-"): p for p in PATTERNS}
+
+
+def extract_json(text: str) -> dict:
+    """The first JSON object in a reply (code fences and prose around it are tolerated)."""
+    text = _FENCE.sub("", (text or "").strip())
+    start = text.find("{")
+    if start < 0:
+        raise AnswerError("no JSON object in the reply")
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text[start:])
+    except json.JSONDecodeError as exc:
+        raise AnswerError(f"reply is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(obj, dict):
+        raise AnswerError("reply is not a JSON object")
+    return obj
+
+
+def _bool(x) -> bool:
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, str) and x.strip().lower() in ("true", "false"):
+        return x.strip().lower() == "true"
+    raise AnswerError(f"false_alarm must be true or false, not {x!r}")
+
+
+def parse_answer(text: str) -> Answer:
+    """Validate a reply against `ANSWER_SCHEMA`; raise `AnswerError` saying what is wrong."""
+    obj = extract_json(text)
+    missing = [k for k in ANSWER_SCHEMA["required"] if k not in obj]
+    if missing:
+        raise AnswerError(f"missing field(s): {', '.join(missing)}")
+    raw = str(obj["pattern"]).strip()
+    pattern = raw.lower()
+    pattern = _ALIASES.get(pattern, pattern)
+    if pattern not in PATTERNS and pattern != NONE:
+        raise AnswerError(f"unknown pattern {raw!r}")
+    try:
+        conf = float(obj["confidence"])
+    except (TypeError, ValueError):
+        raise AnswerError(f"confidence must be a number, not {obj['confidence']!r}") from None
+    if 1.0 < conf <= 100.0:  # a percentage
+        conf /= 100.0
+    if not 0.0 <= conf <= 1.0:
+        raise AnswerError(f"confidence {conf} is outside [0, 1]")
+    false_alarm = _bool(obj["false_alarm"]) or pattern == NONE
+    return Answer(pattern=pattern, confidence=conf, evidence=str(obj["evidence"]).strip(),
+                  fix=str(obj["fix"]).strip(), false_alarm=false_alarm)
+
+
+# -- the pure-LLM baseline: score every window of a sub-trace -----------------------------------
+SCORE_SYSTEM = (
+    "You are an expert in PyTorch performance. You read a PyTorch profiler trace cut into "
+    "consecutive time windows, one summary line per window, and score each window for "
+    "performance anti-patterns (0 = normal, 1 = certainly an anti-pattern). The anti-patterns:\n"
+    + "\n".join(f"- {p}: {s}" for p, s in SIGNATURES.items())
+    + '\nAnswer with one JSON object only: {"scores": [one number per window, in order]}.'
+)
+
+
+def score_schema(n: int) -> dict:
+    """JSON schema for the pure-LLM answer: exactly n scores."""
+    return {
+        "type": "object",
+        "properties": {"scores": {"type": "array", "items": {"type": "number"},
+                                  "minItems": n, "maxItems": n}},
+        "required": ["scores"],
+        "additionalProperties": False,
+    }
+
+
+def _top_host_op(windows: Windows, w: int) -> str:
+    """', top op NAME TIME' for the heaviest CPU op / annotation in window w (names such as
+    the DataLoader's or torch.compile's give patterns away)."""
+    rows = windows.rows_in(w, Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.USER_ANNOTATION)
+    time = _clipped(windows, w, rows)
+    # Spans enclosing the whole window (ProfilerStep, "## forward ##") say nothing about it.
+    inner = time < 0.9 * windows.width_us
+    top = _by_name(windows, rows[inner], time[inner], 1)
+    if not top:
+        return ""
+    code, n, tot, _ = top[0]
+    return f", top op {_short(windows.trace.names[code], 60)} {n}x {_us(tot)}"
+
+
+def score_messages(windows: Windows, idx: np.ndarray) -> list[dict]:
+    """Chat messages asking for one score per window in `idx` (a sub-trace)."""
+    t0 = windows.edges[0]
+    lines = [f"{j}. window {w} (+{_us(windows.edges[w] - t0)}): {summary_line(windows, w)}"
+             + _top_host_op(windows, int(w)) for j, w in enumerate(idx)]
+    user = (f"{len(idx)} windows of {_us(windows.width_us)} each:\n" + "\n".join(lines)
+            + f"\n\nGive exactly {len(idx)} scores.")
+    return [{"role": "system", "content": SCORE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def parse_scores(text: str, n: int) -> np.ndarray:
+    """Validate a pure-LLM reply: exactly n numbers in [0, 1] (percentages are rescaled)."""
+    obj = extract_json(text)
+    scores = obj.get("scores")
+    if not isinstance(scores, list) or len(scores) != n:
+        raise AnswerError(f"expected a list of {n} scores")
+    try:
+        arr = np.array([float(x) for x in scores], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise AnswerError("scores must be numbers") from None
+    if np.any(arr > 1.0) and np.all(arr <= 100.0):
+        arr = arr / 100.0
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0) or np.any(arr > 1):
+        raise AnswerError("scores must lie in [0, 1]")
+    return arr
+
+
+__all__ = ["ANSWER_SCHEMA", "Answer", "AnswerError", "DigestConfig", "NONE", "SIGNATURES",
+           "SYSTEM", "digest", "extract_json", "messages", "parse_answer", "parse_scores",
+           "score_messages", "score_schema", "summary_line"]
