@@ -70,6 +70,10 @@ def render_html(analysis, trace=None) -> str:
         body.append("<h2>Findings across ranks</h2>")
         body.append(_cards(cross, "job", None, None) if cross else
                     '<p class="none">No cross-rank finding.</p>')
+        job_notes = [] if isinstance(analysis, (list, tuple)) else getattr(analysis, "notes", [])
+        if job_notes:
+            body.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in job_notes)
+                        + "</ul>")
         body.append('<h2>Ranks</h2><div class="tabs">' + "".join(
             f'<button data-rank="{k}">{_e(s.label)}</button>' for k, s in enumerate(sections))
             + "</div>")
@@ -186,16 +190,20 @@ def _short_names(t: Trace) -> list[str]:
 
 
 # -- the events that prove a finding -----------------------------------------------------------
-def proof_events(trace: Trace, finding, limit: int = PROOF_ROWS) -> tuple[str, list[dict]]:
-    """The events inside a finding's time range that show its pattern, most telling first.
+def proof_events(trace: Trace, finding, spans: Sequence[tuple[float, float]] | None = None,
+                 limit: int = PROOF_ROWS) -> tuple[str, list[dict]]:
+    """The events in a finding's windows that show its pattern, most telling first.
 
+    `spans` are the (start, end) of the finding's windows (default: its whole time range).
     Returns a caption (what the rows are) and rows with ``t_ms`` (from the trace start),
     ``dur_us``, ``kind``, ``name``, ``where`` (stream or thread) and ``detail``.
     """
     t = trace
-    a, b = float(finding.start_us), float(finding.end_us)
+    runs = _merge_spans(spans or [(float(finding.start_us), float(finding.end_us))])
     t0 = t.span[0]
-    in_range = (t.ts < b) & (t.end > a)
+    in_range = np.zeros(len(t), dtype=bool)
+    for a, b in runs:
+        in_range |= (t.ts < b) & (t.end > a)
     names = t.names_array
     pattern = finding.pattern
     detail = None
@@ -240,7 +248,7 @@ def proof_events(trace: Trace, finding, limit: int = PROOF_ROWS) -> tuple[str, l
         detail = "nelems"
     elif pattern == "cpu_bound":
         caption = "Longest GPU idle gaps, and the CPU ops that ran meanwhile"
-        return caption, _gaps_and_ops(t, a, b, limit)
+        return caption, _gaps_and_ops(t, runs, limit)
     else:
         caption = "Longest GPU events in this range"
         gpu = t.gpu_work_rows
@@ -265,12 +273,21 @@ def proof_events(trace: Trace, finding, limit: int = PROOF_ROWS) -> tuple[str, l
     return caption, out
 
 
-def _gaps_and_ops(t: Trace, a: float, b: float, limit: int) -> list[dict]:
-    gpu = t.gpu_work_rows
-    gpu = gpu[(t.ts[gpu] < b) & (t.end[gpu] > a)]
-    s, e = merged_intervals(np.clip(t.ts[gpu], a, b), np.clip(t.end[gpu], a, b))
-    starts = np.concatenate(([a], e))
-    ends = np.concatenate((s, [b]))
+def _merge_spans(spans) -> list[tuple[float, float]]:
+    s, e = merged_intervals(np.array([float(a) for a, _ in spans]),
+                            np.array([float(b) for _, b in spans]))
+    return list(zip(s.tolist(), e.tolist()))
+
+
+def _gaps_and_ops(t: Trace, runs: list[tuple[float, float]], limit: int) -> list[dict]:
+    starts, ends = [], []
+    for a, b in runs:  # GPU idle gaps inside each run of windows
+        gpu = t.gpu_work_rows
+        gpu = gpu[(t.ts[gpu] < b) & (t.end[gpu] > a)]
+        s, e = merged_intervals(np.clip(t.ts[gpu], a, b), np.clip(t.end[gpu], a, b))
+        starts.append(np.concatenate(([a], e)))
+        ends.append(np.concatenate((s, [b])))
+    starts, ends = np.concatenate(starts), np.concatenate(ends)
     gap = ends - starts
     t0 = t.span[0]
     out = []
@@ -347,13 +364,16 @@ class _RankView:
     findings: list
     data: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    #: (start_us, end_us) of every window, by index.
+    bounds: list = field(default_factory=list)
 
     @classmethod
     def build(cls, r: _Rank, k: int) -> _RankView:
         a = r.analysis
         ws = list(a.windows)
         findings = list(a.findings)
-        view = cls(r.label, a, r.trace, findings, notes=list(getattr(a, "notes", None) or []))
+        view = cls(r.label, a, r.trace, findings, notes=list(getattr(a, "notes", None) or []),
+                   bounds=[(float(w.start_us), float(w.end_us)) for w in ws])
         t0 = float(ws[0].start_us) if ws else 0.0
         span = (float(ws[-1].end_us) - t0) if ws else 1.0
         n = len(ws)
@@ -437,7 +457,7 @@ class _RankView:
                 'flagged one to jump to its finding.</p></div>')
 
     def cards(self) -> str:
-        return _cards(self.findings, self.data["id"], self.trace, self.data["steps"])
+        return _cards(self.findings, self.data["id"], self.trace, self.bounds)
 
 
 def _threshold(a) -> float | None:
@@ -470,10 +490,10 @@ def _lost_bars(lost: dict[str, float]) -> str:
     return "".join(rows)
 
 
-def _cards(findings: list, prefix: str, trace: Trace | None, steps) -> str:
-    order = sorted(range(len(findings)), key=lambda k: (
-        getattr(findings[k], "rank", None) is None, getattr(findings[k], "rank", None) or 0,
-        -float(getattr(findings[k], "time_lost_us", 0.0) or 0.0)))
+def _cards(findings: list, prefix: str, trace: Trace | None,
+           bounds: Sequence[tuple[float, float]] | None) -> str:
+    order = sorted(range(len(findings)),
+                   key=lambda k: -float(getattr(findings[k], "time_lost_us", 0.0) or 0.0))
     parts = ['<div class="cards">']
     t0 = trace.span[0] if trace is not None else None
     for k in order:
@@ -481,13 +501,18 @@ def _cards(findings: list, prefix: str, trace: Trace | None, steps) -> str:
         c = _color(f.pattern)
         sev = str(getattr(f, "severity", "") or "")
         wins = list(f.windows)
-        where = (f"{_us(float(f.start_us) - t0)} \u2013 {_us(float(f.end_us) - t0)} from the start"
-                 if t0 is not None else f"{_us(float(f.end_us) - float(f.start_us))} long")
+        if not wins:  # a cross-rank finding: about one rank of the job, or all of them
+            rank = getattr(f, "rank", None)
+            where = f"rank {rank}" if rank is not None else "every rank"
+        elif t0 is not None:
+            where = f"{_us(float(f.start_us) - t0)} \u2013 {_us(float(f.end_us) - t0)} from the start"
+        else:
+            where = f"{_us(float(f.end_us) - float(f.start_us))} long"
         head = (f'<div class="card" id="{_e(prefix)}-f{k}" style="border-left-color:{c}">'
                 f'<h3><span class="swatch" style="background:{c}"></span>'
                 f'{_e(getattr(f, "title", None) or pattern_title(f.pattern))}'
                 f'{f"<span class={chr(34)}badge {_e(sev.lower())}{chr(34)}>{_e(sev)}</span>" if sev else ""}'
-                f'</h3><div class="meta">{_e(where)} \u00b7 windows {_e(_ranges(wins))} \u00b7 '
+                f'</h3><div class="meta">{_e(where)}{" · windows " + _e(_ranges(wins)) if wins else ""} · '
                 f'time lost {_e(_us(float(getattr(f, "time_lost_us", 0.0) or 0.0)))}</div>')
         parts.append(head)
         parts.append(f'<div class="evidence">{_e(f.evidence)}</div>')
@@ -495,7 +520,8 @@ def _cards(findings: list, prefix: str, trace: Trace | None, steps) -> str:
         if expl:
             parts.append(f'<div class="evidence">{_e(expl)}</div>')
         if trace is not None:
-            caption, rows = proof_events(trace, f)
+            spans = [bounds[int(w)] for w in wins if bounds and 0 <= int(w) < len(bounds)]
+            caption, rows = proof_events(trace, f, spans or None)
             parts.append(_proof_table(caption, rows))
         parts.append(f'<div class="fix"><b>How to fix it</b>{_format_fix(f.fix)}</div></div>')
     parts.append("</div>")
@@ -614,6 +640,9 @@ def _format_fix(text: str) -> str:
             continue
         para, code = [], []
         for line in chunk.split("\n") + [""]:
+            if code and not line.strip():
+                code.append("")  # a blank line inside a code block; trailing ones are dropped
+                continue
             if line.startswith(("    ", "\t", ">>> ")):
                 if para:
                     out.append(_para(para))
