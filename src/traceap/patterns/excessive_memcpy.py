@@ -131,11 +131,19 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
                                                   "bytes")}
         ops = rows_in_windows(windows, rows_named(t, SCALAR_OPS), idx)
         callers = top_names(t, ops, k=2)
-        who = (" (from " + ", ".join(f"{n} x{c}" for n, c, _ in callers) + ")") if callers else ""
-        text = (f"{int(s['n_copies'])} host<->device copies ({int(s['n_dtoh'])} DtoH, "
-                f"{fmt_bytes(s['bytes'])}, {fmt_us(s['copy_us'])}, {fmt_us(s['exposed_copy_us'])} "
-                f"not overlapped) and {int(s['n_sync'])} synchronising calls "
-                f"({fmt_us(s['sync_us'])}){who}; GPU idle after syncs {fmt_us(s['bubble_us'])}")
+        syncs = top_names(t, rows_in_windows(windows, sync_rows(t), idx), k=2)
+        parts = []
+        if s["n_copies"]:
+            parts.append(f"{int(s['n_copies'])} host<->device copies ({int(s['n_dtoh'])} DtoH, "
+                         f"{fmt_bytes(s['bytes'])}, {fmt_us(s['copy_us'])}, "
+                         f"{fmt_us(s['exposed_copy_us'])} not overlapped by compute)")
+        if s["n_sync"]:
+            what = ", ".join(f"{n} x{c}" for n, c, _ in syncs)
+            parts.append(f"{int(s['n_sync'])} host-blocking syncs ({what}; {fmt_us(s['sync_us'])})")
+        text = " and ".join(parts) or "host<->device traffic"
+        if callers:
+            text += " from " + ", ".join(f"{n} x{c}" for n, c, _ in callers)
+        text += f"; the GPU then idled {fmt_us(s['bubble_us'])} waiting for the next launch"
         return text, {k: round(v, 1) for k, v in s.items()}
 
 

@@ -44,8 +44,10 @@ class BreakConfig:
 
 
 def frame_ids(trace) -> set[int]:
-    """Distinct Dynamo frame ids N among `Torch-Compiled Region: N/M` names."""
-    return {int(m.group(1)) for n in trace.names if (m := FRAME.match(n))}
+    """Distinct Dynamo frame ids N among the `Torch-Compiled Region: N/M` events."""
+    rows = rows_named(trace, FORWARD, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    codes = np.unique(trace.name[rows])
+    return {int(m.group(1)) for c in codes if (m := FRAME.match(trace.names[c]))}
 
 
 def break_gaps(trace, config: BreakConfig) -> tuple[np.ndarray, np.ndarray]:

@@ -84,6 +84,10 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         what = ", ".join(f"{n.split('(')[0]} x{c}" for n, c, _ in top)
         text = (f"NCCL ran {fmt_us(comm)} ({what}), only {100 * hidden / max(comm, 1e-9):.0f}% "
                 f"overlapped with compute; {fmt_us(exposed)} exposed")
+        if top and ("SendRecv" in top[0][0] or "AllToAll" in top[0][0]):
+            # all-to-all (embedding/expert exchange) is not DDP gradient traffic: say so.
+            text += (" (mostly all-to-all: overlap it with the dense part, e.g. TorchRec "
+                     "TrainPipelineSparseDist, or MoE expert-parallel pipelining)")
         return text, {"comm_us": round(comm, 1), "overlapped_us": round(hidden, 1),
                       "exposed_us": round(exposed, 1),
                       "overlap_fraction": round(hidden / comm, 3) if comm > 0 else None}

@@ -1,0 +1,319 @@
+"""Each anti-pattern rule, in both directions: found where its mechanism is present, silent
+where it is not.
+
+Inputs are real traces (bundled, or ../shared/traces with a skip).  Where no real trace shows
+a pattern, the test input is a real trace whose columns were changed to create exactly that
+mechanism (e.g. the DDP sample's NCCL kernels moved onto the compute stream), so the rest of
+the trace stays real and the other rules act as controls.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import traceap
+from traceap.dataset import PATTERNS
+from traceap.patterns import REGISTRY, Evidence, runs_of
+from traceap.trace import Kind, Trace
+from traceap.windows import Windows
+
+from .conftest import DATA, SAMPLE, SHARED_TRACES, needs_shared
+
+FLAG = 0.5
+
+
+# -- building test inputs from real traces ----------------------------------------------------
+def rebuild(trace: Trace, names: list[str] | None = None, **columns) -> Trace:
+    """A copy of `trace` with some columns (and the string table) replaced."""
+    cols = {c: np.array(getattr(trace, c), copy=True) for c in Trace.COLUMNS}
+    cols.update(columns)
+    return Trace(list(trace.names if names is None else names), cols, copy.copy(trace.meta),
+                 list(trace.steps))
+
+
+def renamed(trace: Trace, rows: np.ndarray, new_name: str, **columns) -> Trace:
+    """A copy of `trace` where `rows` are called `new_name`."""
+    names = list(trace.names) + [new_name]
+    code = trace.name.copy()
+    code[rows] = len(names) - 1
+    return rebuild(trace, names, name=code, **columns)
+
+
+def rows_where(trace: Trace, pred, *kinds: Kind) -> np.ndarray:
+    """Rows whose name satisfies `pred` (and of the given kinds)."""
+    by_name = np.fromiter((pred(n) for n in trace.names), bool, len(trace.names))
+    rows = np.flatnonzero(by_name[trace.name])
+    return rows[np.isin(trace.kind[rows], kinds)] if kinds else rows
+
+
+def flagged(trace: Trace, pattern: str, n: int = 100) -> np.ndarray:
+    """Windows where `pattern` scores at least FLAG."""
+    return np.flatnonzero(REGISTRY[pattern].score_windows(Windows(trace, n)) >= FLAG)
+
+
+@pytest.fixture(scope="module")
+def ddp() -> Trace:
+    return traceap.load(SAMPLE)
+
+
+@pytest.fixture(scope="module")
+def dlrm() -> Trace:
+    return traceap.load(DATA / "dlrm_job" / "worker0.pt.trace.json.gz")
+
+
+@pytest.fixture(scope="module")
+def gemm() -> Trace:
+    """A quiet trace: a GEMM microbenchmark keeping the GPU 100% busy."""
+    return traceap.load(DATA / "amd_mi300_gemm.json.gz")
+
+
+def shared(name: str) -> Trace:
+    path = SHARED_TRACES / name
+    if not path.exists():
+        pytest.skip(f"{name} is absent")
+    return traceap.load(path)
+
+
+def blocking_copies(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Durations where each copy's launching call lasts until the copy ends (synchronous)."""
+    dur = trace.dur.copy()
+    launch = trace.launch[rows]
+    ok = launch >= 0
+    dur[launch[ok]] = np.maximum(dur[launch[ok]], trace.end[rows[ok]] - trace.ts[launch[ok]])
+    return dur
+
+
+# -- the registry contract ----------------------------------------------------------------------
+def test_registry_has_the_eight_ids_with_title_fix_and_scores(ddp):
+    assert tuple(REGISTRY) == PATTERNS
+    w = Windows(ddp, 50)
+    for pid, p in REGISTRY.items():
+        assert p.id == pid and p.title and p.fix
+        assert "\n" in p.fix  # a code snippet, not a slogan
+        s = p.score_windows(w)
+        assert s.shape == (50,) and s.min() >= 0.0 and s.max() <= 1.0
+        ev = p.evidence(w, [int(np.argmax(s))])
+        assert isinstance(ev, Evidence) and ev.time_lost_us >= 0.0 and "window" in ev.text
+
+
+def test_no_pattern_fires_on_a_gpu_saturating_microbenchmark(gemm):
+    for pid in PATTERNS:
+        assert len(flagged(gemm, pid)) == 0, pid
+
+
+def test_cpu_only_trace_scores_zero():
+    t = traceap.load(DATA / "cpu_only_zoology.json.gz")
+    w = Windows(t, 20)
+    for p in REGISTRY.values():
+        assert p.score_windows(w).max() == 0.0
+
+
+# -- single_process_dataloading -----------------------------------------------------------------
+def test_dataloading_found_in_dlrm_with_num_workers_0(dlrm):
+    idx = flagged(dlrm, "single_process_dataloading")
+    assert len(idx) >= 3
+    loader = rows_where(dlrm, lambda n: "_SingleProcessDataLoaderIter" in n)
+    w = Windows(dlrm, 100)
+    inside = w.overlapping(float(dlrm.ts[loader].min()), float(dlrm.end[loader].max()))
+    assert set(idx) <= set(inside)  # found exactly where __next__ runs
+    ev = REGISTRY["single_process_dataloading"].evidence(w, idx)
+    assert "num_workers=0" in ev.text and ev.time_lost_us > 500
+
+
+def test_dataloading_silent_without_loader_and_weaker_with_workers(dlrm, ddp):
+    loader = rows_where(dlrm, lambda n: "DataLoader" in n)
+    hidden = renamed(dlrm, loader, "## forward ##")
+    assert len(flagged(hidden, "single_process_dataloading")) == 0
+    assert len(flagged(ddp, "single_process_dataloading")) == 0
+    multi = renamed(dlrm, loader, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    s_multi = REGISTRY["single_process_dataloading"].score_windows(Windows(multi, 100))
+    s_single = REGISTRY["single_process_dataloading"].score_windows(Windows(dlrm, 100))
+    assert s_multi.max() < s_single.max()
+
+
+# -- no_pin_memory --------------------------------------------------------------------------------
+def pageable_ddp(ddp: Trace) -> Trace:
+    """The DDP sample with its bucket copies turned into 4 MB synchronous pageable uploads."""
+    rows = rows_where(ddp, lambda n: n.startswith("Memcpy DtoD"), Kind.GPU_MEMCPY)
+    nbytes = ddp.bytes.copy()
+    nbytes[rows] = 4e6
+    return renamed(ddp, rows, "Memcpy HtoD (Pageable -> Device)", bytes=nbytes,
+                   dur=blocking_copies(ddp, rows))
+
+
+def test_no_pin_memory_found_on_pageable_uploads(ddp):
+    t = pageable_ddp(ddp)
+    idx = flagged(t, "no_pin_memory")
+    assert len(idx) >= 5
+    ev = REGISTRY["no_pin_memory"].evidence(Windows(t, 100), idx)
+    assert ev.numbers["n_copies"] > 0 and ev.numbers["host_blocked_us"] > 0
+
+
+def test_no_pin_memory_silent_on_pinned_or_tiny_copies(ddp, dlrm):
+    assert len(flagged(ddp, "no_pin_memory")) == 0
+    rows = rows_where(ddp, lambda n: n.startswith("Memcpy DtoD"), Kind.GPU_MEMCPY)
+    pinned = renamed(ddp, rows, "Memcpy HtoD (Pinned -> Device)")
+    assert len(flagged(pinned, "no_pin_memory")) == 0
+    # DLRM uploads a few KB from pageable memory: real, but not worth a finding.
+    assert len(flagged(dlrm, "no_pin_memory")) == 0
+
+
+# -- excessive_memcpy -----------------------------------------------------------------------------
+def syncing_ddp(ddp: Trace) -> Trace:
+    """The DDP sample with its bucket copies turned into synchronous DtoH copies (`.cpu()`)."""
+    rows = rows_where(ddp, lambda n: n.startswith("Memcpy DtoD"), Kind.GPU_MEMCPY)
+    t = renamed(ddp, rows, "Memcpy DtoH (Device -> Pageable)", dur=blocking_copies(ddp, rows))
+    calls = np.unique(t.launch[rows][t.launch[rows] >= 0])
+    return renamed(t, calls, "cudaMemcpy")
+
+
+def test_excessive_memcpy_found_on_synchronous_copies(ddp):
+    t = syncing_ddp(ddp)
+    idx = flagged(t, "excessive_memcpy")
+    assert len(idx) >= 3 * max(1, len(flagged(ddp, "excessive_memcpy")))
+    ev = REGISTRY["excessive_memcpy"].evidence(Windows(t, 100), idx)
+    assert ev.numbers["n_dtoh"] > 100 and ev.numbers["n_sync"] > 100
+
+
+def test_excessive_memcpy_silent_on_quiet_and_dtod(gemm, ddp):
+    assert len(flagged(gemm, "excessive_memcpy")) == 0
+    # Device-to-device bucket copies are not host traffic.
+    assert REGISTRY["excessive_memcpy"].evidence(Windows(ddp, 100), range(100)).numbers[
+        "n_copies"] == 0
+
+
+@needs_shared
+def test_excessive_memcpy_found_in_real_torchrec_trace():
+    t = shared("facebookresearch__HolisticTraceAnalysis/negative_queue_length_values_check__rank0.json.gz")
+    assert len(flagged(t, "excessive_memcpy")) >= 2
+
+
+# -- graph_break ----------------------------------------------------------------------------------
+def compiled_ddp(ddp: Trace, frames: int) -> Trace:
+    """The DDP sample as if each convolution were a compiled region and the BN/ReLU between
+    them ran eagerly (what a graph-broken CNN looks like)."""
+    conv = rows_where(ddp, lambda n: n == "aten::cudnn_convolution", Kind.CPU_OP)
+    names = list(ddp.names) + [f"Torch-Compiled Region: {i}/0" for i in range(frames)]
+    code = ddp.name.copy()
+    for i in range(frames):
+        code[conv[i::frames]] = len(ddp.names) + i
+    return rebuild(ddp, names, name=code)
+
+
+def test_graph_break_found_between_compiled_frames(ddp):
+    t = compiled_ddp(ddp, 2)
+    idx = flagged(t, "graph_break")
+    assert len(idx) >= 10
+    ev = REGISTRY["graph_break"].evidence(Windows(t, 100), idx)
+    assert ev.numbers["n_frames"] == 2 and ev.numbers["n_gaps"] > 10
+    assert "torch._dynamo.explain" in REGISTRY["graph_break"].fix
+
+
+def test_graph_break_silent_without_compile_or_for_one_reused_frame(ddp):
+    assert len(flagged(ddp, "graph_break")) == 0
+    # One frame called again and again (a sampler loop) is not a break.
+    assert len(flagged(compiled_ddp(ddp, 1), "graph_break")) == 0
+
+
+# -- cpu_bound ------------------------------------------------------------------------------------
+def test_cpu_bound_found_at_small_batch():
+    t = traceap.load(DATA / "particle_transformer_bs8.json.gz")
+    idx = flagged(t, "cpu_bound")
+    assert len(idx) >= 10
+    ev = REGISTRY["cpu_bound"].evidence(Windows(t, 100), idx)
+    assert ev.numbers["n_short_kernels"] > ev.numbers["n_kernels"] / 2
+
+
+def test_cpu_bound_silent_when_kernels_are_long(gemm):
+    t = traceap.load(DATA / "particle_transformer_bs8.json.gz")
+    k = t.rows(Kind.KERNEL)
+    dur = t.dur.copy()
+    dur[k] = dur[k] * 200.0  # the same launches, each kernel now fills the gap behind it
+    assert len(flagged(rebuild(t, dur=dur), "cpu_bound")) == 0
+    assert len(flagged(gemm, "cpu_bound")) == 0
+
+
+@needs_shared
+def test_cpu_bound_follows_batch_size_in_real_traces():
+    base = "harryjmoss__particle_transformer/run1_chrome_traces__single_epoch_forward_pass_batch_size_{}.json.gz"
+    small, big = shared(base.format(2)), shared(base.format(512))
+    assert len(flagged(small, "cpu_bound")) > 20
+    assert len(flagged(big, "cpu_bound")) == 0
+
+
+# -- small_nccl_kernels ---------------------------------------------------------------------------
+def chatty_ddp(ddp: Trace) -> Trace:
+    """The DDP sample with every 4th short compute kernel turned into a short all-reduce on the
+    NCCL stream (what per-parameter all-reduce or bucket_cap_mb=0.1 looks like)."""
+    k = ddp.rows(Kind.KERNEL)
+    k = k[~ddp.is_nccl[k] & (ddp.dur[k] < 30)][::4]
+    stream = ddp.stream.copy()
+    stream[k] = int(ddp.stream[np.flatnonzero(ddp.is_nccl)[0]])
+    return renamed(ddp, k, "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", stream=stream)
+
+
+def test_small_nccl_found_when_collectives_are_many_and_short(ddp):
+    t = chatty_ddp(ddp)
+    idx = flagged(t, "small_nccl_kernels")
+    assert len(idx) >= 20
+    ev = REGISTRY["small_nccl_kernels"].evidence(Windows(t, 100), idx)
+    assert ev.numbers["small_per_step"] > 50
+
+
+def test_small_nccl_silent_on_bucketed_ddp(ddp, dlrm):
+    assert len(flagged(ddp, "small_nccl_kernels")) == 0
+    assert len(flagged(dlrm, "small_nccl_kernels")) == 0
+
+
+# -- nccl_blocks_compute_stream -------------------------------------------------------------------
+def test_nccl_on_compute_stream_found(ddp):
+    nccl = np.flatnonzero(ddp.is_nccl)
+    stream = ddp.stream.copy()
+    stream[nccl] = 7  # the compute stream of this trace
+    t = rebuild(ddp, stream=stream)
+    idx = flagged(t, "nccl_blocks_compute_stream")
+    assert len(idx) >= 5
+    assert len(flagged(t, "nccl_compute_no_overlap")) == 0  # the other NCCL rule steps aside
+    ev = REGISTRY["nccl_blocks_compute_stream"].evidence(Windows(t, 100), idx)
+    assert ev.numbers["streams"] == [7]
+
+
+def test_nccl_on_compute_stream_silent_on_side_stream(ddp, dlrm):
+    assert len(flagged(ddp, "nccl_blocks_compute_stream")) == 0
+    assert len(flagged(dlrm, "nccl_blocks_compute_stream")) == 0
+
+
+# -- nccl_compute_no_overlap ----------------------------------------------------------------------
+def test_exposed_nccl_found_in_real_ddp(ddp):
+    idx = flagged(ddp, "nccl_compute_no_overlap")
+    assert len(idx) >= 5
+    ev = REGISTRY["nccl_compute_no_overlap"].evidence(Windows(ddp, 100), idx)
+    assert ev.numbers["overlap_fraction"] < 0.3 and ev.numbers["exposed_us"] > 10_000
+
+
+def test_exposed_nccl_silent_when_hidden_or_absent(ddp, gemm):
+    nccl = np.flatnonzero(ddp.is_nccl)
+    # Shrink each collective to 1 us: nothing left to expose.
+    dur = ddp.dur.copy()
+    dur[nccl] = 1.0
+    assert len(flagged(rebuild(ddp, dur=dur), "nccl_compute_no_overlap")) == 0
+    # Slide every collective under the longest compute kernel: fully overlapped.
+    k = ddp.rows(Kind.KERNEL)
+    k = k[~ddp.is_nccl[k]]
+    longest = k[np.argmax(ddp.dur[k])]
+    dur = ddp.dur.copy()
+    dur[nccl] = np.minimum(dur[nccl], ddp.dur[longest])
+    ts = ddp.ts.copy()
+    ts[nccl] = ddp.ts[longest]  # rows stay in their order; the rules sort what they need
+    hidden = rebuild(ddp, ts=ts, dur=dur)
+    assert len(flagged(hidden, "nccl_compute_no_overlap")) == 0
+    assert len(flagged(gemm, "nccl_compute_no_overlap")) == 0
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def test_runs_of_joins_neighbours():
+    assert runs_of([5, 1, 2, 3, 9]) == [(1, 3), (5, 5), (9, 9)]
+    assert runs_of([1, 3], gap=2) == [(1, 3)]
