@@ -1,0 +1,78 @@
+"""`traceap collect`: record real traces with each anti-pattern switched on by its real cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import TraceapError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("collect")(collect)
+
+
+def collect(
+    model: str = typer.Option(None, "--model", "-m", help="Model to run (--list shows them)."),
+    pattern: str = typer.Option("none", "--pattern", "-p",
+                                help="Anti-pattern to switch on: 'none' (a clean trace), a "
+                                     "pattern id, or ids separated by commas."),
+    out: Path = typer.Option(None, "--out", "-o", help="Dataset folder: traces/ and manifest.jsonl."),
+    device: str = typer.Option(None, "--device", help="cuda or cpu (default: cuda when visible)."),
+    steps: int = typer.Option(3, help="Profiled (active) steps."),
+    batch_size: int = typer.Option(None, "--batch-size", "-b",
+                                   help="Batch size (default 32 on a GPU, 8 on the CPU)."),
+    inference: bool = typer.Option(False, "--inference", help="Record inference, not training."),
+    task: str = typer.Option(None, help="Task label in the manifest (default: the model's)."),
+    split: str = typer.Option(None, help="Split in the manifest (default: test_seen for "
+                                         "classification/detection/segmentation, else test_unseen)."),
+    image_size: int = typer.Option(None, "--image-size", help="Input size in px (default: the model's)."),
+    workers: int = typer.Option(2, help="DataLoader worker processes of the clean loader."),
+    compile_backend: str = typer.Option("inductor", "--compile-backend",
+                                        help="torch.compile backend for graph_break."),
+    plan: Path = typer.Option(None, "--plan", help="Sweep a PLAN.yaml (models x patterns x "
+                                                   "batch sizes); resumes where it stopped."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Re-record an id already there."),
+    list_models: bool = typer.Option(False, "--list", help="List the models and patterns."),
+) -> None:
+    """Record a real profiler trace, labelled, into a dataset (one recording or a --plan)."""
+    import torch
+
+    from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
+    from ..collect.patterns import GPU_ONLY
+    from ..dataset import PATTERNS
+
+    if list_models:
+        for name, spec in MODELS.items():
+            typer.echo(f"{name:24s} {spec.task:22s} {spec.image_size}px")
+        typer.echo("patterns: none, " + ", ".join(
+            p + (" (GPU)" if p in GPU_ONLY else "") for p in PATTERNS))
+        return
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if plan is not None:
+        p = load_plan(plan, out=out, device=device)
+        res = run_plan(p, echo=typer.echo)
+        typer.echo(f"plan: {len(res.recorded)} recorded, {len(res.existing)} already there, "
+                   f"{len(res.unavailable)} skipped (not possible here), "
+                   f"{len(res.failed)} failed -> {p.out}")
+        if res.failed:
+            raise typer.Exit(1)
+        return
+    if model is None or out is None:
+        raise TraceapError("give --model and --out (or --plan PLAN.yaml; --list shows models)")
+    cfg = CollectConfig(model=model, patterns=parse_patterns(pattern), out=out, device=device,
+                        steps=steps, batch_size=batch_size, inference=inference, task=task,
+                        split=split, image_size=image_size, workers=workers,
+                        compile_backend=compile_backend, overwrite=overwrite)
+    rec = collect_one(cfg)
+    e = rec.entry
+    typer.echo(f"recorded {e.id} ({e.label}, {len(e.anomalies)} anomaly intervals) in "
+               f"{rec.seconds:.1f} s -> {rec.trace}")
+
+
+def collect_one(cfg):
+    """The library call behind the command (kept apart so the import stays lazy)."""
+    from ..collect import collect as record
+
+    return record(cfg)

@@ -1,0 +1,162 @@
+"""`traceap collect --plan PLAN.yaml`: a sweep over models x patterns x batch sizes, resumable.
+
+A plan names a dataset folder and a list of runs; each run is a cross product:
+
+    out: datasets/collected
+    device: cuda
+    steps: 3
+    runs:
+      - models: [resnet18, vit_b_16]
+        patterns: [none, single_process_dataloading, "cpu_bound,excessive_memcpy"]
+        batch_sizes: [32, 64]
+        inference: [false, true]
+
+Recordings already in the manifest are skipped, so an interrupted sweep picks up where it
+stopped; patterns that cannot happen here (a GPU-only cause on a CPU, NCCL with one process)
+are skipped with the reason.  One failing recording (say, out of memory) is reported and the
+sweep goes on.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from itertools import product
+from pathlib import Path
+
+import torch
+import yaml
+
+from ..errors import TraceapError
+from .patterns import PatternUnavailable, check_available, parse_patterns
+from .runner import CollectConfig, collect, entry_id, existing_ids
+
+_RUN_KEYS = {"models", "patterns", "batch_sizes", "inference", "image_size", "task", "split",
+             "steps", "workers", "compile_backend"}
+_TOP_KEYS = {"out", "device", "steps", "workers", "compile_backend", "split", "runs", "seed"}
+
+
+@dataclass
+class Plan:
+    """A parsed plan: where to write, and the recordings it asks for."""
+
+    out: Path | None
+    device: str
+    configs: list[CollectConfig] = field(default_factory=list)
+
+
+@dataclass
+class PlanResult:
+    """What a sweep did."""
+
+    recorded: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _as_list(value, key: str, where: str) -> list:
+    if value is None:
+        raise TraceapError(f"{where}: '{key}' is missing")
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise TraceapError(f"{where}: '{key}' is empty")
+    return items
+
+
+def load_plan(path: str | Path, out: Path | None = None, device: str | None = None) -> Plan:
+    """Read and validate PLAN.yaml; `out` and `device` override the plan's own."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise TraceapError(f"{path}: no such plan file") from None
+    except yaml.YAMLError as exc:
+        raise TraceapError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise TraceapError(f"{path}: a plan is a mapping with a 'runs' list")
+    unknown = set(doc) - _TOP_KEYS
+    if unknown:
+        raise TraceapError(f"{path}: unknown key {sorted(unknown)[0]!r}; known: "
+                           + ", ".join(sorted(_TOP_KEYS)))
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise TraceapError(f"{path}: 'runs' must be a non-empty list")
+    out = out or (Path(doc["out"]) if doc.get("out") else None)
+    if out is not None and not Path(out).is_absolute() and doc.get("out") and out == Path(doc["out"]):
+        out = path.parent / out
+    plan = Plan(out=out, device=device or doc.get("device", "cuda"))
+    base = {k: doc[k] for k in ("steps", "workers", "compile_backend", "split", "seed") if k in doc}
+    for n, run in enumerate(runs, 1):
+        where = f"{path}: run {n}"
+        if not isinstance(run, dict):
+            raise TraceapError(f"{where}: each run is a mapping (models, patterns, batch_sizes)")
+        unknown = set(run) - _RUN_KEYS
+        if unknown:
+            raise TraceapError(f"{where}: unknown key {sorted(unknown)[0]!r}; known: "
+                               + ", ".join(sorted(_RUN_KEYS)))
+        opts = {**base, **{k: run[k] for k in ("steps", "workers", "compile_backend", "split",
+                                               "image_size", "task") if k in run}}
+        models = _as_list(run.get("models"), "models", where)
+        patterns = [parse_patterns(str(p)) for p in _as_list(run.get("patterns", ["none"]),
+                                                              "patterns", where)]
+        sizes = _as_list(run.get("batch_sizes", [None]), "batch_sizes", where)
+        modes = _as_list(run.get("inference", [False]), "inference", where)
+        for model, pats, bs, inf in product(models, patterns, sizes, modes):
+            if bs is not None and (not isinstance(bs, int) or bs < 1):
+                raise TraceapError(f"{where}: batch size {bs!r} is not a positive integer")
+            if not isinstance(inf, bool):
+                raise TraceapError(f"{where}: inference must be true or false, not {inf!r}")
+            cfg = CollectConfig(model=str(model), patterns=pats, device=plan.device,
+                                batch_size=bs, inference=inf, **opts)
+            if out is not None:
+                cfg.out = Path(out)
+            plan.configs.append(cfg)
+    valid = {f.name for f in fields(CollectConfig)}
+    assert all(k in valid for k in base), base  # _TOP_KEYS and CollectConfig agree
+    return plan
+
+
+def run_plan(plan: Plan, echo: Callable[[str], None] = print,
+             recorder: Callable[[CollectConfig], object] = collect) -> PlanResult:
+    """Record every configuration the manifest does not hold yet; return what happened."""
+    if plan.out is None:
+        raise TraceapError("the plan names no 'out' dataset folder (give --out DIR)")
+    result = PlanResult()
+    done = existing_ids(plan.out)
+    for i, cfg in enumerate(plan.configs, 1):
+        cfg.out = plan.out
+        eid = entry_id(cfg)
+        prefix = f"[{i}/{len(plan.configs)}] {eid}"
+        if eid in done:
+            result.existing.append(eid)
+            echo(f"{prefix}: already recorded, skipped")
+            continue
+        try:
+            check_available(cfg.patterns, cfg.device, cfg.world_size, cfg.inference)
+        except PatternUnavailable as exc:
+            result.unavailable.append((eid, str(exc)))
+            echo(f"{prefix}: skipped: {exc}")
+            continue
+        try:
+            rec = recorder(cfg)
+        except (TraceapError, RuntimeError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            result.failed.append((eid, msg))
+            echo(f"{prefix}: failed: {msg}")
+        else:
+            result.recorded.append(eid)
+            done.add(eid)
+            secs = getattr(rec, "seconds", None)
+            n = len(getattr(getattr(rec, "entry", None), "anomalies", []) or [])
+            echo(f"{prefix}: recorded" + (f" in {secs:.1f} s, {n} anomaly intervals"
+                                          if secs is not None else ""))
+        finally:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return result
+
+
+__all__ = ["Plan", "PlanResult", "load_plan", "run_plan"]

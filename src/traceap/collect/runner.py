@@ -1,0 +1,295 @@
+"""One recording: a real training (or inference) loop under torch.profiler, labelled by markers.
+
+The loop is what a user writes: a DataLoader over the data set, the batch moved to the device,
+forward, loss, backward, optimizer step.  The profiler waits `wait` steps (compilation, worker
+start-up), warms up `warmup` steps and records `steps` active ones.  The patterns' causes are
+switched on in the loop (`patterns.py`), each inside its marker (`markers.py`); the saved trace
+has the markers turned into anomaly intervals and removed.
+
+Under `torchrun` every rank records its own trace and manifest line, sharing a `job` id.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import platform as host_platform
+import re
+import shutil
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+from torch.utils.data import DataLoader
+
+from ..dataset import MANIFEST, SEEN_TASKS, SPLITS, TASKS, Entry, encode_entry, read_manifest
+from ..errors import DatasetError, TraceapError
+from ..progress import track
+from . import markers
+from .data import SyntheticImages, target_to
+from .models import build_model, model_spec
+from .patterns import (Recipe, allreduce_after_backward, break_graph, check_available,
+                       heavy_preprocess, host_syncs, parse_patterns, wrap_distributed)
+
+
+@dataclass
+class CollectConfig:
+    """Everything one recording needs; defaults follow the paper (2-3 profiled steps)."""
+
+    model: str
+    patterns: tuple[str, ...] = ()
+    out: Path = Path("dataset")
+    device: str = "cuda"
+    steps: int = 3
+    batch_size: int | None = None
+    inference: bool = False
+    task: str | None = None
+    split: str | None = None
+    image_size: int | None = None
+    workers: int = 2
+    wait: int = 1
+    warmup: int = 1
+    compile_backend: str = "inductor"
+    seed: int = 0
+    overwrite: bool = False
+    world_size: int = field(default_factory=lambda: int(os.environ.get("WORLD_SIZE", "1")))
+    rank: int = field(default_factory=lambda: int(os.environ.get("RANK", "0")))
+
+    def validate(self) -> None:
+        """Raise TraceapError with one line for anything a recording cannot start with."""
+        model_spec(self.model)  # raises for an unknown model
+        if self.device not in ("cuda", "cpu"):
+            raise TraceapError(f"--device must be cuda or cpu, not {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise TraceapError("--device cuda: no CUDA GPU is visible here (use --device cpu)")
+        if self.steps < 1 or self.wait < 0 or self.warmup < 0:
+            raise TraceapError("--steps must be at least 1 (wait and warmup at least 0)")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise TraceapError("--batch-size must be at least 1")
+        if self.workers < 1:
+            raise TraceapError("--workers (the clean loader's worker processes) must be >= 1")
+        if self.task is not None and self.task not in TASKS:
+            raise TraceapError(f"unknown task {self.task!r}; one of: {', '.join(TASKS)}")
+        if self.split is not None and self.split not in SPLITS:
+            raise TraceapError(f"unknown split {self.split!r}; one of: {', '.join(SPLITS)}")
+        if self.image_size is not None and self.image_size < 16:
+            raise TraceapError("--image-size must be at least 16")
+        check_available(self.patterns, self.device, self.world_size, self.inference)
+
+    @property
+    def resolved_task(self) -> str:
+        return self.task or model_spec(self.model).task
+
+    @property
+    def resolved_batch_size(self) -> int:
+        if self.batch_size:
+            return self.batch_size
+        return 8 if self.device == "cpu" else 32
+
+
+def platform_name(device: str) -> str:
+    """The GPU's name as the driver reports it, or "cpu"."""
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    return "cpu"
+
+
+def job_id(cfg: CollectConfig) -> str:
+    """Deterministic id of a recording (shared by the ranks of one job): resumes key on it."""
+    plat = re.sub(r"[^a-z0-9]+", "-", platform_name(cfg.device).lower()).strip("-")
+    what = "+".join(cfg.patterns) if cfg.patterns else "clean"
+    mode = "infer" if cfg.inference else "train"
+    size = f"-{cfg.image_size}px" if cfg.image_size else ""
+    ws = f"-ws{cfg.world_size}" if cfg.world_size > 1 else ""
+    return f"{cfg.model}-{mode}-{what}-bs{cfg.resolved_batch_size}{size}-{plat}{ws}"
+
+
+def entry_id(cfg: CollectConfig) -> str:
+    """Id of this rank's manifest line."""
+    base = job_id(cfg)
+    return f"{base}-r{cfg.rank}" if cfg.world_size > 1 else base
+
+
+@dataclass
+class Recorded:
+    """What one recording produced."""
+
+    entry: Entry
+    trace: Path
+    seconds: float
+
+
+def collect(cfg: CollectConfig) -> Recorded:
+    """Record one trace with the configured patterns and append its manifest line."""
+    cfg.validate()
+    out = Path(cfg.out)
+    eid = entry_id(cfg)
+    if not cfg.overwrite and eid in existing_ids(out):
+        raise DatasetError(f"{out}: {eid} is already recorded (use --overwrite to replace it)")
+    t0 = time.perf_counter()
+    with _distributed(cfg) as device:
+        raw = _record(cfg, eid, device, out / ".collect-tmp" / eid)
+        trace_rel = f"traces/{eid}.pt.trace.json.gz"
+        anomalies = markers.finalize(raw, out / trace_rel)
+        shutil.rmtree(raw.parent, ignore_errors=True)
+        task = cfg.resolved_task
+        entry = Entry(
+            id=eid, path=trace_rel,
+            split=cfg.split or ("test_seen" if task in SEEN_TASKS else "test_unseen"),
+            task=task, model=cfg.model, platform=platform_name(cfg.device),
+            world_size=cfg.world_size, rank=cfg.rank,
+            label="bad" if cfg.patterns else "good", patterns=list(cfg.patterns),
+            anomalies=anomalies, source="collected",
+            notes=_notes(cfg), job=job_id(cfg) if cfg.world_size > 1 else None)
+        append_entry(out, entry, replace=cfg.overwrite)
+    return Recorded(entry, out / trace_rel, time.perf_counter() - t0)
+
+
+def _notes(cfg: CollectConfig) -> str:
+    spec = model_spec(cfg.model)
+    mode = "inference" if cfg.inference else "training"
+    return (f"traceap collect: {mode}, batch {cfg.resolved_batch_size}, "
+            f"{cfg.image_size or spec.image_size}px, {cfg.steps} active steps, "
+            f"torch {torch.__version__}, {host_platform.node()}")
+
+
+# --------------------------------------------------------------------------------------------
+# the manifest
+
+
+def existing_ids(out: Path) -> set[str]:
+    """Ids already in DATASET/manifest.jsonl (empty when there is none yet)."""
+    if not (Path(out) / MANIFEST).exists():
+        return set()
+    return {e.id for e in read_manifest(out)}
+
+
+def append_entry(out: Path, entry: Entry, replace: bool = False) -> None:
+    """Append one manifest line under a lock (ranks of a job append concurrently)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / (MANIFEST + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = out / MANIFEST
+        if replace and path.exists():
+            kept = [e for e in read_manifest(out) if e.id != entry.id]
+            path.write_bytes(b"".join(encode_entry(e) + b"\n" for e in kept))
+        with open(path, "ab") as f:
+            f.write(encode_entry(entry) + b"\n")
+
+
+# --------------------------------------------------------------------------------------------
+# the loop
+
+
+@contextmanager
+def _distributed(cfg: CollectConfig):
+    """The device of this process; joins the torchrun process group when there is one."""
+    if cfg.world_size < 2:
+        yield torch.device("cuda" if cfg.device == "cuda" else "cpu")
+        return
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", cfg.rank))
+    device = torch.device("cuda", local) if cfg.device == "cuda" else torch.device("cpu")
+    if cfg.device == "cuda":
+        torch.cuda.set_device(device)
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo",
+                                device_id=device if cfg.device == "cuda" else None)
+    try:
+        yield device
+        dist.barrier()
+    finally:
+        if owned:
+            dist.destroy_process_group()
+
+
+def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Path:
+    """Run the loop under the profiler; return the raw trace file it wrote."""
+    torch.manual_seed(cfg.seed + cfg.rank)
+    model, spec, size = build_model(cfg.model, cfg.image_size)
+    model = model.to(device)
+    raw_model = model
+    recipe = Recipe.make(cfg.patterns, cfg.device, cfg.workers, cfg.compile_backend)
+    bs, total = cfg.resolved_batch_size, cfg.wait + cfg.warmup + cfg.steps
+    data = SyntheticImages(spec, size, bs * total, seed=cfg.seed * 100 + cfg.rank)
+    loader = DataLoader(data, batch_size=bs, shuffle=False, drop_last=True,
+                        num_workers=recipe.num_workers, pin_memory=recipe.pin_memory,
+                        prefetch_factor=2 if recipe.num_workers else None)
+    if cfg.world_size > 1 and not cfg.inference:
+        model = wrap_distributed(model, recipe, device)
+    if recipe.compile_backend:
+        model = break_graph(model, recipe.compile_backend)
+    if cfg.inference:
+        raw_model.eval()
+        optimizer = None
+    else:
+        raw_model.train()
+        optimizer = torch.optim.SGD(raw_model.parameters(), lr=1e-3, momentum=0.9)
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    non_blocking = device.type == "cuda"
+    it = iter(loader)  # worker processes start here, outside the profiled steps
+    with profile(activities=activities,
+                 schedule=schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.steps, repeat=1),
+                 record_shapes=True,
+                 on_trace_ready=tensorboard_trace_handler(str(tmp), worker_name=eid,
+                                                          use_gzip=True)) as prof:
+        for step in track(range(total), f"recording {eid}"):
+            with recipe.mark("single_process_dataloading"):
+                images, target = next(it)
+            if recipe.on("cpu_bound"):
+                with recipe.mark("cpu_bound"):
+                    images = heavy_preprocess(images, seed=cfg.seed * 7919 + step)
+                    if recipe.pin_memory:
+                        images = images.pin_memory()
+            with recipe.mark("no_pin_memory"):
+                images = images.to(device, non_blocking=non_blocking)
+                target = target_to(target, device, non_blocking)
+            loss = _step(cfg, recipe, model, raw_model, spec, optimizer, images, target)
+            prof.step()
+    del it, loader
+    files = sorted(tmp.glob("*.pt.trace.json*"))
+    if not files:
+        raise TraceapError(f"the profiler wrote no trace into {tmp} (steps: {total})")
+    del loss
+    return files[-1]
+
+
+def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target):
+    """Forward, loss, backward, gradient reduction, optimizer step (or just forward)."""
+    broken = recipe.on("graph_break")
+    if cfg.inference:
+        with torch.inference_mode(), recipe.mark("graph_break"):
+            outputs = model(images)
+        if recipe.on("excessive_memcpy"):
+            with recipe.mark("excessive_memcpy"):
+                host_syncs(outputs, None, raw_model)
+        return None
+    with recipe.mark("graph_break") if broken else nullcontext():
+        outputs = model(images)
+    loss = spec.loss(raw_model, outputs, target)
+    with recipe.mark("graph_break") if broken else nullcontext():
+        loss.backward()
+    if recipe.comm == "nccl_compute_no_overlap":
+        with recipe.mark("nccl_compute_no_overlap"):
+            allreduce_after_backward(raw_model)
+    if recipe.on("excessive_memcpy"):
+        with recipe.mark("excessive_memcpy"):
+            host_syncs(outputs, loss, raw_model)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
+__all__ = ["CollectConfig", "Recorded", "append_entry", "collect", "entry_id", "existing_ids",
+           "job_id", "parse_patterns", "platform_name"]
