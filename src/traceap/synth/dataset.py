@@ -1,0 +1,231 @@
+"""The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per FORMATS.md.
+
+Default as in the paper: 610 traces; 460 train (classification, detection, segmentation) and
+150 test with window-level labels, split into test_seen (the same three tasks) and test_unseen
+(generation, depth, pose, action recognition); a pattern mix like Table 2; single- and
+multi-GPU jobs (one manifest line per rank, sharing "job").  The plan is drawn from the seed in
+the parent process and each job from its own seed, so the output does not depend on --jobs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..dataset import Anomaly, Entry, SEEN_TASKS, write_manifest
+from ..progress import track
+from . import patterns as pat
+from .models import MODELS, ModelSpec
+from .platforms import PLATFORM_LABELS, PLATFORMS
+from .simulator import RunConfig, simulate
+from .writer import trace_document, write_trace
+
+UNSEEN_TASKS = ("image_generation", "depth_estimation", "pose_estimation", "action_recognition")
+DEFAULT_TRACES = 610
+#: Share of each split in the paper's 610 traces.
+SPLIT_SHARE = {"train": 460 / 610, "test_seen": 75 / 610, "test_unseen": 75 / 610}
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """How to build a dataset (defaults: the paper's)."""
+
+    traces: int = DEFAULT_TRACES
+    seed: int = 0
+    jobs: int = 1
+    bad_fraction: float = 0.6
+    #: probability of a 2-pattern trace among bad ones
+    two_patterns: float = 0.25
+    world_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    world_size_p: tuple[float, ...] = (0.68, 0.2, 0.09, 0.03)
+    infer_fraction: float = 0.15
+
+    def __post_init__(self):
+        if self.traces < 3:
+            raise ValueError("need at least 3 traces (one per split)")
+        if self.jobs < 1:
+            raise ValueError("--jobs must be at least 1")
+
+
+@dataclass
+class JobPlan:
+    """One job to simulate: settings shared by its ranks."""
+
+    index: int
+    split: str
+    task: str
+    model_builder: tuple[str, int]     # (task, index into MODELS[task])
+    platform: str
+    world_size: int
+    patterns: tuple[str, ...]
+    seed: int
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.split}-{self.index:04d}"
+
+
+def split_counts(n: int) -> dict[str, int]:
+    """Traces per split for a dataset of n traces (the paper's 460/75/75 for 610)."""
+    train = max(1, round(n * SPLIT_SHARE["train"]))
+    seen = max(1, round(n * SPLIT_SHARE["test_seen"]))
+    unseen = max(1, n - train - seen)
+    train = n - seen - unseen
+    return {"train": train, "test_seen": seen, "test_unseen": unseen}
+
+
+def _pick_patterns(rng: np.random.Generator, world_size: int, mode: str, k: int) -> tuple[str, ...]:
+    allowed = [p for p in pat.TABLE2_WEIGHTS
+               if (world_size > 1 and mode == "train") or p not in pat.MULTI_GPU]
+    w = np.array([pat.TABLE2_WEIGHTS[p] for p in allowed], dtype=float)
+    if world_size > 1:
+        # multi-GPU jobs are the only home of the NCCL patterns: favour them there so the
+        # overall mix follows Table 2
+        w *= np.array([3.0 if p in pat.MULTI_GPU else 1.0 for p in allowed])
+    chosen = rng.choice(len(allowed), size=min(k, len(allowed)), replace=False, p=w / w.sum())
+    return tuple(sorted(allowed[i] for i in chosen))
+
+
+def plan(cfg: SynthConfig) -> list[JobPlan]:
+    """The jobs of a dataset, drawn from the seed."""
+    rng = np.random.default_rng(cfg.seed)
+    jobs: list[JobPlan] = []
+    for split, count in split_counts(cfg.traces).items():
+        tasks = SEEN_TASKS if split != "test_unseen" else UNSEEN_TASKS
+        left = count
+        while left > 0:
+            task = tasks[int(rng.integers(len(tasks)))]
+            mi = int(rng.integers(len(MODELS[task])))
+            ws = int(rng.choice(cfg.world_sizes, p=cfg.world_size_p))
+            while ws > left:
+                ws //= 2
+            mode = "infer" if rng.random() < cfg.infer_fraction and ws == 1 else "train"
+            bad = rng.random() < cfg.bad_fraction
+            k = 2 if rng.random() < cfg.two_patterns else 1
+            pats = _pick_patterns(rng, ws, mode, k) if bad else ()
+            plat = str(rng.choice(list(PLATFORMS)))
+            settings = {"mode": mode, "steps": int(rng.choice([2, 3, 3])),
+                        "amp": bool(rng.random() < 0.55), "channels_last": bool(rng.random() < 0.3),
+                        "compiled": bool(rng.random() < 0.2), "efficiency": float(rng.uniform(0.45, 0.85)),
+                        "batch_i": int(rng.integers(0, 8)), "res_i": int(rng.integers(0, 8)),
+                        "old_nccl": bool(rng.random() < 0.2)}
+            jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,
+                                int(rng.integers(0, 2**31 - 1)), settings))
+            left -= ws
+    return jobs
+
+
+def _model(builder: tuple[str, int]) -> ModelSpec:
+    task, i = builder
+    return MODELS[task][i]()
+
+
+def run_config(job: JobPlan, rank: int, strength: float = 1.0) -> RunConfig:
+    """The RunConfig of one rank of a planned job."""
+    rng = np.random.default_rng([job.seed, rank, int(strength * 10)])
+    jrng = np.random.default_rng(job.seed)        # shared by the ranks of the job
+    m = _model(job.model_builder)
+    s = job.settings
+    p = PLATFORMS[job.platform]
+    dt = ("bf16" if p.cc[0] >= 8 and jrng.random() < 0.6 else "fp16") if s["amp"] else "fp32"
+    cfg = RunConfig(model=m, platform=p, batch=m.batch_choices[s["batch_i"] % len(m.batch_choices)],
+                    res=m.res_choices[s["res_i"] % len(m.res_choices)], dt=dt,
+                    channels_last=s["channels_last"], compiled=s["compiled"], mode=s["mode"],
+                    world_size=job.world_size, rank=rank, steps=s["steps"],
+                    first_step=int(jrng.integers(1, 20)), seed=int(rng.integers(0, 2**31 - 1)),
+                    t0_us=float(jrng.uniform(1e12, 6e12)) + float(rng.uniform(0, 300)),
+                    efficiency=s["efficiency"] * float(rng.uniform(0.97, 1.03)),
+                    optimizer=m.optimizer, old_nccl_names=s["old_nccl"])
+    pat.healthy(cfg, np.random.default_rng([job.seed, 7]))
+    prng = np.random.default_rng([job.seed, 11])
+    for p_id in job.patterns:
+        pat.apply(p_id, cfg, prng, strength)
+    return cfg
+
+
+def simulate_job(args: tuple[JobPlan, str]) -> list[tuple[Entry, int]]:
+    """Simulate and write every rank of a job; returns (manifest entry, bytes written) per rank."""
+    job, out = args
+    out_dir = Path(out)
+    results = []
+    for rank in range(job.world_size):
+        strength = 1.0
+        for _ in range(3):
+            cfg = run_config(job, rank, strength)
+            res = simulate(cfg)
+            found = {a[2] for a in res.anomalies}
+            if set(job.patterns) <= found:
+                break
+            strength *= 1.8      # the mechanism was hidden behind GPU work: make it stronger
+        tid = f"{job.job_id}-r{rank}" if job.world_size > 1 else job.job_id
+        rel = f"traces/{tid}.pt.trace.json.gz"
+        base_ns = int(1.7e18) + job.seed * 1000
+        nbytes = write_trace(out_dir / rel, trace_document(res, base_ns))
+        anomalies = [Anomaly(round(a, 3), round(b, 3), p) for a, b, p in sorted(res.anomalies)]
+        present = sorted({a.pattern for a in anomalies})
+        notes = (f"{cfg.mode} {cfg.dt} batch={cfg.batch} res={cfg.res} steps={cfg.steps} "
+                 f"compiled={cfg.compiled} channels_last={cfg.channels_last} "
+                 f"num_workers={cfg.num_workers} pin_memory={cfg.pin_memory}")
+        entry = Entry(id=tid, path=rel, split=job.split, task=job.task, model=cfg.model.name,
+                      platform=PLATFORM_LABELS[job.platform], world_size=job.world_size,
+                      rank=rank, label="bad" if present else "good", patterns=present,
+                      anomalies=anomalies, source="synthetic", notes=notes,
+                      job=job.job_id if job.world_size > 1 else None)
+        results.append((entry, nbytes))
+    return results
+
+
+@dataclass
+class SynthReport:
+    """What a synth run produced."""
+
+    out: str
+    n_traces: int
+    n_bad: int
+    bytes: int
+    seconds: float
+    pattern_counts: dict[str, int]
+    split_counts: dict[str, int]
+
+
+def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig()) -> SynthReport:
+    """Generate a whole dataset into `out` (manifest.jsonl + traces/)."""
+    t0 = time.time()
+    out = Path(out)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    jobs = plan(cfg)
+    work = [(j, str(out)) for j in jobs]
+    # big jobs first so the pool does not end on a straggler
+    work.sort(key=lambda w: -w[0].world_size)
+    entries: list[Entry] = []
+    total = 0
+    if cfg.jobs > 1:
+        ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
+        with ctx.Pool(cfg.jobs) as pool:
+            for res in track(pool.imap_unordered(simulate_job, work), "synth", total=len(work)):
+                for e, n in res:
+                    entries.append(e)
+                    total += n
+    else:
+        for w in track(work, "synth"):
+            for e, n in simulate_job(w):
+                entries.append(e)
+                total += n
+    order = {"train": 0, "test_seen": 1, "test_unseen": 2}
+    entries.sort(key=lambda e: (order[e.split], e.id))
+    write_manifest(out, entries)
+    counts: dict[str, int] = {p: 0 for p in pat.TABLE2_WEIGHTS}
+    for e in entries:
+        for a in e.anomalies:
+            counts[a.pattern] += 1
+    splits: dict[str, int] = {}
+    for e in entries:
+        splits[e.split] = splits.get(e.split, 0) + 1
+    return SynthReport(str(out), len(entries), sum(e.label == "bad" for e in entries), total,
+                       time.time() - t0, counts, splits)

@@ -1,0 +1,582 @@
+"""Layer -> aten ops -> kernels, with the names PyTorch, cuDNN, cuBLAS/CUTLASS and Triton write.
+
+Every kernel and op name here was read from real Kineto traces (../shared/traces: a DDP CNN on
+A100, a Particle Transformer on A100, BERT and Qwen on H100, Triton and NCCL traces) or from
+PyTorch's own naming (autograd node names, `aten::` schema names, record_function labels).
+A `Layer` names an op template and its work per sample; `op_plan` turns it into the forward
+and backward `OpCall`s the simulator executes, with kernel durations from the platform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .platforms import Platform
+
+# -- scalar type spellings, as they appear inside templated kernel names --------------------
+_CT = {"fp32": "float", "fp16": "c10::Half", "bf16": "c10::BFloat16"}     # ATen
+_NT = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}       # cuDNN
+_LAMBDA = {"fp32": "{lambda()#7}", "fp16": "{lambda()#10}", "bf16": "{lambda()#12}"}
+
+
+def _vec(functor: str, arity: int, dt: str) -> str:
+    """`vectorized_elementwise_kernel` with a plain functor (ATen's TensorIterator path)."""
+    return (f"void at::native::vectorized_elementwise_kernel<4, {functor}, "
+            f"at::detail::Array<char*, {arity}> >(int, {functor}, at::detail::Array<char*, {arity}>)")
+
+
+def _lam(outer: str, dt: str, arity: int, extra: str = "") -> str:
+    """`vectorized_elementwise_kernel` around a dispatch lambda, as nvcc names it."""
+    lam = (f"{outer}::{{lambda()#1}}::operator()() const::{_LAMBDA[dt]}::operator()() const::"
+           f"{{lambda({_CT[dt]}{extra})#1}}")
+    return (f"void at::native::vectorized_elementwise_kernel<4, {lam}, at::detail::Array<char*, "
+            f"{arity}> >(int, {lam}, at::detail::Array<char*, {arity}>)")
+
+
+def elementwise(kind: str, dt: str) -> str:
+    """Name of an ATen elementwise kernel of one kind (add, mul, relu, ...) in a dtype."""
+    c = _CT[dt]
+    if kind == "add":
+        return _vec(f"at::native::CUDAFunctor_add<{c}>", 3, dt)
+    if kind == "add_":
+        return _vec(f"at::native::CUDAFunctorOnSelf_add<{c}>", 2, dt)
+    if kind == "add_long":
+        return _vec("at::native::CUDAFunctorOnSelf_add<long>", 2, dt)
+    if kind == "mul_scalar":
+        return _vec(f"at::native::AUnaryFunctor<{c}, {c}, {c}, "
+                    f"at::native::binary_internal::MulFunctor<float> >", 2, dt)
+    if kind == "mul":
+        return _vec(f"at::native::BinaryFunctor<{c}, {c}, {c}, "
+                    f"at::native::binary_internal::MulFunctor<float> >", 3, dt)
+    if kind == "div":
+        return _vec(f"at::native::BinaryFunctor<{c}, {c}, {c}, "
+                    f"at::native::binary_internal::DivFunctor<float> >", 3, dt)
+    if kind == "fill":
+        return _vec(f"at::native::FillFunctor<{c}>", 1, dt)
+    if kind == "relu":
+        return _lam("at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, "
+                    "c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)", dt, 2)
+    if kind == "relu_bw":
+        f = (f"at::native::BinaryFunctor<{c}, {c}, {c}, at::native::(anonymous namespace)::"
+             f"threshold_kernel_impl<{c}>(at::TensorIteratorBase&, {c}, {c})::"
+             f"{{lambda({c}, {c})#1}}>")
+        return _vec(f, 3, dt)
+    if kind == "gelu":
+        return _lam("at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)",
+                    dt, 2).replace("{lambda()#1}", "{lambda()#2}", 1)
+    if kind == "gelu_bw":
+        return _lam("at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, "
+                    "at::native::GeluType)", dt, 3, f", {c}").replace("{lambda()#1}",
+                                                                      "{lambda()#2}", 1)
+    if kind == "silu":
+        return _lam("at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)",
+                    dt, 2)
+    if kind == "silu_bw":
+        return _lam("at::native::(anonymous namespace)::silu_backward_kernel("
+                    "at::TensorIteratorBase&)", dt, 3, f", {c}")
+    if kind == "sigmoid":
+        return _lam("at::native::sigmoid_kernel_cuda(at::TensorIteratorBase&)", dt, 2)
+    if kind == "copy":  # dtype casts (autocast's aten::to)
+        return ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+                "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
+                f"{_LAMBDA[dt]}::operator()() const::{{lambda({c})#1}}, at::detail::Array<char*, 2>, "
+                "TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+                "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >(int, "
+                "at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() "
+                f"const::{_LAMBDA[dt]}::operator()() const::{{lambda({c})#1}}, at::detail::Array<char*, 2>, "
+                "TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+                "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1>)")
+    if kind == "cat":
+        return ("void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<"
+                "at::native::(anonymous namespace)::OpaqueType<4u>, unsigned int, 4, 128, 1>("
+                "at::native::(anonymous namespace)::OpaqueType<4u>*, at::native::(anonymous namespace)::"
+                "CatArrInputTensorMetadata<at::native::(anonymous namespace)::OpaqueType<4u>, unsigned "
+                "int, 128, 1>, at::native::(anonymous namespace)::TensorSizeStride<unsigned int, 4u>, "
+                "int, unsigned int)")
+    if kind == "sum":
+        return ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::"
+                "func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()("
+                "at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4> >("
+                "at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::"
+                "sum_functor<float, float, float>::operator()(at::TensorIterator&)::"
+                "{lambda(float, float)#1}>, unsigned int, float, 4>)")
+    if kind == "mean":
+        return ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::"
+                "MeanOps<float, float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp"
+                "<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>)")
+    if kind == "index":
+        return ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<"
+                "at::native::index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, "
+                "c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1}>("
+                "at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, at::native::"
+                "index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, "
+                "c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1} "
+                "const&)::{lambda(int)#1}>(long, at::native::gpu_index_kernel<at::native::"
+                "index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, "
+                "c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1}>("
+                "at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, at::native::"
+                "index_kernel_impl<at::native::OpaqueType<4> >(at::TensorIteratorBase&, "
+                "c10::ArrayRef<long>, c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1} "
+                "const&)::{lambda(int)#1})")
+    raise KeyError(kind)
+
+
+def gemm(dt: str, p: Platform, variant: int, layout: str = "tn") -> str:
+    """A cuBLAS / CUTLASS GEMM kernel name for a dtype on a platform."""
+    v = variant % 3
+    if p.sm_tag == "sm90":
+        if dt == "fp32":
+            tile = ("128x128x32", "64x128x32", "256x128x32")[v]
+            return (f"sm90_xmma_gemm_f32f32_tf32f32_f32_{layout}_n_tilesize{tile}_warpgroupsize1x1x1_"
+                    f"execute_segment_k_off_kernel__5x_cublas")
+        tile = ("128x128x64", "64x64x64", "128x256x64")[v]
+        return (f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize{tile}_warpgroupsize1x1x1_"
+                f"execute_segment_k_off_kernel__5x_cublas")
+    if dt == "fp32":
+        tile = ("256x64_16x4", "64x64_16x6", "128x128_16x5")[v]
+        k = f"cutlass_80_tensorop_s1688gemm_{tile}_{layout}_align4"
+        return f"void cutlass::Kernel<{k}>({k}::Params)"
+    if dt == "fp16":
+        return ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_" + layout,
+                "ampere_fp16_s16816gemm_fp16_64x64_ldg8_f2f_stages_64x5_" + layout,
+                "ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_64x3_" + layout)[v]
+    tile = ("64x64_64x6", "256x128_64x3", "128x128_64x4")[v]
+    k = f"cutlass_80_tensorop_bf16_s16816gemm_bf16_{tile}_{layout}_align8"
+    return f"void cutlass::Kernel2<{k}>({k}::Params)"
+
+
+def conv(kind: str, dt: str, p: Platform, variant: int, channels_last: bool) -> str:
+    """A cuDNN implicit-GEMM convolution kernel (fprop / dgrad / wgrad)."""
+    if p.sm_tag == "sm90":
+        t = "bf16bf16_bf16f32_f32" if dt != "fp32" else "tf32f32_tf32f32_f32"
+        tile = ("128x128x64", "64x128x64", "128x256x64")[variant % 3]
+        return (f"sm90_xmma_{kind}_implicit_gemm_{t}_nhwckrsc_nhwc_tilesize{tile}_warpgroupsize1x1x1_"
+                f"g1_execute_segment_k_off_kernel__5x_cudnn")
+    if dt == "fp32":
+        t, tensor = "tf32f32_tf32f32_f32", "tensor16x8x8"
+    else:
+        t = "f16f16_f16f32_f32" if dt == "fp16" else "bf16bf16_bf16f32_f32"
+        tensor = "tensor16x8x16"
+    tile = ("128x128x16_stage4_warpsize2x2x1", "64x128x32_stage5_warpsize2x2x1",
+            "256x64x32_stage3_warpsize4x2x1")[variant % 3]
+    idx = "indexed_" if kind == "wgrad" or variant % 2 else ""
+    out = "nhwc" if channels_last or kind != "fprop" else "nchw"
+    lib = "cudnn_train" if kind == "wgrad" else "cudnn_infer"
+    return (f"sm80_xmma_{kind}_implicit_gemm_{idx}{t}_nhwckrsc_{out}_tilesize{tile}_g1_{tensor}_"
+            f"execute_kernel_{lib}")
+
+
+def cudnn_transpose(to_nhwc: bool, dt: str) -> str:
+    """cuDNN's layout transposes around convolutions of NCHW tensors."""
+    n = _NT[dt]
+    if to_nhwc:
+        return (f"void cudnn::ops::nchwToNhwcKernel<{n}, {n}, float, false, true, "
+                f"(cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, {n} const*, {n}*)")
+    return (f"void cudnn::ops::nhwcToNchwKernel<{n}, {n}, float, true, false, "
+            f"(cudnnKernelDataType_t)0>(cudnn::ops::nhwc2nchw_params_t<float>, {n} const*, {n}*)")
+
+
+def batchnorm(fwd: bool, dt: str, channels_last: bool, variant: int) -> str:
+    """cuDNN batch-norm training kernels (NCHW and NHWC single-read forms)."""
+    n = _NT[dt]
+    if channels_last:
+        return (f"void cudnn::bn_fw_tr_1C11_singleread<{n}, 512, true, 1, 2, 0>(cudnn::"
+                f"bn_fw_tr_1C11_args<{n}>)" if fwd else
+                f"void cudnn::bn_bw_1C11_singleread<{n}, 512, true, 1, 2, 0>(cudnn::"
+                f"bn_bw_1C11_args<{n}>)")
+    w = (32, 128, 512)[variant % 3]
+    if fwd:
+        return (f"void cudnn::bn_fw_tr_1C11_kernel_NCHW<{n}, float, int, {w}, true, 1, true>("
+                f"cudnnTensorStruct, {n} const*, cudnnTensorStruct, {n}*, float const*, float const*, "
+                f"float, float, float*, float*, float*, float*, float, float)")
+    return (f"void cudnn::bn_bw_1C11_kernel_new<{n}, float, float2, {w}, true, 1>(float, float, "
+            f"float, float, cudnnTensorStruct, {n} const*, cudnnTensorStruct, {n} const*, "
+            f"cudnnTensorStruct, {n}*, float const*, float*, float*, float const*, float const*, float)")
+
+
+def layernorm(kind: str, dt: str) -> str:
+    """ATen layer-norm kernels."""
+    c = _CT[dt]
+    if kind == "fwd":
+        return (f"void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<{c}, float>("
+                f"int, float, {c} const*, {c} const*, {c} const*, float*, float*, {c}*)")
+    if kind == "bwd_input":
+        return (f"void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<"
+                f"{c}, float>({c} const*, {c} const*, float const*, float const*, {c} const*, {c}*, int)")
+    return (f"void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<{c}, float, "
+            f"32u, 32u, 256u, false, true>(long, long, {c} const*, {c} const*, float const*, "
+            f"float const*, {c}*, {c}*)")
+
+
+def groupnorm(fwd: bool, dt: str) -> str:
+    """ATen group-norm kernels (diffusion UNets)."""
+    c = _CT[dt]
+    if fwd:
+        return (f"void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<{c}>(long, "
+                f"{c}, {c} const*, {c}*, {c}*)")
+    return (f"void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<{c}>("
+            f"long, {c} const*, {c} const*, {c}*, {c}*)")
+
+
+def flash(kind: str, dt: str) -> str:
+    """PyTorch's bundled FlashAttention-2 kernels (SDPA)."""
+    t = "cutlass::bfloat16_t" if dt == "bf16" else "cutlass::half_t"
+    if kind == "fwd":
+        return (f"void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, "
+                f"128, 128, 4, false, false, {t}, pytorch_flash::Flash_kernel_traits<64, 128, 128, 4, "
+                f"{t}> >, false, false, false, false, false, true, false>(pytorch_flash::Flash_fwd_params)")
+    if kind == "bwd_dot":
+        return (f"void pytorch_flash::flash_bwd_dot_do_o_kernel<true, pytorch_flash::"
+                f"Flash_bwd_kernel_traits<64, 128, 128, 8, 2, 4, 2, false, false, {t}, "
+                f"pytorch_flash::Flash_kernel_traits<64, 128, 128, 8, {t}> > >(pytorch_flash::"
+                f"Flash_bwd_params)")
+    if kind == "bwd_main":
+        return (f"void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<pytorch_flash::"
+                f"Flash_bwd_kernel_traits<64, 128, 128, 8, 2, 4, 2, false, false, {t}, "
+                f"pytorch_flash::Flash_kernel_traits<64, 128, 128, 8, {t}> >, false, false, false, "
+                f"false, false, false>(pytorch_flash::Flash_bwd_params)")
+    return (f"void pytorch_flash::flash_bwd_convert_dq_kernel<pytorch_flash::Flash_bwd_kernel_traits"
+            f"<64, 128, 128, 8, 2, 4, 2, false, false, {t}, pytorch_flash::Flash_kernel_traits<64, "
+            f"128, 128, 8, {t}> > >(pytorch_flash::Flash_bwd_params, int)")
+
+
+def mem_efficient(fwd: bool) -> str:
+    """xFormers-style memory-efficient attention kernels (SDPA's fp32 path)."""
+    if fwd:
+        return ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+                "float, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)")
+    return ("fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel"
+            "<cutlass::arch::Sm80, float, true, false, true, 64, 64, 64, false>::Params)")
+
+
+def softmax(fwd: bool, dt: str) -> str:
+    """ATen softmax kernels (classification heads, attention in eager fp32)."""
+    c = _CT[dt]
+    if fwd:
+        return (f"void (anonymous namespace)::softmax_warp_forward<{c}, {c}, float, 10, true, false>("
+                f"{c}*, {c} const*, int, int, int, bool const*, int, bool)")
+    return (f"void (anonymous namespace)::softmax_warp_backward<{c}, {c}, float, 10, true, false>("
+            f"{c}*, {c} const*, {c} const*, int, int, int, bool const*)")
+
+
+def pooling(kind: str, dt: str) -> str:
+    """Max-pool / adaptive-avg-pool / upsample kernels."""
+    c = _CT[dt]
+    if kind == "max_fwd":
+        return (f"void at::native::(anonymous namespace)::max_pool_forward_nchw<{c}>(int, {c} const*, "
+                f"long, long, long, int, int, int, int, int, int, int, int, int, int, {c}*, long*)")
+    if kind == "max_bwd":
+        return (f"void at::native::(anonymous namespace)::max_pool_backward_nchw<{c}>({c} const*, "
+                f"long const*, int, long, long, long, int, int, int, int, int, int, int, int, int, "
+                f"int, {c}*)")
+    if kind == "avg_fwd":
+        return (f"void at::native::(anonymous namespace)::adaptive_average_pool<{c}>({c}*, {c}*, int, "
+                f"int, int, int, long, long, long)")
+    if kind == "avg_bwd":
+        return (f"void at::native::(anonymous namespace)::atomic_adaptive_average_gradinput<{c}>("
+                f"{c}*, {c}*, int, int, int, int)")
+    if kind == "up_fwd":
+        return (f"void at::native::(anonymous namespace)::upsample_bilinear2d_out_frame<{c}, float>("
+                f"int, float, float, bool, at::GenericPackedTensorAccessor<{c} const, 4ul, "
+                f"at::DefaultPtrTraits, long>, at::GenericPackedTensorAccessor<{c}, 4ul, "
+                f"at::DefaultPtrTraits, long>)")
+    return (f"void at::native::(anonymous namespace)::upsample_bilinear2d_backward_out_frame<{c}, "
+            f"float>(unsigned long, int, int, int, int, int, int, float, float, bool, {c}*, {c} const*)")
+
+
+def loss_kernels(dt: str) -> tuple[str, str, str, str]:
+    """Cross-entropy forward (log_softmax, nll) and backward kernels."""
+    return (
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+        "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)",
+        "void nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, "
+        "long const*, float const*, bool, long, long, long, long)",
+        "void nll_loss_backward_reduce_cuda_kernel_2d<float, long>(float*, float const*, long const*, "
+        "float const*, float const*, bool, int, int, long, long)",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
+        "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, "
+        "float const*, long)",
+    )
+
+
+def foreach(kind: str) -> str:
+    """multi_tensor_apply kernels of the foreach / fused optimizers."""
+    if kind == "adam":
+        return ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+                "(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::"
+                "FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, "
+                "double, double, double, double, double, bool, float*, float*>(at::native::"
+                "(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::"
+                "FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, "
+                "double, double, double, double, double, bool, float*, float*)")
+    if kind == "add_list":
+        return ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+                "(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::"
+                "BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::"
+                "(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::"
+                "BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)")
+    if kind == "mul_scalar":
+        return ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+                "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
+                "BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>(at::native::"
+                "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
+                "BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float)")
+    if kind == "add_scalar":
+        return ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+                "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
+                "BinaryOpScalarFunctor<float, 1, 1, 0>, std::plus<float>, float>(at::native::"
+                "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
+                "BinaryOpScalarFunctor<float, 1, 1, 0>, std::plus<float>, float)")
+    raise KeyError(kind)
+
+
+def nccl_allreduce(dt: str, nbytes: float, old_names: bool = False) -> str:
+    """The NCCL all-reduce kernel, its protocol picked by message size as NCCL's tuner does."""
+    proto = "LL" if nbytes < 64 * 1024 else ("LL128" if nbytes < 8 * 2**20 else "SIMPLE")
+    if old_names:
+        t = {"fp32": "float", "fp16": "half", "bf16": "bfloat16"}[dt]
+        return f"ncclKernel_AllReduce_RING_{proto}_Sum_{t}(ncclDevComm*, unsigned long, ncclWork*)"
+    t = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}[dt]
+    return f"ncclDevKernel_AllReduce_Sum_{t}_RING_{proto}(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def triton_name(kind: str, fused: str, idx: int) -> str:
+    """Inductor's kernel names: triton_{poi,per,red}_fused_<ops>_<n>."""
+    return f"triton_{kind}_fused_{fused}_{idx}"
+
+
+# -- the op templates ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kern:
+    """One kernel an op launches: its name and its share of the op's work."""
+
+    name: str
+    share: float             # fraction of the op's compute (or bytes) this kernel does
+    memory_bound: bool
+    block: int = 256
+    regs: int = 32
+    smem: int = 0
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One eager op as the profiler records it: nested cpu_op names and the kernels inside."""
+
+    chain: tuple[str, ...]          # outermost first; kernels launch from the innermost
+    kernels: tuple[Kern, ...]
+    gflop: float                    # whole-op work (batch included)
+    mbytes: float                   # whole-op memory traffic (batch included)
+    cpu_us: float                   # host dispatch cost on a typical core, excluding launches
+    extra_children: tuple[str, ...] = ()   # cheap cpu_ops nested without kernels (aten::empty ...)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A model layer: a template name and its work per sample at the model's base resolution."""
+
+    op: str                 # conv, bn, relu, silu, gelu, linear, ln, gn, attn, add, maxpool, ...
+    gflop: float = 0.0      # forward GFLOP per sample
+    act_mb: float = 0.0     # forward output activation, MB per sample (fp32)
+    params_m: float = 0.0   # parameters, millions
+    variant: int = 0        # which kernel tile variant cuDNN/cuBLAS would pick
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What decides op and kernel names and sizes: dtype, layout, platform, batch scale."""
+
+    dt: str                  # compute dtype: fp32, fp16, bf16 (AMP)
+    channels_last: bool
+    platform: Platform
+    scale: float             # batch * (resolution / base)^2
+
+
+def _chain_conv() -> tuple[str, ...]:
+    return ("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution")
+
+
+def forward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
+    """The eager forward op(s) of one layer."""
+    dt, s, p = c.dt, c.scale, c.platform
+    g, mb = layer.gflop * s, layer.act_mb * s * (0.5 if dt != "fp32" else 1.0)
+    v = layer.variant
+    cast = ()
+    if dt != "fp32" and layer.params_m > 0:
+        # autocast casts fp32 weights on every call: aten::to -> _to_copy -> copy_ (a cast kernel)
+        cast = (OpCall(("aten::to", "aten::_to_copy", "aten::copy_"),
+                       (Kern(elementwise("copy", dt), 1.0, True),),
+                       0.0, layer.params_m * 6, 14.0, ("aten::empty_strided",)),)
+    op = layer.op
+    if op == "conv":
+        ks = [Kern(conv("fprop", dt, p, v, c.channels_last), 1.0, False, 128, 128, 49152)]
+        if not c.channels_last:
+            ks.insert(0, Kern(cudnn_transpose(True, dt), 0.08, True))
+            ks.append(Kern(cudnn_transpose(False, dt), 0.05, True))
+        return [*cast, OpCall(_chain_conv(), tuple(ks), g, mb * 3, 48.0, ("aten::empty",))]
+    if op == "deconv":
+        ks = (Kern(conv("dgrad", dt, p, v, c.channels_last), 1.0, False, 128, 128, 49152),)
+        return [*cast, OpCall(("aten::conv_transpose2d", "aten::convolution", "aten::_convolution",
+                               "aten::cudnn_convolution_transpose"), ks, g, mb * 3, 52.0,
+                              ("aten::empty",))]
+    if op == "bn":
+        return [OpCall(("aten::batch_norm", "aten::_batch_norm_impl_index", "aten::cudnn_batch_norm"),
+                       (Kern(batchnorm(True, dt, c.channels_last, v), 1.0, True, 512, 40),),
+                       0.0, mb * 3, 34.0, ("aten::empty_like", "aten::empty"))]
+    if op in ("relu", "silu", "gelu", "sigmoid"):
+        chain = {"relu": ("aten::relu_", "aten::clamp_min_"), "silu": ("aten::silu_",),
+                 "gelu": ("aten::gelu",), "sigmoid": ("aten::sigmoid",)}[op]
+        return [OpCall(chain, (Kern(elementwise(op, dt), 1.0, True, 128, 16),), 0.0, mb * 2, 14.0)]
+    if op == "add":
+        return [OpCall(("aten::add",), (Kern(elementwise("add", dt), 1.0, True, 128, 16),),
+                       0.0, mb * 3, 12.0)]
+    if op == "mul":
+        return [OpCall(("aten::mul",), (Kern(elementwise("mul", dt), 1.0, True, 128, 16),),
+                       0.0, mb * 3, 12.0)]
+    if op == "linear":
+        return [*cast, OpCall(("aten::linear", "aten::addmm"),
+                              (Kern(gemm(dt, p, v), 1.0, False, 256, 232, 65536),),
+                              g, mb * 2, 26.0, ("aten::t", "aten::transpose", "aten::as_strided"))]
+    if op == "ln":
+        return [OpCall(("aten::layer_norm", "aten::native_layer_norm"),
+                       (Kern(layernorm("fwd", dt), 1.0, True, 128, 40),), 0.0, mb * 2, 22.0,
+                       ("aten::empty",))]
+    if op == "gn":
+        return [OpCall(("aten::group_norm", "aten::native_group_norm"),
+                       (Kern(groupnorm(True, dt), 0.5, True, 512, 32),
+                        Kern(elementwise("mul", dt), 0.5, True, 128, 16)), 0.0, mb * 3, 30.0,
+                       ("aten::empty",))]
+    if op == "attn":
+        if dt == "fp32":
+            k = (Kern(mem_efficient(True), 1.0, False, 128, 128, 49152),)
+            chain = ("aten::scaled_dot_product_attention",
+                     "aten::_scaled_dot_product_efficient_attention", "aten::_efficient_attention_forward")
+        else:
+            k = (Kern(flash("fwd", dt), 1.0, False, 128, 255, 49152),)
+            chain = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+                     "aten::_flash_attention_forward")
+        return [OpCall(chain, k, g, mb * 4, 40.0, ("aten::empty", "aten::transpose"))]
+    if op == "maxpool":
+        return [OpCall(("aten::max_pool2d", "aten::max_pool2d_with_indices"),
+                       (Kern(pooling("max_fwd", dt), 1.0, True),), 0.0, mb * 5, 18.0)]
+    if op == "avgpool":
+        return [OpCall(("aten::adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d"),
+                       (Kern(pooling("avg_fwd", dt), 1.0, True),), 0.0, mb * 20, 16.0)]
+    if op == "upsample":
+        return [OpCall(("aten::upsample_bilinear2d",),
+                       (Kern(pooling("up_fwd", dt), 1.0, True),), 0.0, mb * 1.3, 20.0)]
+    if op == "cat":
+        return [OpCall(("aten::cat",), (Kern(elementwise("cat", dt), 1.0, True),), 0.0, mb * 2,
+                       16.0)]
+    if op == "softmax":
+        return [OpCall(("aten::softmax", "aten::_softmax"), (Kern(softmax(True, dt), 1.0, True),),
+                       0.0, mb * 2, 14.0)]
+    if op == "index":
+        return [OpCall(("aten::index",), (Kern(elementwise("index", dt), 1.0, True),), 0.0, mb * 2,
+                       30.0, ("aten::empty",))]
+    raise KeyError(op)
+
+
+#: Autograd node names (the backward op of each forward template).
+_BACKWARD_NODE = {
+    "conv": "ConvolutionBackward0", "deconv": "ConvolutionBackward0",
+    "bn": "CudnnBatchNormBackward0", "relu": "ReluBackward0", "silu": "SiluBackward0",
+    "gelu": "GeluBackward0", "sigmoid": "SigmoidBackward0", "add": "AddBackward0",
+    "mul": "MulBackward0", "linear": "AddmmBackward0", "ln": "NativeLayerNormBackward0",
+    "gn": "NativeGroupNormBackward0", "maxpool": "MaxPool2DWithIndicesBackward0",
+    "avgpool": "MeanBackward1", "upsample": "UpsampleBilinear2DBackward0", "cat": "CatBackward0",
+    "softmax": "SoftmaxBackward0", "index": "IndexBackward0",
+}
+
+
+def backward_node(layer: Layer, c: Ctx) -> str:
+    """The autograd node name of a layer's backward."""
+    if layer.op == "attn":
+        return ("ScaledDotProductEfficientAttentionBackward0" if c.dt == "fp32"
+                else "ScaledDotProductFlashAttentionBackward0")
+    return _BACKWARD_NODE[layer.op]
+
+
+def backward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
+    """The aten ops one layer's autograd node runs (inside `evaluate_function: <Node>`)."""
+    dt, s, p = c.dt, c.scale, c.platform
+    g, mb = layer.gflop * s, layer.act_mb * s * (0.5 if dt != "fp32" else 1.0)
+    v, op = layer.variant, layer.op
+    if op in ("conv", "deconv"):
+        ks = [Kern(conv("dgrad", dt, p, v + 1, c.channels_last), 0.5, False, 128, 128, 49152),
+              Kern(conv("wgrad", dt, p, v, c.channels_last), 0.5, False, 128, 168, 65536)]
+        if not c.channels_last:
+            ks.insert(0, Kern(cudnn_transpose(True, dt), 0.06, True))
+            ks.append(Kern(cudnn_transpose(False, dt), 0.04, True))
+        return [OpCall(("aten::convolution_backward",), tuple(ks), 2 * g, mb * 5, 60.0,
+                       ("aten::empty", "aten::empty"))]
+    if op == "bn":
+        return [OpCall(("aten::cudnn_batch_norm_backward",),
+                       (Kern(batchnorm(False, dt, c.channels_last, v), 1.0, True, 512, 48),),
+                       0.0, mb * 4, 30.0, ("aten::empty_like",))]
+    if op in ("relu", "silu", "gelu", "sigmoid"):
+        chain = {"relu": ("aten::threshold_backward",), "silu": ("aten::silu_backward",),
+                 "gelu": ("aten::gelu_backward",), "sigmoid": ("aten::sigmoid_backward",)}[op]
+        kind = {"relu": "relu_bw", "silu": "silu_bw", "gelu": "gelu_bw", "sigmoid": "mul"}[op]
+        return [OpCall(chain, (Kern(elementwise(kind, dt), 1.0, True, 128, 20),), 0.0, mb * 3, 14.0)]
+    if op in ("add", "cat"):
+        return []  # AddBackward0 passes gradients through: no kernel
+    if op == "mul":
+        return [OpCall(("aten::mul",), (Kern(elementwise("mul", dt), 1.0, True),), 0.0, mb * 3, 12.0),
+                OpCall(("aten::mul",), (Kern(elementwise("mul", dt), 1.0, True),), 0.0, mb * 3, 12.0)]
+    if op == "linear":
+        return [OpCall(("aten::mm",), (Kern(gemm(dt, p, v + 1, "nn"), 1.0, False, 256, 232, 65536),),
+                       g, mb * 2, 20.0),
+                OpCall(("aten::mm",), (Kern(gemm(dt, p, v, "nt"), 1.0, False, 256, 232, 65536),),
+                       g, mb * 2, 20.0),
+                OpCall(("aten::sum",), (Kern(elementwise("sum", dt), 1.0, True),), 0.0, mb, 16.0)]
+    if op == "ln":
+        return [OpCall(("aten::native_layer_norm_backward",),
+                       (Kern(layernorm("bwd_input", dt), 0.6, True, 128, 40),
+                        Kern(layernorm("bwd_gamma", dt), 0.4, True, 256, 64)), 0.0, mb * 4, 28.0,
+                       ("aten::empty_like",))]
+    if op == "gn":
+        return [OpCall(("aten::native_group_norm_backward",),
+                       (Kern(groupnorm(False, dt), 0.5, True, 512, 32),
+                        Kern(elementwise("mul", dt), 0.5, True)), 0.0, mb * 4, 30.0)]
+    if op == "attn":
+        if dt == "fp32":
+            return [OpCall(("aten::_scaled_dot_product_efficient_attention_backward",
+                            "aten::_efficient_attention_backward"),
+                           (Kern(mem_efficient(False), 1.0, False, 128, 128, 49152),),
+                           2.5 * g, mb * 6, 50.0, ("aten::empty", "aten::empty"))]
+        return [OpCall(("aten::_scaled_dot_product_flash_attention_backward",
+                        "aten::_flash_attention_backward"),
+                       (Kern(flash("bwd_dot", dt), 0.05, True),
+                        Kern(flash("bwd_main", dt), 0.9, False, 256, 255, 98304),
+                        Kern(flash("bwd_convert", dt), 0.05, True)), 2.5 * g, mb * 6, 50.0,
+                       ("aten::empty", "aten::zeros"))]
+    if op == "maxpool":
+        return [OpCall(("aten::max_pool2d_with_indices_backward",),
+                       (Kern(elementwise("fill", dt), 0.3, True), Kern(pooling("max_bwd", dt), 0.7, True)),
+                       0.0, mb * 6, 20.0)]
+    if op == "avgpool":
+        return [OpCall(("aten::_adaptive_avg_pool2d_backward",),
+                       (Kern(pooling("avg_bwd", dt), 1.0, True),), 0.0, mb * 20, 16.0)]
+    if op == "upsample":
+        return [OpCall(("aten::upsample_bilinear2d_backward",),
+                       (Kern(elementwise("fill", dt), 0.3, True), Kern(pooling("up_bwd", dt), 0.7, True)),
+                       0.0, mb * 2, 20.0)]
+    if op == "softmax":
+        return [OpCall(("aten::_softmax_backward_data",), (Kern(softmax(False, dt), 1.0, True),),
+                       0.0, mb * 3, 14.0)]
+    if op == "index":
+        return [OpCall(("aten::index_put_", "aten::_index_put_impl_"),
+                       (Kern(elementwise("fill", dt), 0.3, True), Kern(elementwise("index", dt), 0.7, True)),
+                       0.0, mb * 3, 30.0)]
+    raise KeyError(op)
+
+
+def kernel_duration_us(k: Kern, call: OpCall, c: Ctx, eff: float) -> float:
+    """GPU time of one kernel: roofline of its share of the op's work, plus a fixed tail."""
+    p = c.platform
+    if k.memory_bound or call.gflop <= 0:
+        t = call.mbytes * k.share / (p.hbm_gbs * 1e-3 * eff)      # MB / (GB/s) -> us
+    else:
+        tf = p.tflops_fp32 if c.dt == "fp32" else p.tflops_fp16
+        t = call.gflop * k.share / (tf * 1e-3 * eff)               # GFLOP / TFLOP/s -> us
+    return 1.6 + t

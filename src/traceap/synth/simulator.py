@@ -1,0 +1,662 @@
+"""The training (or inference) loop of one rank, played on the `Engine`, as the profiler sees it.
+
+One profiler step is: `ProfilerStep#N` > DataLoader `__next__` > input H2D copies > forward
+(eager ops, or `Torch-Compiled Region`s) > loss > backward on the autograd thread (DDP buckets
+all-reduced on a NCCL stream as their gradients become ready) > optimizer step > zero_grad.
+Every anti-pattern is a knob of `RunConfig` that changes the mechanism (see `patterns.py`),
+and the loop marks where each mechanism makes the GPU wait, which is the ground truth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ops
+from .engine import Engine
+from .models import ModelSpec
+from .ops import Ctx, Kern, Layer, OpCall
+from .platforms import Platform
+
+COMPUTE_STREAM = 7
+_COMPUTE_OPS = {"conv", "deconv", "linear", "attn"}
+_FUSE_NAMES = {"bn": "_native_batch_norm_legit_functional", "relu": "relu", "silu": "silu",
+               "gelu": "gelu", "sigmoid": "sigmoid", "add": "add", "mul": "mul",
+               "ln": "native_layer_norm", "gn": "native_group_norm", "maxpool": "max_pool2d_with_indices",
+               "avgpool": "mean", "upsample": "_unsafe_index", "cat": "cat", "softmax": "_softmax",
+               "index": "index"}
+
+
+@dataclass
+class RunConfig:
+    """Everything that decides one rank's trace: workload, platform, settings, anti-patterns."""
+
+    model: ModelSpec
+    platform: Platform
+    batch: int
+    res: int
+    dt: str = "fp32"                 # compute dtype (fp16/bf16 = AMP autocast)
+    channels_last: bool = False
+    compiled: bool = False
+    mode: str = "train"              # train | infer
+    world_size: int = 1
+    rank: int = 0
+    steps: int = 3
+    first_step: int = 5
+    seed: int = 0
+    t0_us: float = 0.0
+    # data loading
+    num_workers: int = 8             # 0 -> single_process_dataloading
+    load_us_per_sample: float = 900.0   # decode + augment on one core
+    pin_memory: bool = True          # False -> no_pin_memory
+    # per-step habits of the training script
+    log_item: bool = True            # one loss.item() per step (normal)
+    item_syncs: int = 0              # excessive_memcpy: .item()/.cpu()/torch.tensor(...) per step
+    sync_steps: tuple[int, ...] = ()
+    graph_breaks: int = 0            # graph_break: number of breaks in the compiled forward
+    python_ops: int = 0              # cpu_bound: tiny ops in a Python loop per affected step
+    python_gap_us: float = 0.0
+    cpu_bound_steps: tuple[int, ...] = ()
+    # DDP
+    bucket_mb: float = 25.0          # tiny -> small_nccl_kernels
+    nccl_on_compute: bool = False    # nccl_blocks_compute_stream
+    allreduce_after_backward: bool = False   # nccl_compute_no_overlap
+    old_nccl_names: bool = False
+    # natural variety
+    benign_idle_us: float = 0.0
+    efficiency: float = 0.7          # how well kernels reach the roofline
+    optimizer: str = "AdamW"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ddp(self) -> bool:
+        return self.world_size > 1 and self.mode == "train"
+
+
+@dataclass
+class RunResult:
+    """A simulated rank: its events, metadata for the writer, and ground truth."""
+
+    events: list[dict]
+    device_properties: list[dict]
+    distributed_info: dict | None
+    anomalies: list[tuple[float, float, str]]
+    span: tuple[float, float]
+    n_kernels: int
+    pid: int
+    main_tid: int
+    bw_tid: int
+    device: int
+    streams: list[int]
+
+
+class _Run:
+    """One rank's loop.  Methods follow the order of a training step."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        p = cfg.platform
+        pid = int(self.rng.integers(20000, 4_000_000))
+        main_tid = pid
+        bw_tid = pid + int(self.rng.integers(7, 9000))
+        self.eng = Engine(self.rng, cfg.t0_us, pid, main_tid, bw_tid, cfg.rank, p.sms,
+                          p.threads_per_sm, p.cpu_speed * float(self.rng.uniform(0.85, 1.15)),
+                          corr0=int(self.rng.integers(1000, 90000)))
+        self.nccl_stream = int(self.rng.choice([20, 24, 28, 36, 56]))
+        scale = cfg.batch * (cfg.res / cfg.model.base_res) ** 2
+        self.ctx = Ctx(cfg.dt, cfg.channels_last, p, scale)
+        self.eff = cfg.efficiency
+        self.layers = cfg.model.layers
+        self.param_tensors = sum(1 for layer in self.layers if layer.params_m > 0) * 2
+        self.seq = int(self.rng.integers(100, 5000))
+        self.step_index = 0
+        self.ext_compute_free = 0.0
+
+    # -- small building blocks ----------------------------------------------------------------
+    def op(self, tid: int, call: OpCall, runtime: str = "cudaLaunchKernel",
+           seq: int | None = None, cpu_mult: float = 1.0) -> tuple[float, float]:
+        """Run an eager op: nested cpu_ops, their host cost, the kernels; (gpu_start, gpu_end)."""
+        e = self.eng
+        starts, exts = [], []
+        for _ in call.chain:
+            starts.append(e.clock[tid])
+            exts.append(e.next_ext())
+            e.clock[tid] += e.host(2.2 * cpu_mult)
+        for child in call.extra_children:
+            t = e.clock[tid]
+            d = e.host(2.0)
+            e.cpu_event(tid, child, t, d, e.next_ext())
+            e.clock[tid] = t + d + e.host(0.6)
+        e.clock[tid] += e.host(call.cpu_us * cpu_mult * 0.45)
+        lo, hi = math.inf, -math.inf
+        for k in call.kernels:
+            if not k.memory_bound and e.jit() > 1.05:
+                e.runtime(tid, "cudaFuncSetAttribute", e.host(1.6), exts[-1])
+            dur = ops.kernel_duration_us(k, call, self.ctx, self.eff) * e.jit() ** 0.5
+            rt = runtime
+            if runtime == "cudaLaunchKernel" and not k.memory_bound and self.cfg.platform.sm_tag == "sm90":
+                rt = "cudaLaunchKernelExC"
+            s, en = e.launch(tid, k.name, dur, COMPUTE_STREAM, exts[-1], k.block, k.regs, k.smem, rt)
+            lo, hi = min(lo, s), max(hi, en)
+        for i in range(len(call.chain) - 1, -1, -1):
+            e.clock[tid] += e.host(1.4 * cpu_mult)
+            extra = None
+            if i == 0 and seq is not None:
+                extra = {"Sequence number": seq, "Fwd thread id": 0}
+            e.cpu_event(tid, call.chain[i], starts[i], e.clock[tid] - starts[i], exts[i], extra=extra)
+        return lo, hi
+
+    def simple(self, tid: int, name: str, kern: str, mbytes: float, cpu_us: float = 12.0,
+               cpu_mult: float = 1.0) -> tuple[float, float]:
+        """A one-kernel elementwise op."""
+        return self.op(tid, OpCall((name,), (Kern(kern, 1.0, True, 128, 16),), 0.0, mbytes, cpu_us),
+                       cpu_mult=cpu_mult)
+
+    def starvation(self, pattern: str, cpu_start: float, cpu_end: float, backlog_end: float) -> None:
+        """Mark where a host-side stall leaves the GPU without work: after its backlog drains."""
+        start = max(cpu_start, backlog_end)
+        if cpu_end - start > 20.0:
+            self.eng.mark(pattern, start, cpu_end + 8.0)
+
+    # -- the step -----------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        cfg, e = self.cfg, self.eng
+        e.clock[e.main] += 50.0 + 400.0 * float(self.rng.random())
+        e.clock[e.bw] = e.clock[e.main]
+        for i in range(cfg.steps):
+            self.step_index = i
+            step = e.begin(e.main, f"ProfilerStep#{cfg.first_step + i}", gpu=False)
+            self.dataloader()
+            self.h2d()
+            if cfg.mode == "train":
+                self.train_step()
+            else:
+                self.infer_step()
+            if cfg.benign_idle_us and i == cfg.steps - 1:
+                e.idle(e.main, cfg.benign_idle_us * e.jit())     # e.g. a checkpoint or logging
+            e.end(step)
+        t_end = max(max(e.clock.values()), max(e.free.values(), default=0.0))
+        anomalies = [(a.start, min(a.end, t_end), a.pattern) for a in e.anomalies]
+        di = None
+        if cfg.world_size > 1:
+            di = {"backend": "nccl", "rank": cfg.rank, "world_size": cfg.world_size, "pg_count": 1,
+                  "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
+                                 "backend_config": "cuda:nccl", "pg_size": cfg.world_size,
+                                 "ranks": list(range(cfg.world_size))}],
+                  "nccl_version": "2.21.5"}
+        n_dev = max(cfg.world_size, 1) if cfg.world_size <= 8 else 8
+        props = [cfg.platform.device_properties(d) for d in range(n_dev)]
+        return RunResult(e.events, props, di, anomalies, (cfg.t0_us, t_end), e.n_launch,
+                         e.pid, e.main, e.bw, e.device, sorted(e.free))
+
+    def dataloader(self) -> None:
+        """`enumerate(DataLoader)#..._Iter.__next__`: loading in the main process or a queue get."""
+        cfg, e = self.cfg, self.eng
+        backlog = e.stream_free(COMPUTE_STREAM)
+        if cfg.num_workers == 0:
+            s = e.begin(e.main, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", gpu=False)
+            # decode + augment + ToTensor per sample, then collate, all in this thread
+            per = cfg.load_us_per_sample * (cfg.res / 224.0) ** 2 * cfg.model.video_frames
+            shown = min(cfg.batch, 24)
+            for _ in range(shown):
+                e.idle(e.main, e.host(per * cfg.batch / shown * 0.8))
+                for name in ("aten::to", "aten::div", "aten::sub"):
+                    t = e.clock[e.main]
+                    d = e.host(per * 0.05)
+                    e.cpu_event(e.main, name, t, d, e.next_ext())
+                    e.clock[e.main] = t + d
+            t = e.clock[e.main]
+            d = e.host(30.0 + 2.0 * cfg.batch)
+            e.cpu_event(e.main, "aten::stack", t, d, e.next_ext())
+            e.clock[e.main] = t + d
+            e.end(s)
+            self.starvation("single_process_dataloading", s.start, e.clock[e.main], backlog)
+        else:
+            s = e.begin(e.main, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", gpu=False)
+            e.idle(e.main, e.host(60.0 + 25.0 * float(self.rng.random() < 0.3) * e.jit() * 10))
+            e.end(s)
+
+    def h2d(self) -> None:
+        """Input batch (and targets) to the GPU: pinned + non_blocking, or pageable and blocking."""
+        cfg, e = self.cfg, self.eng
+        p = cfg.platform
+        nbytes = cfg.batch * 3 * cfg.res * cfg.res * 4 * cfg.model.video_frames
+        n_targets = 1 if cfg.model.task == "image_classification" else min(cfg.batch, 8) + 1
+        copies = [nbytes] + [max(64.0, cfg.batch * 8.0 * float(self.rng.integers(1, 200)))
+                             for _ in range(n_targets)]
+        t_first = None
+        last_end = 0.0
+        for nb in copies:
+            ext = e.next_ext()
+            t0 = e.clock[e.main]
+            t_first = t0 if t_first is None else t_first
+            e.clock[e.main] += e.host(8.0)
+            e.cpu_event(e.main, "aten::empty_strided", e.clock[e.main], e.host(2.0), e.next_ext())
+            e.clock[e.main] += e.host(3.0)
+            if cfg.pin_memory:
+                ts, gs, ge = e.memcpy(e.main, "HtoD (Pinned -> Device)", nb, p.h2d_pinned_gbs,
+                                      COMPUTE_STREAM, ext, blocking=False)
+            else:
+                ts, gs, ge = e.memcpy(e.main, "HtoD (Pageable -> Device)", nb, p.h2d_pageable_gbs,
+                                      COMPUTE_STREAM, ext, blocking=True)
+            last_end = max(last_end, ge)
+            e.clock[e.main] += e.host(2.0)
+            t1 = e.clock[e.main]
+            e.cpu_event(e.main, "aten::copy_", ts - 1.0, t1 - ts + 1.0, ext)
+            e.cpu_event(e.main, "aten::_to_copy", t0 + 2.0, t1 - t0 - 1.0, e.next_ext())
+            e.cpu_event(e.main, "aten::to", t0, t1 - t0 + 1.5, e.next_ext())
+            e.clock[e.main] = t1 + 2.0
+        if not cfg.pin_memory:
+            e.mark("no_pin_memory", t_first, last_end)
+
+    # -- forward ------------------------------------------------------------------------------
+    def forward(self) -> None:
+        cfg, e = self.cfg, self.eng
+        ann = e.begin(e.main, "DistributedDataParallel.forward") if cfg.ddp else None
+        if cfg.ddp:
+            # DDP checks for unused params / rebuilt buckets each iteration: small host work
+            e.idle(e.main, e.host(40.0))
+        if cfg.compiled:
+            self.compiled_forward()
+        else:
+            for layer in self.layers:
+                self.seq += 1
+                for call in ops.forward_ops(layer, self.ctx):
+                    self.op(e.main, call, seq=self.seq if cfg.mode == "train" else None)
+        if ann:
+            e.end(ann)
+
+    def _regions(self) -> list[tuple[int, int]]:
+        """Layer index ranges of the compiled regions (graph breaks split the forward)."""
+        n = len(self.layers)
+        k = self.cfg.graph_breaks + 1
+        cuts = sorted(set(int(c) for c in np.linspace(0, n, k + 1)[1:-1]))
+        bounds = [0, *cuts, n]
+        return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+
+    def _compiled_kernels(self, layers: tuple[Layer, ...], backward: bool,
+                          region: int) -> list[tuple[str, OpCall, Kern, str | None]]:
+        """Inductor's schedule for a region: extern conv/GEMM kernels and fused Triton kernels."""
+        out: list[tuple[str, OpCall, Kern, str | None]] = []
+        run: list[Layer] = []
+        idx = 0
+
+        def flush():
+            nonlocal idx, run
+            if not run:
+                return
+            names = "_".join(dict.fromkeys(_FUSE_NAMES[x.op] for x in run))[:90]
+            mb = sum(x.act_mb for x in run) * self.ctx.scale * (0.5 if self.ctx.dt != "fp32" else 1.0)
+            red = any(x.op in ("bn", "ln", "gn", "avgpool", "softmax") for x in run)
+            kind = ("red" if backward else "per") if red else "poi"
+            name = ops.triton_name(kind, names, idx)
+            call = OpCall((), (Kern(name, 1.0, True, 256 if kind != "poi" else 512, 40),), 0.0,
+                          mb * (2.2 if not backward else 3.0), 0.0)
+            out.append(("triton", call, call.kernels[0], None))
+            idx += 1
+            run = []
+
+        seq = list(reversed(layers)) if backward else list(layers)
+        for layer in seq:
+            if layer.op in _COMPUTE_OPS:
+                flush()
+                calls = (ops.backward_ops(layer, self.ctx) if backward
+                         else [c for c in ops.forward_ops(layer, self.ctx) if c.gflop > 0 or
+                               c.chain[0] != "aten::to"])
+                for c in calls:
+                    for k in c.kernels:
+                        if "Kernel<4" in k.name or "nchwToNhwc" in k.name or "nhwcToNchw" in k.name:
+                            continue  # inductor keeps tensors channels-last: no cuDNN transposes
+                        if "vectorized_elementwise" in k.name or "reduce_kernel" in k.name:
+                            continue
+                        out.append(("extern", c, k, c.chain[-1]))
+            else:
+                run.append(layer)
+        flush()
+        return out
+
+    def compiled_region(self, lo: int, hi: int, region: int, n_regions: int) -> None:
+        cfg, e = self.cfg, self.eng
+        t = e.clock[e.main]
+        d = e.host(14.0)
+        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
+        e.clock[e.main] = t + d + e.host(8.0)
+        ann = e.begin(e.main, f"Torch-Compiled Region: {region}/0")
+        cf_start, cf_ext = e.clock[e.main], e.next_ext()
+        e.clock[e.main] += e.host(25.0)
+        for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], False, region):
+            dur = ops.kernel_duration_us(k, call, self.ctx, self.eff * 1.1) * e.jit() ** 0.5
+            if kind == "triton":
+                e.clock[e.main] += e.host(3.0)
+                e.launch(e.main, k.name, dur, COMPUTE_STREAM, cf_ext, k.block, k.regs, k.smem,
+                         "cuLaunchKernel")
+            else:
+                t = e.clock[e.main]
+                x = e.next_ext()
+                e.clock[e.main] += e.host(6.0)
+                e.launch(e.main, k.name, dur, COMPUTE_STREAM, x, k.block, k.regs, k.smem)
+                e.clock[e.main] += e.host(2.0)
+                e.cpu_event(e.main, aten, t, e.clock[e.main] - t, x)
+        e.clock[e.main] += e.host(10.0)
+        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
+                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
+        e.end(ann)
+
+    def compiled_forward(self) -> None:
+        """Compiled regions; between two of them an eager stretch (the graph break)."""
+        cfg, e = self.cfg, self.eng
+        regions = self._regions()
+        for r, (lo, hi) in enumerate(regions):
+            if r > 0:
+                self.graph_break_gap(lo)
+            self.compiled_region(lo, hi, r, len(regions))
+
+    def graph_break_gap(self, at_layer: int) -> None:
+        """What a graph break costs: the resume in Python, a few eager ops, maybe a sync."""
+        cfg, e = self.cfg, self.eng
+        cpu_start = e.clock[e.main]
+        gpu_before = e.stream_free(COMPUTE_STREAM)
+        if self.rng.random() < 0.6:
+            # data-dependent control flow (`if x.sum().item() > 0`) broke the graph: it syncs
+            self.item_sync(e.main, "aten::item")
+        e.idle(e.main, e.host(float(self.rng.uniform(250, 1200))))   # guard eval + resume frame
+        lo = max(0, at_layer - 3)
+        eager = [x for x in self.layers[lo:at_layer + 2] if x.op not in _COMPUTE_OPS][:4] or \
+            [Layer("add", 0, 1.0)]
+        g_lo, g_hi = math.inf, -math.inf
+        for layer in eager:
+            for call in ops.forward_ops(layer, self.ctx):
+                s, en = self.op(e.main, call, cpu_mult=1.5)
+                g_lo, g_hi = min(g_lo, s), max(g_hi, en)
+        e.idle(e.main, e.host(float(self.rng.uniform(150, 500))))
+        self.starvation("graph_break", cpu_start, e.clock[e.main], gpu_before)
+        if g_hi > g_lo:
+            e.mark("graph_break", g_lo, g_hi)
+
+    # -- loss, syncs, Python-heavy code -------------------------------------------------------
+    def item_sync(self, tid: int, name: str = "aten::item") -> None:
+        """`.item()` / `.cpu()`: a D2H copy of a few bytes and a stream sync."""
+        e = self.eng
+        x0, t0 = e.next_ext(), e.clock[tid]
+        e.clock[tid] += e.host(3.0)
+        x1, t1 = e.next_ext(), e.clock[tid]
+        e.clock[tid] += e.host(2.5)
+        e.memcpy(tid, "DtoH (Device -> Pageable)", 4 if name == "aten::item" else 4096,
+                 self.cfg.platform.h2d_pageable_gbs, COMPUTE_STREAM, x1, blocking=False)
+        e.sync(tid, COMPUTE_STREAM, x1)
+        e.clock[tid] += e.host(2.0)
+        if name == "aten::item":
+            e.cpu_event(tid, "aten::_local_scalar_dense", t1, e.clock[tid] - t1, x1)
+        else:
+            e.cpu_event(tid, "aten::copy_", t1, e.clock[tid] - t1, x1)
+            name = "aten::to"
+        e.clock[tid] += e.host(1.0)
+        e.cpu_event(tid, name, t0, e.clock[tid] - t0, x0)
+
+    def loss(self) -> None:
+        cfg, e = self.cfg, self.eng
+        dt = cfg.dt
+        mb = cfg.batch * 0.004
+        if cfg.model.task == "image_classification" or cfg.model.task == "action_recognition":
+            lsm, nll, _, _ = ops.loss_kernels(dt)
+            self.op(e.main, OpCall(("aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax"),
+                                   (Kern(lsm, 1.0, True),), 0.0, mb, 20.0))
+            self.op(e.main, OpCall(("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss_forward"),
+                                   (Kern(nll, 1.0, True),), 0.0, mb, 16.0))
+        else:
+            # task losses: a handful of elementwise + reductions (L1/IoU/focal/MSE terms)
+            for kind in ("sub", "abs", "mean", "mul", "add"):
+                k = ops.elementwise({"sub": "add", "abs": "mul_scalar", "mean": "mean",
+                                     "mul": "mul", "add": "add"}[kind], dt if kind != "mean" else "fp32")
+                self.simple(e.main, f"aten::{kind}", k, 4.0 * cfg.batch * 0.05)
+            if cfg.model.python_loss:
+                # target assignment per image (matching, masks): a short loop of small ops
+                for _ in range(min(cfg.batch, 6)):
+                    self.simple(e.main, "aten::index", ops.elementwise("index", "fp32"), 0.2)
+                    self.simple(e.main, "aten::mul", ops.elementwise("mul", "fp32"), 0.1)
+        if self.step_index in cfg.sync_steps and cfg.item_syncs:
+            self.excessive_memcpy()
+        if self.step_index in cfg.cpu_bound_steps and cfg.python_ops:
+            self.python_heavy()
+
+    def excessive_memcpy(self) -> None:
+        """Per-sample `.item()` / `.cpu()` / `torch.tensor(..., device="cuda")` in the loop."""
+        cfg, e = self.cfg, self.eng
+        t0 = e.clock[e.main]
+        backlog = e.stream_free(COMPUTE_STREAM)
+        first_gpu = None
+        for i in range(cfg.item_syncs):
+            r = i % 3
+            if r == 0:
+                self.item_sync(e.main, "aten::item")
+            elif r == 1:
+                self.item_sync(e.main, "aten::cpu")
+            else:
+                x = e.next_ext()
+                ts, gs, ge = e.memcpy(e.main, "HtoD (Pageable -> Device)", 256 * (1 + i % 7),
+                                      cfg.platform.h2d_pageable_gbs, COMPUTE_STREAM, x, blocking=True)
+                e.cpu_event(e.main, "aten::copy_", ts - 1.0, e.clock[e.main] - ts + 1.0, x)
+                first_gpu = gs if first_gpu is None else first_gpu
+            self.simple(e.main, "aten::mul", ops.elementwise("mul", "fp32"), 0.05)
+            e.idle(e.main, e.host(25.0))
+        # the first sync drains the backlog; from then on every call makes the GPU wait
+        e.mark("excessive_memcpy", min(max(t0, backlog), e.clock[e.main]),
+               max(e.clock[e.main], e.stream_free(COMPUTE_STREAM)))
+
+    def python_heavy(self) -> None:
+        """A Python loop issuing tiny ops: the GPU waits on the interpreter (cpu_bound)."""
+        cfg, e = self.cfg, self.eng
+        t0 = e.clock[e.main]
+        backlog = e.stream_free(COMPUTE_STREAM)
+        kinds = [("aten::add", "add"), ("aten::mul", "mul"), ("aten::index", "index"),
+                 ("aten::sigmoid", "sigmoid"), ("aten::div", "div"), ("aten::cat", "cat")]
+        for i in range(cfg.python_ops):
+            name, kind = kinds[i % len(kinds)]
+            self.simple(e.main, name, ops.elementwise(kind, "fp32"), 0.02 + 0.03 * e.jit(),
+                        cpu_mult=1.8)
+            e.idle(e.main, e.host(cfg.python_gap_us))
+        self.starvation("cpu_bound", t0, e.clock[e.main], backlog)
+
+    # -- backward and DDP ---------------------------------------------------------------------
+    def allreduce(self, tid: int, nbytes: float, stream: int) -> tuple[float, float]:
+        """One bucket: record_param_comms > nccl:all_reduce > event wait + NCCL kernel."""
+        cfg, e = self.cfg, self.eng
+        p = cfg.platform
+        nel = int(nbytes // 4)
+        ranks = str(list(range(cfg.world_size)))
+        comms = {"Process Group Name": "0", "Process Group Description": "default_pg",
+                 "Process Group Ranks": ranks, "Group size": cfg.world_size,
+                 "In msg nelems": nel, "Out msg nelems": nel, "dtype": "Float",
+                 "In split size": "[]", "Out split size": "[]", "Collective name": "allreduce"}
+        rpc = e.begin(tid, "record_param_comms", cat="cpu_op", gpu=False,
+                      args={**comms, "Global rank start": 0, "Global rank stride": 1})
+        ann = e.begin(tid, "nccl:all_reduce")
+        e.clock[tid] += e.host(12.0)
+        if stream != COMPUTE_STREAM:
+            e.runtime(tid, "cudaEventRecord", e.host(2.5), ann.ext)
+            e.runtime(tid, "cudaStreamWaitEvent", e.host(2.0), ann.ext)
+        ws = cfg.world_size
+        bus = 2 * (ws - 1) / ws * nbytes / (p.nccl_bus_gbs * 1e3)
+        lat = 9.0 + 2.5 * ws + float(self.rng.exponential(12.0))   # launch + waiting for peers
+        dur = bus + lat
+        name = ops.nccl_allreduce("fp32", nbytes, cfg.old_nccl_names)
+        s, en = e.launch(tid, name, dur, stream, ann.ext, 544, 96, 87568,
+                         not_before=e.stream_free(COMPUTE_STREAM), extra_args=comms)
+        e.clock[tid] += e.host(20.0)
+        e.end(ann)
+        e.end(rpc)
+        return s, en
+
+    def backward(self) -> None:
+        cfg, e = self.cfg, self.eng
+        main, bw = e.main, e.bw
+        self.simple(main, "aten::ones_like", ops.elementwise("fill", "fp32"), 0.001)
+        if cfg.dt == "fp16":   # GradScaler: loss * scale
+            self.simple(main, "aten::mul", ops.elementwise("mul", "fp32"), 0.001)
+        e.clock[bw] = max(e.clock[bw], e.clock[main] + e.host(15.0))
+        cap0 = 1.0 * 2**20                       # DDP's first bucket is 1 MB
+        cap = cfg.bucket_mb * 2**20
+        bucket = 0.0
+        pending: list[float] = []
+        nccl_stream = COMPUTE_STREAM if cfg.nccl_on_compute else self.nccl_stream
+        nccl_spans: list[tuple[float, float]] = []
+        n_buckets = 0
+        if cfg.compiled:
+            regions = self._regions()
+            for r in range(len(regions) - 1, -1, -1):
+                lo, hi = regions[r]
+                self.compiled_backward(lo, hi)
+                bucket += sum(x.params_m for x in self.layers[lo:hi]) * 4e6
+                if cfg.ddp and bucket >= (cap0 if n_buckets == 0 else cap) and not cfg.allreduce_after_backward:
+                    nccl_spans.append(self.allreduce(bw, bucket, nccl_stream))
+                    n_buckets += 1
+                    bucket = 0.0
+        else:
+            for layer in reversed(self.layers):
+                node = ops.backward_node(layer, self.ctx)
+                calls = ops.backward_ops(layer, self.ctx)
+                seq = self.seq
+                self.seq -= 1
+                x0, t0 = e.next_ext(), e.clock[bw]
+                e.clock[bw] += e.host(4.0)
+                x1, t1 = e.next_ext(), e.clock[bw]
+                e.clock[bw] += e.host(3.0)
+                for call in calls:
+                    self.op(bw, call)
+                e.clock[bw] += e.host(2.0)
+                e.cpu_event(bw, node, t1, e.clock[bw] - t1, x1,
+                            extra={"Sequence number": seq, "Fwd thread id": 1})
+                e.clock[bw] += e.host(1.5)
+                e.cpu_event(bw, f"autograd::engine::evaluate_function: {node}", t0,
+                            e.clock[bw] - t0, x0, extra={"Sequence number": seq, "Fwd thread id": 1})
+                if layer.params_m > 0:
+                    self.accumulate_grad(bw)
+                    bucket += layer.params_m * 4e6
+                    if cfg.ddp:
+                        self.simple(bw, "torch::distributed::reducer::mul_out",
+                                    ops.elementwise("mul_scalar", "fp32"), layer.params_m * 8)
+                        limit = cap0 if n_buckets == 0 else cap
+                        if bucket >= limit:
+                            if cfg.allreduce_after_backward:
+                                pending.append(bucket)
+                            else:
+                                nccl_spans.append(self.allreduce(bw, bucket, nccl_stream))
+                            n_buckets += 1
+                            bucket = 0.0
+        compute_done = e.stream_free(COMPUTE_STREAM)
+        if cfg.ddp and bucket > 0:
+            if cfg.allreduce_after_backward:
+                pending.append(bucket)
+            else:
+                nccl_spans.append(self.allreduce(bw, bucket, nccl_stream))
+        e.clock[main] = max(e.clock[main], e.clock[bw] + e.host(20.0))
+        if pending:
+            # a hand-written loop of dist.all_reduce(p.grad) after loss.backward(): nothing
+            # overlaps, the compute stream sits idle until the last one is done
+            for nb in pending:
+                nccl_spans.append(self.allreduce(main, nb, self.nccl_stream))
+            e.mark("nccl_compute_no_overlap", compute_done, nccl_spans[-1][1])
+        if cfg.ddp:
+            # DDP's finalize: the compute stream waits for the communication stream
+            e.runtime(main, "cudaStreamWaitEvent", e.host(2.0), e.next_ext())
+            e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), e.stream_free(self.nccl_stream))
+        if cfg.bucket_mb < 2.0 and nccl_spans:
+            e.mark("small_nccl_kernels", nccl_spans[0][0], nccl_spans[-1][1])
+        if cfg.nccl_on_compute:
+            for s, en in nccl_spans:
+                e.mark("nccl_blocks_compute_stream", s, en)
+
+    def compiled_backward(self, lo: int, hi: int) -> None:
+        cfg, e = self.cfg, self.eng
+        bw = e.bw
+        x0, t0 = e.next_ext(), e.clock[bw]
+        e.clock[bw] += e.host(5.0)
+        x1, t1 = e.next_ext(), e.clock[bw]
+        e.clock[bw] += e.host(30.0)
+        for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], True, 0):
+            dur = ops.kernel_duration_us(k, call, self.ctx, self.eff * 1.1) * e.jit() ** 0.5
+            if kind == "triton":
+                e.clock[bw] += e.host(3.0)
+                e.launch(bw, k.name, dur, COMPUTE_STREAM, x1, k.block, k.regs, k.smem, "cuLaunchKernel")
+            else:
+                t = e.clock[bw]
+                x = e.next_ext()
+                e.clock[bw] += e.host(6.0)
+                e.launch(bw, k.name, dur, COMPUTE_STREAM, x, k.block, k.regs, k.smem)
+                e.clock[bw] += e.host(2.0)
+                e.cpu_event(bw, aten, t, e.clock[bw] - t, x)
+        e.clock[bw] += e.host(8.0)
+        e.cpu_event(bw, "CompiledFunctionBackward", t1, e.clock[bw] - t1, x1,
+                    extra={"Sequence number": self.seq, "Fwd thread id": 1})
+        e.clock[bw] += e.host(1.0)
+        e.cpu_event(bw, "autograd::engine::evaluate_function: CompiledFunctionBackward", t0,
+                    e.clock[bw] - t0, x0, extra={"Sequence number": self.seq, "Fwd thread id": 1})
+        for _ in range(min(6, sum(1 for x in self.layers[lo:hi] if x.params_m > 0))):
+            self.accumulate_grad(bw)
+
+    def accumulate_grad(self, tid: int) -> None:
+        e = self.eng
+        x0, t0 = e.next_ext(), e.clock[tid]
+        e.clock[tid] += e.host(2.5)
+        x1, t1 = e.next_ext(), e.clock[tid]
+        e.clock[tid] += e.host(1.5)
+        t2 = e.clock[tid]
+        e.cpu_event(tid, "aten::detach", t2, e.host(1.2), e.next_ext())
+        e.clock[tid] += e.host(2.5)
+        e.cpu_event(tid, "torch::autograd::AccumulateGrad", t1, e.clock[tid] - t1, x1)
+        e.clock[tid] += e.host(0.8)
+        e.cpu_event(tid, "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+                    t0, e.clock[tid] - t0, x0)
+
+    def optimizer_step(self) -> None:
+        cfg, e = self.cfg, self.eng
+        opt = cfg.optimizer
+        params_mb = self.cfg.model.params_m * 4.0
+        s = e.begin(e.main, f"Optimizer.step#{opt}.step")
+        chunks = max(1, math.ceil(self.param_tensors / 110))     # multi_tensor_apply chunking
+        if opt == "AdamW":
+            self.simple(e.main, "aten::_foreach_add_", ops.foreach("add_scalar"), 0.01)  # step count
+            self.op(e.main, OpCall(("aten::_fused_adamw_",),
+                                   tuple(Kern(ops.foreach("adam"), 1.0 / chunks, True, 512, 64)
+                                         for _ in range(chunks)), 0.0, params_mb * 7, 60.0))
+        else:
+            for name, kind, mult in (("aten::_foreach_add_", "add_list", 3),
+                                     ("aten::_foreach_mul_", "mul_scalar", 2),
+                                     ("aten::_foreach_add_", "add_list", 3),
+                                     ("aten::_foreach_add_", "add_list", 3)):
+                self.op(e.main, OpCall((name,), tuple(Kern(ops.foreach(kind), 1.0 / chunks, True, 512, 32)
+                                                      for _ in range(chunks)), 0.0, params_mb * mult, 30.0))
+        e.end(s)
+        z = e.begin(e.main, f"Optimizer.zero_grad#{opt}.zero_grad", gpu=False)
+        e.idle(e.main, e.host(20.0 + self.param_tensors * 0.4))    # set_to_none: no kernels
+        e.end(z)
+
+    def train_step(self) -> None:
+        cfg, e = self.cfg, self.eng
+        self.forward()
+        self.loss()
+        self.backward()
+        self.optimizer_step()
+        if cfg.log_item:
+            self.item_sync(e.main, "aten::item")
+
+    def infer_step(self) -> None:
+        cfg, e = self.cfg, self.eng
+        repeats = 4 if cfg.model.task == "image_generation" else 1      # sampler timesteps
+        for _ in range(repeats):
+            self.forward()
+        dt = cfg.dt
+        self.simple(e.main, "aten::softmax", ops.softmax(True, dt), 0.01 * cfg.batch)
+        if self.step_index in cfg.sync_steps and cfg.item_syncs:
+            self.excessive_memcpy()
+        if self.step_index in cfg.cpu_bound_steps and cfg.python_ops:
+            self.python_heavy()
+        self.item_sync(e.main, "aten::cpu")          # predictions back to the host (normal)
+
+
+def simulate(cfg: RunConfig) -> RunResult:
+    """Play one rank's profiled steps; events in Kineto form plus ground-truth intervals."""
+    return _Run(cfg).run()
