@@ -251,6 +251,20 @@ def test_fitting_uses_train_split_labels_only(result, dataset):
     assert result.n_fit_traces == {"constant": 2}
 
 
+def test_factory_builds_and_fits_one_detector_per_window_count(dataset):
+    built: dict[int, Constant] = {}
+
+    def factory(n: int) -> Constant:
+        built[n] = Constant(n / 1000)
+        return built[n]
+
+    r = evaluate(dataset, {"per_n": factory}, config=EvalConfig(windows=(20, 40)),
+                 fit=["per_n"], on_warning=lambda m: None)
+    assert sorted(built) == [20, 40]
+    assert all(c.fitted_on == [(2, [1, 0])] for c in built.values())
+    assert {float(r.scores["per_n"][0]) for r in r.records if r.n == 40} == {0.04}
+
+
 def test_dataset_without_train_split_evaluates_unfitted(tmp_path):
     root = build(tmp_path / "d", [x for x in LAYOUT if x[2] != "train"][:4])
     const = Constant(0.2)
@@ -309,3 +323,60 @@ def test_bad_inputs(tmp_path):
         evaluate(root, {"random": Coin()})
     with pytest.raises(ValueError, match="unknown split"):
         EvalConfig(splits=("test",))
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def traceap_cli(monkeypatch, capsys):
+    """Run `traceap eval ARGS` in this process, as the installed command would."""
+    from traceap.cli import main
+
+    def run(*args: str) -> Run:
+        monkeypatch.setattr("sys.argv", ["traceap", "eval", *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        out = capsys.readouterr()
+        return Run(exit_.value.code or 0, out.out, out.err)
+    return run
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "{tmp}/nothing"], "no manifest.jsonl"),
+    (["--dataset", "{data}", "--detectors", "rule,psychic"], "unknown detector 'psychic'"),
+    (["--dataset", "{data}", "--windows", "50,many"], "--windows"),
+    (["--dataset", "{data}", "--split", "holdout"], "unknown split 'holdout'"),
+    (["--dataset", "{data}", "--detectors", "rule", "--ablation", "--ablation-dir", "{tmp}/none"],
+     "--ablation"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(traceap_cli, dataset, tmp_path, args, message):
+    p = traceap_cli(*(a.format(tmp=tmp_path, data=dataset) for a in args))
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_cli_writes_tables_scores_and_plots(traceap_cli, dataset, tmp_path):
+    out = tmp_path / "out"
+    p = traceap_cli("--dataset", str(dataset), "--detectors", "rule,expert", "--windows", "20,40",
+                    "--classifier", "offline", "--out", str(out), "--plot-traces", "od_bad,ig_bad")
+    assert p.returncode == 0, p.stderr
+    assert "gone" in p.stderr and "missing" in p.stderr       # reported, not fatal
+    assert "(paper Table 3)" in p.stdout and "(paper Table 4)" in p.stdout
+    s = orjson.loads((out / "eval.json").read_bytes())
+    assert s["detectors"] == ["rule", "expert"] and s["windows"] == [20, 40]
+    assert s["n_fit_traces"] == {"rule": 2}
+    for d in ("rule", "expert"):
+        auc = s["detection"]["40"][d]["seen"]["avg"]
+        assert auc is not None and 0.0 <= auc <= 1.0
+    assert s["classification"]["offline"]["40"]["confusion"]["labels"][-1] == "none"
+    lines = (out / "scores.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 8
+    first = orjson.loads(lines[0])
+    assert len(first["scores"]["rule"]) == first["n_windows"] == len(first["labels"])
+    for f in ("eval.md", "roc_N20.png", "roc_N40.png", "timelines_N40.png"):
+        assert (out / f).stat().st_size > 0

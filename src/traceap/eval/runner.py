@@ -84,6 +84,8 @@ class TraceRecord:
     flagged: dict[str, np.ndarray] = field(default_factory=dict)
     #: classifier -> predicted pattern for each truly anomalous window, in window order.
     calls: dict[str, list[str | None]] = field(default_factory=dict)
+    #: classifier -> how many of its calls came from each source ("llm", "offline-fallback", ...).
+    sources: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -142,11 +144,25 @@ class _Loader:
             return None
 
 
-def fit_detectors(detectors: Mapping[str, Detector], names: Iterable[str],
-                  train: Sequence[Entry], load_trace: Callable[[Entry], Trace | None]) -> int:
-    """Fit the named detectors on train traces with trace-level labels; returns traces used."""
-    names = [n for n in names if n in detectors]
-    if not names or not train:
+#: A detector, or a factory that builds one for a window count N (for detectors whose
+#: features depend on the window width, such as clustering, fitted once per N).
+DetectorSpec = Detector | Callable[[int], Detector]
+
+
+def instances(specs: Mapping[str, DetectorSpec], windows: Sequence[int]) -> dict[int, dict[str, Detector]]:
+    """N -> name -> detector: one shared object for a plain detector, one per N for a factory."""
+    out: dict[int, dict[str, Detector]] = {n: {} for n in windows}
+    for name, spec in specs.items():
+        for n in windows:
+            out[n][name] = spec if isinstance(spec, Detector) else spec(n)
+    return out
+
+
+def fit_detectors(detectors: Iterable[Detector], train: Sequence[Entry],
+                  load_trace: Callable[[Entry], Trace | None]) -> int:
+    """Fit detectors on train traces with trace-level labels; returns the traces used."""
+    detectors = list({id(d): d for d in detectors}.values())
+    if not detectors or not train:
         return 0
     traces, labels = [], []
     for e in track(train, "loading train traces"):
@@ -156,8 +172,8 @@ def fit_detectors(detectors: Mapping[str, Detector], names: Iterable[str],
             labels.append(1 if e.is_bad else 0)   # the label only: never e.anomalies
     if not traces:
         return 0
-    for n in names:
-        detectors[n].fit(traces, labels)
+    for d in track(detectors, "fitting detectors"):
+        d.fit(traces, labels)
     return len(traces)
 
 
@@ -215,6 +231,11 @@ class EvalResult:
         out: dict = {"tasks": {}}
         every_true: list[str] = []
         every_pred: list[str | None] = []
+        sources: dict[str, int] = {}
+        for r in self.of(n):
+            for src, k in r.sources.get(name, {}).items():
+                sources[src] = sources.get(src, 0) + k
+        out["sources"] = dict(sorted(sources.items()))
         listed = [t for ts in self.tasks.values() for t in ts]
         for group, tasks in self.tasks.items():
             split = self._split_of(group)
@@ -303,16 +324,17 @@ def _threshold(detector: Detector, default: float) -> float:
     return float(t) if isinstance(t, (int, float)) and 0.0 <= t <= 1.0 else default
 
 
-def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, Detector],
+def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
              classifiers: Mapping[str, object] | None = None,
              config: EvalConfig = EvalConfig(), fit: Iterable[str] = (),
-             ablation: Mapping[str, Detector] | None = None,
+             ablation: Mapping[str, DetectorSpec] | None = None,
              on_warning: Callable[[str], None] | None = None) -> EvalResult:
     """Evaluate `detectors` (and `classifiers`) on the test splits of a dataset.
 
-    `fit` names the detectors to fit on the train split (trace-level labels only) before
-    testing.  `ablation` are extra detectors (model variants) reported in the ablation table.
-    Classifiers are given, for each truly anomalous window, the scores of the first detector.
+    A detector may be given as a factory `N -> Detector` to get one instance per window
+    count.  `fit` names the detectors to fit on the train split (trace-level labels only)
+    before testing.  `ablation` are extra detectors (model variants) reported in the ablation
+    table.  Classifiers get, with the truly anomalous windows, the first detector's scores.
     """
     classifiers = dict(classifiers or {})
     ablation = dict(ablation or {})
@@ -334,15 +356,16 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, Detector],
 
     load_trace = _Loader(dataset, warn)
     t0 = time.perf_counter()
+    per_n = instances({**detectors, **ablation}, config.windows)
     train = select([e for e in entries if e.split == "train"], config.fit_limit,
                    key=lambda e: (e.label,))
     fit_names = [n for n in fit if n in detectors]
-    n_fit = fit_detectors(detectors, fit_names, train, load_trace)
+    n_fit = fit_detectors([per_n[n][name] for n in config.windows for name in fit_names],
+                          train, load_trace)
     if fit_names and n_fit == 0:
         warn(f"{dataset}: no train traces; {', '.join(fit_names)} evaluated unfitted")
 
-    all_detectors = {**detectors, **ablation}
-    primary = next(iter(all_detectors), None)
+    primary = next(iter(per_n[config.windows[0]]), None)
     records: list[TraceRecord] = []
     for entry in track(chosen, "evaluating traces"):
         trace = load_trace(entry)
@@ -353,7 +376,7 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, Detector],
             y = window_labels(entry, w)
             rec = TraceRecord(entry.id, entry.split, entry.task, entry.is_bad, n,
                               (float(w.edges[0]), float(w.edges[-1])), y, window_patterns(entry, w))
-            for name, det in all_detectors.items():
+            for name, det in per_n[n].items():
                 t1 = time.perf_counter()
                 s = np.asarray(det.score_windows(w), dtype=np.float64)
                 rec.seconds[name] = time.perf_counter() - t1
@@ -372,6 +395,9 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, Detector],
                         raise ValueError(f"classifier {name!r} returned {len(calls)} calls "
                                          f"for {len(idx)} windows")
                     rec.calls[name] = [c.pattern for c in calls]
+                    for c in calls:
+                        src = str(getattr(c, "source", name))
+                        rec.sources.setdefault(name, {})[src] = rec.sources.get(name, {}).get(src, 0) + 1
             records.append(rec)
         del trace
     if not records:
@@ -381,5 +407,5 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, Detector],
                       time.perf_counter() - t0)
 
 
-__all__ = ["EvalConfig", "EvalResult", "GROUPS", "SCHEMA", "TraceRecord",
-           "evaluate", "fit_detectors", "select", "test_entries"]
+__all__ = ["DetectorSpec", "EvalConfig", "EvalResult", "GROUPS", "SCHEMA", "TraceRecord",
+           "evaluate", "fit_detectors", "instances", "select", "test_entries"]

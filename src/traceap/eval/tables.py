@@ -179,10 +179,13 @@ def markdown(s: dict, heading: str = "##") -> str:
         parts += [f"{h} Pattern classification accuracy (%) of the `{c}` classifier (paper Table 4)",
                   "On truly anomalous windows (true pattern = the anomaly covering most of the "
                   "window); the number of windows in parentheses.",
-                  classification_table(s, c),
-                  f"Confusion matrix (windows, N<sub>w</sub> = {m}; rows true, columns predicted; "
-                  f"`none` = no pattern named):",
-                  confusion_table(s, c, m)]
+                  classification_table(s, c)]
+        src = s["classification"][c][str(m)].get("sources", {})
+        if src and set(src) != {c}:
+            parts.append(f"Who answered (N<sub>w</sub> = {m}): " + ", ".join(
+                f"{k} {v}" for k, v in src.items()) + " windows.")
+        parts += [f"Confusion matrix (windows, N<sub>w</sub> = {m}; rows true, columns "
+                  f"predicted; `none` = no pattern named):", confusion_table(s, c, m)]
     if s["ablation"]:
         parts += [f"{h} Ablation of the model (paper Table 5)",
                   "Average window AUC over seen and unseen tasks, per variant checkpoint.",

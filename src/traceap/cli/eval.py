@@ -1,0 +1,211 @@
+"""`traceap eval --dataset DIR`: the paper's tables (3, 4, 5) and more, on any dataset."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import orjson
+import typer
+
+from ..errors import TraceapError
+
+DEFAULT_DETECTORS = "rule,clustering,expert,model"
+#: Detectors fitted on the train split (trace-level labels); the model brings its checkpoint.
+FIT = ("rule", "clustering")
+#: Detectors whose window features depend on the window width: one instance per N.
+PER_N = ("clustering",)
+ABLATION_FLAGS = ("no_event_adapter", "no_transformer", "no_relation")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_)
+
+
+def _names(text: str, what: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names and what != "classifier":
+        raise TraceapError(f"--{what}: give at least one name")
+    return list(dict.fromkeys(names))
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TraceapError(f"--{what}: expected comma-separated integers, not {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise TraceapError(f"--{what}: expected positive integers, not {text!r}")
+    return tuple(dict.fromkeys(values))
+
+
+def build_detectors(names: list[str], explicit: bool, model: Path | None,
+                    warn) -> dict[str, object]:
+    """Detectors (or per-N factories) by name; a default one that is unavailable is dropped."""
+    from ..detectors.registry import DETECTOR_NAMES, make_detector
+
+    unknown = [n for n in names if n not in DETECTOR_NAMES]
+    if unknown:
+        raise TraceapError(f"unknown detector {unknown[0]!r}; choose from {', '.join(DETECTOR_NAMES)}")
+    out: dict[str, object] = {}
+    for name in names:
+        options = {"path": model} if name == "model" and model is not None else {}
+        try:
+            det = make_detector(name, **options)
+        except TraceapError as exc:
+            if explicit:
+                raise
+            warn(f"detector {name!r} skipped: {exc}")
+            continue
+        if name in PER_N:
+            out[name] = (lambda n, _name=name, _o=options: make_detector(_name, n_windows=n, **_o))
+        else:
+            out[name] = det
+    return out
+
+
+def build_classifiers(names: list[str], explicit: bool, warn) -> dict[str, object]:
+    """Pattern classifiers by name; a default one that is unavailable is dropped."""
+    out: dict[str, object] = {}
+    for name in names:
+        try:
+            from ..classify import make_classifier
+            out[name] = make_classifier(name)
+        except (TraceapError, ImportError) as exc:
+            if explicit:
+                raise TraceapError(f"classifier {name!r} is not available ({exc})") from None
+            warn(f"classifier {name!r} skipped: {exc}")
+    return out
+
+
+def _variant_label(det: object, path: Path) -> str:
+    """"full" or the ablation switches a model checkpoint was trained with (else its file name)."""
+    for holder in (det, getattr(det, "model", None)):
+        cfg = getattr(holder, "config", None)
+        if cfg is not None and all(hasattr(cfg, f) for f in ABLATION_FLAGS):
+            off = [f for f in ABLATION_FLAGS if getattr(cfg, f)]
+            return "+".join(off) if off else "full"
+    return path.stem
+
+
+def build_ablation(folder: Path) -> dict[str, object]:
+    """One model detector per checkpoint (*.pt) in `folder`, named by its ablation switches."""
+    from ..detectors.registry import make_detector
+
+    if not folder.is_dir():
+        raise TraceapError(f"--ablation: no folder of model checkpoints at {folder} "
+                           f"(train them with `traceap train ... --ablation ...`)")
+    files = sorted(folder.glob("*.pt"))
+    if not files:
+        raise TraceapError(f"--ablation: no *.pt checkpoints in {folder}")
+    out: dict[str, object] = {}
+    for f in files:
+        det = make_detector("model", path=f)
+        label = _variant_label(det, f)
+        out[f"model[{label}]" if label not in out else f"model[{f.stem}]"] = det
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "model[full]", kv[0])))
+
+
+def commit_of() -> str | None:
+    """The git commit of this checkout (short hash, "+dirty" when src/ is modified), if any."""
+    try:
+        root = Path(__file__).resolve().parent
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def eval_(
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="A dataset folder with manifest.jsonl (FORMATS.md)."),
+    detectors: str = typer.Option(DEFAULT_DETECTORS, "--detectors",
+                                  help="Comma-separated: rule, clustering, expert, model, llm."),
+    windows: str = typer.Option("50,100,200", "--windows", help="Window counts N, comma-separated."),
+    split: str = typer.Option("test_seen,test_unseen", "--split",
+                              help="Splits to test on: test_seen, test_unseen (train for inspection)."),
+    out: Path | None = typer.Option(None, "--out", "-o",
+                                    help="Folder for eval.md, eval.json, scores.jsonl and PNG plots."),
+    ablation: bool = typer.Option(False, "--ablation",
+                                  help="Add the model-ablation table (paper Table 5) from --ablation-dir."),
+    ablation_dir: Path = typer.Option(Path("models/ablation"), "--ablation-dir",
+                                      help="Folder of ablation checkpoints (*.pt) for --ablation."),
+    classifier: str = typer.Option("offline", "--classifier",
+                                   help="Pattern classifiers: offline, llm (comma-separated; '' for none)."),
+    limit: int | None = typer.Option(None, "--limit", min=1,
+                                     help="At most N test traces per split, spread over tasks and labels."),
+    fit_limit: int | None = typer.Option(None, "--fit-limit", min=1,
+                                         help="At most N train traces to fit rule/clustering on."),
+    threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0,
+                                    help="Flagging threshold for detectors without their own."),
+    model: Path | None = typer.Option(None, "--model", help="Checkpoint for the 'model' detector."),
+    plot_traces: str = typer.Option("", "--plot-traces",
+                                    help="Trace ids for the score timelines (default: one bad trace per task)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON summary instead of Markdown."),
+) -> None:
+    """Window AUC per task (Table 3), pattern accuracy (Table 4), ablation (Table 5), trace AUC."""
+    from ..eval import EvalConfig, evaluate, plots, tables
+    from ..eval.runner import GROUPS
+
+    warnings: list[str] = []
+
+    def warn(msg: str) -> None:
+        warnings.append(msg)
+        typer.echo(f"traceap: warning: {msg}", err=True)
+
+    if not (dataset / "manifest.jsonl").is_file():
+        raise TraceapError(f"{dataset}: no manifest.jsonl (not a traceap dataset)")
+    splits = tuple(_names(split, "split"))
+    bad = [s for s in splits if s not in GROUPS]
+    if bad:
+        raise TraceapError(f"--split: unknown split {bad[0]!r}; choose from {', '.join(GROUPS)}")
+    config = EvalConfig(windows=_ints(windows, "windows"), splits=splits, threshold=threshold,
+                        limit=limit, fit_limit=fit_limit)
+    if model is not None and not model.is_file():
+        raise TraceapError(f"--model: no checkpoint at {model}")
+    explicit = detectors != DEFAULT_DETECTORS
+    dets = build_detectors(_names(detectors, "detectors"), explicit, model, warn)
+    clfs = build_classifiers(_names(classifier, "classifier"), classifier != "offline", warn)
+    abl = build_ablation(ablation_dir) if ablation else {}
+    if not dets and not abl and not clfs:
+        raise TraceapError("nothing to evaluate: no detector or classifier is available")
+
+    result = evaluate(dataset, dets, clfs, config, fit=[n for n in FIT if n in dets],
+                      ablation=abl, on_warning=warn)
+    summary = result.summary
+    summary["commit"] = commit_of()
+    summary["warnings"] = warnings
+    if out is not None:
+        tables.write(summary, out)
+        _write_scores(result, out / "scores.jsonl")
+        n_plot = min(config.windows, key=lambda n: (abs(n - 100), n))
+        for n in config.windows:
+            plots.roc_curves(result, out, n)
+        ids = [x for x in (s.strip() for s in plot_traces.split(",")) if x]
+        try:
+            plots.timelines(result, out, n_plot, ids)
+        except KeyError as exc:
+            raise TraceapError(f"--plot-traces: {exc.args[0]}") from None
+    if json_out:
+        typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    else:
+        typer.echo(tables.markdown(summary))
+    if out is not None:
+        typer.echo(f"traceap: wrote {out}/eval.md, eval.json, scores.jsonl and plots", err=True)
+
+
+def _write_scores(result, path: Path) -> None:
+    """Per trace and N: window labels and every detector's scores (for re-analysis)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        for r in result.records:
+            f.write(orjson.dumps({
+                "id": r.id, "split": r.split, "task": r.task, "label": "bad" if r.bad else "good",
+                "n_windows": r.n, "span_us": list(r.span_us), "labels": r.labels.astype(int).tolist(),
+                "patterns": r.patterns, "scores": {k: [round(float(x), 5) for x in v]
+                                                   for k, v in r.scores.items()},
+                "calls": r.calls}) + b"\n")
