@@ -33,6 +33,9 @@ def analyze(
     detector: str | None = typer.Option(None, "--detector", help="expert, rule, clustering, model or llm (default: the bundled model if present, else expert)."),
     model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model)."),
     classifier: str = typer.Option("offline", "--classifier", help="offline (expert rules) or llm."),
+    llm_url: str | None = typer.Option(None, "--llm-url", help="OpenAI-compatible server for --classifier/--detector llm (else $TRACEAP_LLM_URL / $OPENAI_BASE_URL)."),
+    llm_model: str | None = typer.Option(None, "--llm-model", help="Model name on that server; without a server, a fetched model (smollm2, qwen0.5b, qwen1.5b) or .gguf run in-process (else $TRACEAP_LLM_MODEL)."),
+    redetect: int = typer.Option(0, "--redetect", help="Rounds of finer re-detection (window width halved each round) for windows the classifier calls false alarms; 0 = off."),
     threshold: float | None = typer.Option(None, "--threshold", help="Flag windows scoring at least this (default: the detector's)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report."),
     annotate: Path | None = typer.Option(None, "--annotate", help="Also write the trace with a findings track (open in Perfetto)."),
@@ -58,6 +61,22 @@ def analyze(
         det = make_detector("model", path=str(model))
     else:
         det = detector
+    clf, llm_opts = classifier, {"url": llm_url, "model": llm_model}
+    if (llm_url or llm_model) and "llm" not in (classifier, detector):
+        raise TraceapError("--llm-url / --llm-model go with --classifier llm or --detector llm")
+    if detector == "llm":
+        det = make_detector("llm", **llm_opts)
+    if classifier == "llm":
+        from ..classify import make_classifier
+        clf = make_classifier("llm", **llm_opts)
+    if redetect < 0:
+        raise TraceapError("--redetect must be 0 or more")
+    if redetect:
+        from ..analysis import resolve_classifier, resolve_detector
+        from ..classify.redetect import RedetectConfig, RedetectingClassifier
+        det = resolve_detector(det, [])
+        clf = RedetectingClassifier(resolve_classifier(clf), det, threshold,
+                                    RedetectConfig(max_rounds=redetect))
     # Fail on a missing report module before the (possibly long) analysis.
     html_mod = _report_module("html", "--html") if html else None
     ann_mod = _report_module("annotate", "--annotate") if annotate else None
@@ -67,9 +86,17 @@ def analyze(
     is_job = trace.is_dir()
     with status("analysing"):
         if is_job:
-            result = analyze_job(loaded, windows, det, classifier, threshold)
+            result = analyze_job(loaded, windows, det, clf, threshold)
         else:
-            result = run(loaded, windows, det, classifier, threshold)
+            result = run(loaded, windows, det, clf, threshold)
+    result.notes.extend(getattr(clf, "notes", []))
+    llm_clf = getattr(clf, "inner", clf)
+    if getattr(llm_clf, "name", "") == "llm":
+        st = llm_clf.stats
+        result.notes.append(f"classifier: {llm_clf.describe}: {st['answered_by_llm']} of "
+                            f"{st['windows']} window(s) named by the LLM, {st['fell_back']} by "
+                            f"the offline rules" + (f" ({st['backend_down']})"
+                                                    if st["backend_down"] else ""))
 
     if json_out is not None:
         data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
