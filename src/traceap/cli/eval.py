@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -107,14 +109,15 @@ def build_ablation(folder: Path) -> dict[str, object]:
 
 
 def commit_of() -> str | None:
-    """The git commit of this checkout (short hash, "+dirty" when src/ is modified), if any."""
+    """The git commit of this checkout (short hash; "+dirty" when tracked src/ files differ)."""
     try:
         root = Path(__file__).resolve().parent
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10)
         if head.returncode:
             return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no", "--", ":(top)src"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
@@ -178,6 +181,7 @@ def eval_(
                       ablation=abl, on_warning=warn)
     summary = result.summary
     summary["commit"] = commit_of()
+    summary["command"] = "traceap " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     summary["warnings"] = warnings
     if out is not None:
         tables.write(summary, out)

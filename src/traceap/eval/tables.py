@@ -163,7 +163,9 @@ def markdown(s: dict, heading: str = "##") -> str:
     parts = [f"Dataset `{Path(s['dataset']).name}` — test traces {counts}"
              + (f" (at most {s['limit']} per split)" if s.get("limit") else "")
              + (f"; detectors fitted on {max(s['n_fit_traces'].values())} train traces "
-                f"({', '.join(s['n_fit_traces'])})" if s["n_fit_traces"] else "") + "."]
+                f"({', '.join(s['n_fit_traces'])})" if s["n_fit_traces"] else "") + "."
+             + (f" Commit `{s['commit']}`." if s.get("commit") else "")
+             + (f" Command: `{s['command']}`." if s.get("command") else "")]
     if s["detectors"]:
         parts += [f"{h} Window-level detection, AUC-ROC (%) (paper Table 3)",
                   "A window is positive when it overlaps a labelled anomaly interval; "

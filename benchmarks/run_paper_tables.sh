@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Reproduce the README's "Benchmark results": the paper's Tables 3 and 4 (and 5 when the
+# ablation checkpoints exist), trace-level AUC and false findings, ROC curves and timelines.
+#
+#   bash benchmarks/run_paper_tables.sh                # the default generated dataset
+#   DATASET=path/to/any/dataset bash benchmarks/run_paper_tables.sh
+#
+# Environment (all optional):
+#   DATASET     dataset folder (FORMATS.md); default datasets/torchtraceap, generated with
+#               `traceap synth --seed 0` (the 610-trace default) when absent
+#   OUT         output folder; default benchmarks/results/paper_tables
+#   DETECTORS   default rule,clustering,expert,model (add llm when a server is configured)
+#   WINDOWS     default 50,100,200
+#   CLASSIFIER  default offline (llm when a server is configured)
+#   LIMIT       at most this many test traces per split (default: all)
+#   ABLATION_DIR  folder of model checkpoints for Table 5; default models/ablation.  With
+#               TRAIN_ABLATION=1 the full model and the three single-switch variants are
+#               trained there first (`traceap train --ablation ...`, EPOCHS epochs each).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/traceap ] || bash scripts/setup.sh
+TRACEAP=".venv/bin/traceap"
+DATASET=${DATASET:-datasets/torchtraceap}
+OUT=${OUT:-benchmarks/results/paper_tables}
+DETECTORS=${DETECTORS:-rule,clustering,expert,model}
+WINDOWS=${WINDOWS:-50,100,200}
+CLASSIFIER=${CLASSIFIER:-offline}
+ABLATION_DIR=${ABLATION_DIR:-models/ablation}
+
+if [ ! -f "$DATASET/manifest.jsonl" ]; then
+  echo "run_paper_tables: generating the default dataset in $DATASET" >&2
+  nice "$TRACEAP" synth --out "$DATASET" --seed 0 --jobs "$(nproc)"
+fi
+
+if [ "${TRAIN_ABLATION:-0}" = 1 ]; then
+  mkdir -p "$ABLATION_DIR"
+  for variant in full no-event-adapter no-transformer no-relation; do
+    ckpt="$ABLATION_DIR/${variant//-/_}.pt"
+    [ -f "$ckpt" ] && continue
+    args=()
+    [ "$variant" != full ] && args=(--ablation "$variant")
+    nice "$TRACEAP" train --dataset "$DATASET" --out "$ckpt" --epochs "${EPOCHS:-6}" "${args[@]}"
+  done
+fi
+
+extra=()
+[ -n "${LIMIT:-}" ] && extra+=(--limit "$LIMIT")
+if compgen -G "$ABLATION_DIR/*.pt" >/dev/null; then
+  extra+=(--ablation --ablation-dir "$ABLATION_DIR")
+fi
+
+mkdir -p "$OUT"
+start=$(date +%s)
+nice "$TRACEAP" eval --dataset "$DATASET" --detectors "$DETECTORS" --windows "$WINDOWS" \
+  --classifier "$CLASSIFIER" --out "$OUT" "${extra[@]}" > /dev/null
+echo "run_paper_tables: $(( $(date +%s) - start )) s; tables in $OUT/eval.md" >&2
+cat "$OUT/eval.md"
