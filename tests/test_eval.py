@@ -380,3 +380,25 @@ def test_cli_writes_tables_scores_and_plots(traceap_cli, dataset, tmp_path):
     assert len(first["scores"]["rule"]) == first["n_windows"] == len(first["labels"])
     for f in ("eval.md", "roc_N20.png", "roc_N40.png", "timelines_N40.png"):
         assert (out / f).stat().st_size > 0
+
+
+def test_ablation_table_from_variant_detectors(dataset):
+    from types import SimpleNamespace
+
+    from traceap.cli.eval import _variant_label
+
+    cfg = SimpleNamespace(no_event_adapter=False, no_transformer=False, no_relation=True)
+    assert _variant_label(SimpleNamespace(predictor=SimpleNamespace(cfg=cfg)), Path("x.pt")) == "no_relation"
+    cfg.no_relation = False
+    assert _variant_label(SimpleNamespace(config=cfg), Path("x.pt")) == "full"
+    assert _variant_label(object(), Path("mine.pt")) == "mine"
+
+    r = evaluate(dataset, {}, ablation={"model[full]": Oracle(dataset),
+                                        "model[no_transformer+no_relation]": Coin(1)},
+                 config=EvalConfig(windows=(100,)), on_warning=lambda m: None)
+    s = r.summary
+    assert s["ablation"] == ["model[full]", "model[no_transformer+no_relation]"]
+    md = tables.markdown(s)
+    assert "(paper Table 5)" in md
+    assert "| `model[full]` | ✓ | ✓ | ✓ | 100.00 | 100.00 |" in md
+    assert "| `model[no_transformer+no_relation]` | ✓ | – | – |" in md

@@ -82,11 +82,12 @@ def build_classifiers(names: list[str], explicit: bool, warn) -> dict[str, objec
 
 def _variant_label(det: object, path: Path) -> str:
     """"full" or the ablation switches a model checkpoint was trained with (else its file name)."""
-    for holder in (det, getattr(det, "model", None)):
-        cfg = getattr(holder, "config", None)
-        if cfg is not None and all(hasattr(cfg, f) for f in ABLATION_FLAGS):
-            off = [f for f in ABLATION_FLAGS if getattr(cfg, f)]
-            return "+".join(off) if off else "full"
+    for holder in (det, getattr(det, "predictor", None), getattr(det, "model", None)):
+        for attr in ("cfg", "config"):
+            cfg = getattr(holder, attr, None)
+            if cfg is not None and all(hasattr(cfg, f) for f in ABLATION_FLAGS):
+                off = [f for f in ABLATION_FLAGS if getattr(cfg, f)]
+                return "+".join(off) if off else "full"
     return path.stem
 
 

@@ -51,7 +51,7 @@ def _title(name: str, titles: dict[str, str]) -> str:
 
 def _table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> str:
     align = align or ["l"] + ["r"] * (len(header) - 1)
-    sep = ["---:" if a == "r" else "---" for a in align]
+    sep = [{"r": "---:", "c": ":---:"}.get(a, "---") for a in align]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -127,19 +127,31 @@ def trace_level_table(s: dict) -> str:
     return _table(header, rows, ["r", "l"] + ["r"] * (len(header) - 2))
 
 
+ABLATION_MODULES = (("no_event_adapter", "Event adapter"), ("no_transformer", "Transformer encoder"),
+                    ("no_relation", "Relation modelling"))
+
+
 def ablation_table(s: dict) -> str:
-    """Table 5: seen and unseen average window AUC (%) of each model variant, per N."""
-    header = ["Variant"]
+    """Table 5: seen and unseen average window AUC (%) of each model variant, per N.
+
+    Variants named `model[<switches>]` (as `traceap eval --ablation` names them: "full" or
+    the ablation switches joined by "+") get the paper's check-mark columns.
+    """
+    header = ["Variant"] + [title for _, title in ABLATION_MODULES]
     for n in s["windows"]:
         header += [f"Seen AUC N={n}", f"Unseen AUC N={n}"]
     rows = []
     for v in s["ablation"]:
-        row = [v]
+        inner = v[v.find("[") + 1:-1] if v.endswith("]") else v
+        switches = set(inner.split("+"))
+        known = inner == "full" or switches <= {k for k, _ in ABLATION_MODULES}
+        row = [f"`{v}`"] + [("–" if k in switches else "✓") if known else "?"
+                            for k, _ in ABLATION_MODULES]
         for n in s["windows"]:
             det = s["detection"][str(n)][v]
             row += [pct(det.get("seen", {}).get("avg")), pct(det.get("unseen", {}).get("avg"))]
         rows.append(row)
-    return _table(header, rows)
+    return _table(header, rows, ["l", "c", "c", "c"] + ["r"] * (len(header) - 4))
 
 
 def timing_table(s: dict) -> str:
