@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from ..trace import Kind, MemKind, Trace, merged_intervals
+from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
 from ..windows import Windows
 
 #: One colour per pattern id (Okabe-Ito first: readable by colour-blind readers).
@@ -39,6 +39,7 @@ PATTERN_COLORS = {
 UNKNOWN_COLOR = "#7b3294"
 TOP = 3  # kernels / CPU ops per window in the hover
 PROOF_ROWS = 8  # events listed under each finding
+DIGEST_NAME_CHARS = 64  # names in the hover are folded to this length
 
 
 # -- public API --------------------------------------------------------------------------------
@@ -166,27 +167,34 @@ def _top_by_name(codes: np.ndarray, values: np.ndarray, top: int, short: list[st
 
 
 _TEMPLATE_RE = re.compile(r"<[^<>]*>")
+_FOLDED = "\x00"  # a folded template, bracket-free so that the enclosing one folds next
 
 
 def short_name(name: str, limit: int = 90) -> str:
-    """A readable kernel name: C++ template arguments and parameter lists folded away."""
+    """A readable kernel name: parameter list, then C++ template arguments folded until it fits."""
     if len(name) <= limit or name.startswith(("Memcpy", "Memset")):
         return name if len(name) <= limit else name[:limit - 1] + "\u2026"
     s = name[5:] if name.startswith("void ") else name
-    for _ in range(8):  # nested templates: fold the innermost first
-        folded = _TEMPLATE_RE.sub("<\u2026>", s)
+    s = s.replace("(anonymous namespace)", "{anon}")  # a scope, not a parameter list
+    depth = 0
+    for i, ch in enumerate(s):  # the parameter list starts at the first "(" outside templates
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0 and i > 0:
+            s = s[:i] + "(\u2026)"
+            break
+    for _ in range(8):  # nested templates: fold the innermost first, while still too long
+        if len(s.replace(_FOLDED, "<\u2026>")) <= limit:
+            break
+        folded = _TEMPLATE_RE.sub(_FOLDED, s)
         if folded == s:
             break
         s = folded
-    s = s.replace("<\u2026<\u2026>\u2026>", "<\u2026>")
-    paren = s.find("(")
-    if paren > 0:
-        s = s[:paren] + "(\u2026)"
+    s = s.replace(_FOLDED, "<\u2026>")
     return s if len(s) <= limit else s[:limit - 1] + "\u2026"
 
 
 def _short_names(t: Trace) -> list[str]:
-    return [short_name(n) for n in t.names]
+    return [short_name(n, DIGEST_NAME_CHARS) for n in t.names]
 
 
 # -- the events that prove a finding -----------------------------------------------------------
@@ -212,17 +220,20 @@ def proof_events(trace: Trace, finding, spans: Sequence[tuple[float, float]] | N
         loaders = np.array(["DataLoader" in n and "__next__" in n for n in t.names], dtype=bool)
         rows = np.flatnonzero(in_range & loaders[t.name]) if len(t.names) else np.zeros(0, int)
         rows = rows[np.argsort(-t.dur[rows], kind="stable")]
-    elif pattern in ("no_pin_memory", "excessive_memcpy"):
+    elif pattern == "no_pin_memory":
         mem = t.rows(Kind.GPU_MEMCPY)
         mem = mem[in_range[mem]]
-        if pattern == "no_pin_memory":
-            caption = "Copies from pageable host memory (synchronous), longest first"
-            host = np.where(t.copy_kind[mem] == 2, t.copy_dst[mem], t.copy_src[mem])  # DTOH: dst
-            pageable = mem[(host == MemKind.PAGEABLE) | (host == MemKind.HOST)]
-            mem = pageable if len(pageable) else mem
-        else:
-            caption = "Memory copies, longest first"
+        caption = "Copies from pageable host memory (synchronous), longest first"
+        host = np.where(t.copy_kind[mem] == CopyKind.DTOH, t.copy_dst[mem], t.copy_src[mem])
+        pageable = mem[(host == MemKind.PAGEABLE) | (host == MemKind.HOST)]
+        mem = pageable if len(pageable) else mem
         rows = mem[np.argsort(-t.dur[mem], kind="stable")]
+        detail = "bytes"
+    elif pattern == "excessive_memcpy":
+        caption = "Host<->device copies and host-blocking syncs, longest first"
+        copies = np.isin(t.copy_kind, (CopyKind.HTOD, CopyKind.DTOH))
+        rows = np.flatnonzero(in_range & (copies | t.is_sync))
+        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
         detail = "bytes"
     elif pattern == "graph_break":
         caption = "Compiled regions and Dynamo guards (many short regions = graph breaks)"
@@ -378,10 +389,10 @@ class _RankView:
         span = (float(ws[-1].end_us) - t0) if ws else 1.0
         n = len(ws)
         finding_of = [-1] * n
-        for k, f in enumerate(findings):
+        for j, f in enumerate(findings):
             for w in f.windows:
                 if 0 <= int(w) < n and finding_of[int(w)] < 0:
-                    finding_of[int(w)] = k
+                    finding_of[int(w)] = j
         data = {"id": f"r{k}", "label": r.label, "n": n,
                 "span_ms": span / 1e3 or 1e-3, "width_ms": span / max(n, 1) / 1e3,
                 "score": [round(float(w.score), 4) for w in ws],
