@@ -328,9 +328,9 @@ def cross_rank_findings(traces: list[Trace], config: JobConfig = JobConfig()) ->
                 end_us=float(traces[worst].span[1]),
                 severity="high" if excess >= 0.25 else "medium",
                 evidence=(f"rank {prof[worst]['rank']} computes {fmt_us(comp[worst])} {step_txt}"
-                          f"against a median of {fmt_us(med)} (+{100 * excess:.0f}%); the other "
-                          f"ranks spend {fmt_us(max(wait, 0.0))} more {step_txt}in NCCL, "
-                          f"waiting for it"),
+                          f"against a median of {fmt_us(med)} (+{100 * excess:.0f}%)" +
+                          (f"; the other ranks spend {fmt_us(wait)} more {step_txt}in NCCL, "
+                           f"waiting for it" if wait > 0 else "")),
                 fix=("Balance the work per rank: equal batch sizes and sample lengths per rank "
                      "(DistributedSampler(drop_last=True); bucket variable-size images by "
                      "shape), the same data pipeline speed on every node, no rank-0-only work "
