@@ -34,11 +34,11 @@ from . import metrics
 
 SCHEMA = "traceap.eval/v1"
 #: Column order of the tables: the paper's Table 3, then the other tasks of FORMATS.md.
-TASK_ORDER = SEEN_TASKS + ("pose_estimation", "depth_estimation", "image_generation") + tuple(
-    t for t in TASKS if t not in SEEN_TASKS + ("pose_estimation", "depth_estimation",
-                                               "image_generation"))
+_PAPER_ORDER = SEEN_TASKS + ("pose_estimation", "depth_estimation", "image_generation")
+TASK_ORDER = _PAPER_ORDER + tuple(t for t in TASKS if t not in _PAPER_ORDER)
 #: Split name -> the group it is reported under (the paper's "Seen" and "Unseen").
 GROUPS = {"test_seen": "seen", "test_unseen": "unseen", "train": "train"}
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -116,7 +116,7 @@ def select(entries: Sequence[Entry], limit: int | None, key: Callable[[Entry], t
     return [e for e in entries if id(e) in keep]
 
 
-def test_entries(entries: Sequence[Entry], config: EvalConfig) -> list[Entry]:
+def chosen_entries(entries: Sequence[Entry], config: EvalConfig) -> list[Entry]:
     """The entries evaluated: the chosen splits, each cut to `config.limit` traces."""
     out: list[Entry] = []
     for split in config.splits:
@@ -340,7 +340,7 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
     ablation = dict(ablation or {})
     dataset = Path(dataset)
     entries = read_manifest(dataset)
-    chosen = test_entries(entries, config)
+    chosen = chosen_entries(entries, config)
     if not chosen:
         raise DatasetError(f"{dataset}: no traces in split(s) {', '.join(config.splits)}")
     if not detectors and not ablation and not classifiers:
@@ -408,4 +408,4 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
 
 
 __all__ = ["DetectorSpec", "EvalConfig", "EvalResult", "GROUPS", "SCHEMA", "TraceRecord",
-           "evaluate", "fit_detectors", "instances", "select", "test_entries"]
+           "chosen_entries", "evaluate", "fit_detectors", "instances", "select"]
