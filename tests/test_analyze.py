@@ -194,6 +194,7 @@ QUIET = ("attention__", "gemm__", "elementwise__", "moe__", "torch_compile_trito
          "triton_example", "graph_execution")
 
 
+@pytest.mark.slow
 @needs_shared
 def test_no_crash_on_any_shared_trace_and_quiet_traces_stay_quiet():
     files = shared_trace_files()
