@@ -269,6 +269,7 @@ class RetinaNet(nn.Module):
     def __init__(self, backbone: ResNet, image_size: int, num_classes: int = 91,
                  fpn_channels: int = 256):
         super().__init__()
+        backbone.fc = nn.Identity()  # the classifier is unused: DDP wants every parameter used
         self.backbone, self.image_size = backbone, image_size
         self.fpn = FeaturePyramidNetwork(backbone.channels[1:], fpn_channels)
         self.num_anchors = 9  # 3 scales x 3 aspect ratios per location
@@ -349,6 +350,7 @@ class FCN(nn.Module):
 
     def __init__(self, backbone: ResNet, num_classes: int = 21):
         super().__init__()
+        backbone.fc = nn.Identity()
         self.backbone = backbone
         self.classifier = FCNHead(backbone.channels[-1], num_classes)
 

@@ -1,0 +1,165 @@
+"""`traceap collect`: real CPU recordings of a tiny ResNet with the causes switched on."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+import traceap
+from traceap.collect import MARKER_PREFIX, CollectConfig, collect, load_plan, run_plan
+from traceap.collect.markers import extract
+from traceap.dataset import read_manifest
+from traceap.errors import DatasetError
+
+from .conftest import SAMPLE
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+SP_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+MP_NEXT = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def _events(path: Path) -> list[dict]:
+    return orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def _intervals(events: list[dict], name: str) -> list[tuple[float, float]]:
+    return [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events
+            if e.get("name") == name and e.get("ph") == "X"]
+
+
+def _inside(span, anomalies) -> bool:
+    return any(a.start_us <= span[0] and span[1] <= a.end_us for a in anomalies)
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    """One training recording with three CPU-possible causes switched on together."""
+    out = tmp_path_factory.mktemp("collected")
+    cfg = CollectConfig(model="resnet_tiny", device="cpu", out=out, batch_size=4, steps=2,
+                        patterns=("single_process_dataloading", "excessive_memcpy", "cpu_bound"))
+    return collect(cfg)
+
+
+def test_trace_loads_and_manifest_line_is_complete(bad):
+    t = traceap.load(bad.trace)
+    assert len(t) > 1000 and len(t.steps) == 2
+    (e,) = read_manifest(bad.trace.parents[1])
+    assert e.id == bad.entry.id and e.path == f"traces/{e.id}.pt.trace.json.gz"
+    assert (e.label, e.source, e.platform, e.world_size, e.rank) == ("bad", "collected", "cpu", 1, 0)
+    assert e.task == "image_classification" and e.split == "test_seen"
+    assert e.patterns == ["single_process_dataloading", "excessive_memcpy", "cpu_bound"]
+    assert {a.pattern for a in e.anomalies} == set(e.patterns)
+    lo, hi = t.span
+    assert all(lo <= a.start_us < a.end_us <= hi for a in e.anomalies)
+
+
+def test_markers_are_gone(bad):
+    events = _events(bad.trace)
+    assert not [e for e in events if MARKER_PREFIX in str(e.get("name", ""))]
+    assert not (bad.trace.parents[1] / ".collect-tmp" / bad.entry.id).exists()
+
+
+def test_dataloading_intervals_cover_the_single_process_next_calls(bad):
+    events = _events(bad.trace)
+    nexts = _intervals(events, SP_NEXT)
+    spans = [a for a in bad.entry.anomalies if a.pattern == "single_process_dataloading"]
+    assert len(nexts) == 2 and len(spans) == 2
+    assert all(_inside(n, spans) for n in nexts)
+    assert not _intervals(events, MP_NEXT)  # num_workers=0 really was the cause
+
+
+def test_sync_intervals_contain_the_item_calls(bad):
+    events = _events(bad.trace)
+    syncs = [a for a in bad.entry.anomalies if a.pattern == "excessive_memcpy"]
+    items = _intervals(events, "aten::_local_scalar_dense")
+    inside = [s for s in items if _inside(s, syncs)]
+    n_params = 2 * sum(1 for _ in traceap.collect.build_model("resnet_tiny")[0].parameters())
+    assert len(syncs) == 2 and len(inside) >= n_params  # one grad-norm .item() per tensor and step
+    # every other .item() belongs to another marked cause (the dataset in the main process,
+    # the random crop parameters), none happens in unmarked code
+    assert all(_inside(s, bad.entry.anomalies) for s in items)
+
+
+def test_cpu_bound_intervals_contain_the_augmentation(bad):
+    events = _events(bad.trace)
+    spans = [a for a in bad.entry.anomalies if a.pattern == "cpu_bound"]
+    ops = _intervals(events, "aten::grid_sampler_2d")
+    assert len(ops) == 2 * 4  # one rotation per image per step
+    assert all(_inside(s, spans) for s in ops)
+    step = np.median([e["dur"] for e in events if str(e.get("name")).startswith("ProfilerStep#")])
+    assert sum(a.end_us - a.start_us for a in spans) / 2 > 0.05 * step  # a visible share
+
+
+def test_same_id_twice_needs_overwrite(bad):
+    cfg = CollectConfig(model="resnet_tiny", device="cpu", out=bad.trace.parents[1],
+                        batch_size=4, steps=2, patterns=tuple(bad.entry.patterns))
+    with pytest.raises(DatasetError, match="already recorded"):
+        collect(cfg)
+
+
+def test_plan_records_clean_and_graph_break_then_resumes(tmp_path):
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(
+        "out: ds\ndevice: cpu\nsteps: 2\ncompile_backend: aot_eager\nworkers: 1\n"
+        "runs:\n  - models: [resnet_tiny]\n"
+        "    patterns: [none, graph_break, no_pin_memory]\n    batch_sizes: [2]\n")
+    plan = load_plan(plan_file)
+    assert plan.out == tmp_path / "ds" and len(plan.configs) == 3
+    lines: list[str] = []
+    first = run_plan(plan, echo=lines.append)
+    assert len(first.recorded) == 2 and not first.failed
+    assert [i for i, _ in first.unavailable] == ["resnet_tiny-train-no_pin_memory-bs2-cpu"]
+    assert any("skipped" in ln and "cannot be recorded on cpu" in ln for ln in lines)
+
+    entries = {e.id: e for e in read_manifest(tmp_path / "ds")}
+    clean = entries["resnet_tiny-train-clean-bs2-cpu"]
+    assert clean.label == "good" and clean.patterns == [] and clean.anomalies == []
+    clean_events = _events(tmp_path / "ds" / clean.path)
+    assert len(_intervals(clean_events, MP_NEXT)) == 2 and not _intervals(clean_events, SP_NEXT)
+
+    broken = entries["resnet_tiny-train-graph_break-bs2-cpu"]
+    events = _events(tmp_path / "ds" / broken.path)
+    regions = [e for e in events if str(e.get("name")).startswith("Torch-Compiled Region")]
+    assert len({e["name"] for e in regions}) >= 2  # the forced break split the graph
+    assert all(_inside((e["ts"], e["ts"] + e["dur"]), broken.anomalies) for e in regions)
+
+    calls = []
+    again = run_plan(load_plan(plan_file), echo=lambda s: None, recorder=calls.append)
+    assert calls == [] and sorted(again.existing) == sorted(first.recorded)
+    assert len(read_manifest(tmp_path / "ds")) == 2
+
+
+def test_gpu_only_pattern_on_cpu_is_one_clear_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "traceap", "collect", "--model", "resnet_tiny",
+                        "--pattern", "no_pin_memory", "--out", str(tmp_path / "ds"),
+                        "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no_pin_memory" in lines[0] and "cannot be recorded on cpu" in lines[0]
+    assert not (tmp_path / "ds").exists()
+
+
+def test_marker_interval_extends_to_the_gpu_work_it_launched():
+    """On a real A100 trace: a marker around a kernel launch ends where the kernel ends."""
+    trace = orjson.loads(gzip.decompress(SAMPLE.read_bytes()))
+    events = trace["traceEvents"]
+    kernels = {e["args"]["correlation"]: e for e in events
+               if e.get("cat") == "kernel" and "correlation" in e.get("args", {})}
+    launch = next(e for e in events if e.get("cat") == "cuda_runtime"
+                  and e.get("args", {}).get("correlation") in kernels
+                  and kernels[e["args"]["correlation"]]["ts"] > e["ts"] + e["dur"])
+    kernel = kernels[launch["args"]["correlation"]]
+    events.append({"ph": "X", "cat": "user_annotation", "name": MARKER_PREFIX + "no_pin_memory",
+                   "pid": launch["pid"], "tid": launch["tid"], "ts": launch["ts"] - 1,
+                   "dur": launch["dur"] + 2})
+    n = len(events)
+    (a,) = extract(trace)
+    assert len(trace["traceEvents"]) == n - 1
+    assert a.pattern == "no_pin_memory" and a.start_us == launch["ts"] - 1
+    assert a.end_us == pytest.approx(kernel["ts"] + kernel["dur"])
