@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceFormatError
+from ..progress import track
 from ..trace import Trace
 from .kineto import load
 
@@ -45,7 +46,7 @@ def load_job(folder: str | os.PathLike) -> Job:
     files = trace_files(folder)
     if not files:
         raise TraceFormatError(f"{folder}: no .json or .json.gz traces in this folder")
-    traces = [load(f) for f in files]
+    traces = [load(f) for f in track(files, "loading ranks")]
     for i, t in enumerate(traces):
         if t.meta.rank is None:
             t.meta.rank = i
