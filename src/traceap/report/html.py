@@ -209,9 +209,12 @@ def proof_events(trace: Trace, finding, spans: Sequence[tuple[float, float]] | N
     t = trace
     runs = _merge_spans(spans or [(float(finding.start_us), float(finding.end_us))])
     t0 = t.span[0]
-    in_range = np.zeros(len(t), dtype=bool)
-    for a, b in runs:
-        in_range |= (t.ts < b) & (t.end > a)
+    # Runs are sorted and disjoint: an event overlaps one iff the last run starting before
+    # the event ends is still open when the event starts.
+    r_start = np.array([a for a, _ in runs])
+    r_end = np.array([b for _, b in runs])
+    j = np.searchsorted(r_start, t.end, side="left") - 1
+    in_range = (j >= 0) & (r_end[np.maximum(j, 0)] > t.ts)
     names = t.names_array
     pattern = finding.pattern
     detail = None
