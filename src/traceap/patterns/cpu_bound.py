@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import Kind
+from ..trace import Kind, merged_intervals
 from ..windows import Windows
 from .base import AntiPattern, Measures
 from .excessive_memcpy import sync_bubbles
@@ -43,6 +43,24 @@ def short_kernels(trace, short_us: float) -> np.ndarray:
     launch = trace.launch[k]
     call = np.where(launch >= 0, trace.dur[np.maximum(launch, 0)], 0.0)
     return (trace.dur[k] < call) | (trace.dur[k] < short_us)
+
+
+OPTIMIZER_STEP = r"^Optimizer\.step#"
+
+
+def optimizer_share(trace, kernels: np.ndarray) -> tuple[str, float]:
+    """(name of the optimizer step, share of `kernels` launched inside an optimizer step)."""
+    opt = rows_named(trace, OPTIMIZER_STEP, (Kind.USER_ANNOTATION, Kind.CPU_OP))
+    launch = trace.launch[kernels]
+    launch = launch[launch >= 0]
+    if not len(opt) or not len(launch):
+        return "", 0.0
+    s, e = merged_intervals(trace.ts[opt], trace.end[opt])
+    at = trace.ts[launch]
+    j = np.searchsorted(s, at, side="right") - 1
+    inside = (j >= 0) & (at < e[np.maximum(j, 0)])
+    name = top_names(trace, opt, k=1)[0][0]
+    return name, float(inside.mean())
 
 
 class CpuBound(AntiPattern):
@@ -103,6 +121,10 @@ batched tensor ops."""
         text = (f"{n_k} kernels averaging {fmt_us(mean)} ({n_s} shorter than their launch or "
                 f"{self.config.short_us:.0f} us); the GPU waited for the CPU {fmt_us(lost)} "
                 f"({100 * lost / max(span, 1e-9):.0f}% of these windows){who}")
+        opt, share = optimizer_share(t, k)
+        if share >= 0.5:
+            text += (f"; {100 * share:.0f}% of them are launched inside {opt}: a per-parameter "
+                     f"optimizer loop (use foreach=True or fused=True)")
         return text, {"n_kernels": n_k, "n_short_kernels": n_s, "mean_kernel_us": round(mean, 2),
                       "gpu_waiting_for_cpu_us": round(lost, 1)}
 

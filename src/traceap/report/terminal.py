@@ -7,11 +7,11 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 from rich.console import Console
 from rich.markup import escape
-from rich.padding import Padding
-from rich.syntax import Syntax
 from rich.text import Text
 
 from ..patterns.signals import fmt_us
@@ -58,11 +58,12 @@ def _header(console: Console, a) -> None:
     span = a.span_us[1] - a.span_us[0]
     rank = (f"   rank {s['rank']}/{s['world_size']}" if s.get("world_size")
             else (f"   rank {s['rank']}" if s.get("rank") is not None else ""))
-    console.print(f"[bold]{escape(str(a.trace_path))}[/bold]")
+    console.print(f"[bold]{escape(str(a.trace_path))}[/bold]   [dim]detector {a.detector}, "
+                  f"{a.n_windows} windows[/dim]")
     console.print(f"  GPU {escape(str(s.get('gpu_name') or 'unknown'))}{rank}   span "
                   f"{fmt_us(span)}   steps {s.get('n_profiler_steps', 0)}   GPU busy "
                   f"{'-' if busy is None else f'{100 * busy:.0f}%'}   kernels "
-                  f"{s.get('n_kernels', 0)}   detector {a.detector}")
+                  f"{s.get('n_kernels', 0)}")
 
 
 def _legend(a) -> Text:
@@ -79,6 +80,37 @@ def _legend(a) -> Text:
     return text
 
 
+def _paragraphs(text: str) -> list[tuple[str, bool]]:
+    """(paragraph, is_code): prose lines joined into paragraphs, indented code lines kept."""
+    out: list[tuple[str, bool]] = []
+    prose: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("    ") or not line.strip():
+            if prose:
+                out.append((" ".join(prose), False))
+                prose = []
+            out.append((line, True))
+        else:
+            prose.append(line.strip())
+    if prose:
+        out.append((" ".join(prose), False))
+    return out
+
+
+def _block(console: Console, text: str, indent: int, style: str = "",
+           code_style: str | None = None) -> None:
+    """Print text indented: prose re-wrapped to the console, code lines never wrapped."""
+    width = max(40, (console.width or 100) - indent)
+    pad = " " * indent
+    for para, is_code in _paragraphs(text):
+        if is_code:
+            line = (pad + para) if para.strip() else ""
+            console.print(Text(line, style=code_style or style), soft_wrap=True)
+            continue
+        for line in textwrap.wrap(para, width) or [""]:
+            console.print(Text(pad + line, style=style), soft_wrap=True)
+
+
 def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -> None:
     """One finding: rank, severity, title, time lost, evidence and fix."""
     share = f.time_lost_us / span_us if span_us > 0 else 0.0
@@ -87,15 +119,14 @@ def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -
     head.append(f.title, style=f"bold {COLORS.get(f.pattern, '')}".strip())
     head.append(f"  ({f.pattern})", style="dim")
     console.print(head)
-    console.print(Padding(Text(f"time lost {fmt_us(f.time_lost_us)} ({100 * share:.1f}% of "
-                               f"the trace)", style="bold"), (0, 0, 0, 4)))
-    console.print(Padding(Text(f.evidence), (0, 0, 0, 4)))
+    _block(console, f"time lost {fmt_us(f.time_lost_us)} ({100 * share:.1f}% of the trace)", 4,
+           "bold")
+    _block(console, f.evidence, 4)
     if f.explanation:
-        console.print(Padding(Text(f.explanation, style="dim italic"), (0, 0, 0, 4)))
+        _block(console, f.explanation, 4, "dim italic")
     if show_fix and f.fix:
-        console.print(Padding(Text("fix:", style="bold green"), (0, 0, 0, 4)))
-        console.print(Padding(Syntax(f.fix, "python", theme="ansi_dark", word_wrap=True,
-                                     background_color="default"), (0, 0, 0, 6)))
+        console.print(Text("    fix:", style="bold green"))
+        _block(console, f.fix, 6, code_style="cyan")
 
 
 def render(analysis, console: Console | None = None, show_fix: bool = True) -> None:
