@@ -77,6 +77,11 @@ class Engine:
         self._jit = rng.lognormal(0.0, 0.22, 1 << 15)
         self._ji = 0
         self.n_launch = 0
+        #: the NCCL stream and its last kernel: NCCL kernels hold SMs (one block per channel)
+        #: and memory bandwidth, so compute kernels running beside one are slowed
+        self.comm_stream = -1
+        self.comm_busy = (0.0, 0.0)
+        self.contention = 1.15
 
     # -- small helpers ------------------------------------------------------------------------
     def jit(self) -> float:
@@ -174,6 +179,10 @@ class Engine:
                not_before: float = 0.0, extra_args: dict | None = None) -> tuple[float, float]:
         """Launch one kernel; returns its (start, end) on the GPU."""
         issued, start = self._gpu_start(tid, stream, not_before)
+        if stream == self.comm_stream:
+            self.comm_busy = (start, start + gpu_us)
+        elif self.comm_busy[0] <= start < self.comm_busy[1]:
+            gpu_us *= self.contention
         rt = self.host(4.2 if runtime != "cuLaunchKernel" else 3.4)
         rt_dur = (issued - self.clock[tid]) + rt
         ts = self.clock[tid]

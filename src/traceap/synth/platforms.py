@@ -30,6 +30,7 @@ class Platform:
     nccl_bus_gbs: float          # all-reduce bus bandwidth between GPUs of one node
     sm_tag: str                  # "sm80": prefix of cuDNN/cuBLAS kernel names
     cpu_speed: float = 1.0       # host CPU speed relative to a typical server core
+    nccl_hop_us: float = 6.0     # per ring step latency: PCIe peers ~6 us, NVLink ~2 us
 
     def device_properties(self, device: int) -> dict:
         """One `deviceProperties` entry as Kineto writes it."""
@@ -57,10 +58,12 @@ PLATFORMS: dict[str, Platform] = {p.key: p for p in (
              cpu_speed=1.1),
     Platform("a100", "NVIDIA A100-SXM4-80GB", 85031714816, (8, 0), 108, 166912, 167936,
              2048, tflops_fp32=60.0, tflops_fp16=180.0, hbm_gbs=1700.0, h2d_pinned_gbs=22.0,
-             h2d_pageable_gbs=6.5, nccl_bus_gbs=180.0, sm_tag="sm80", cpu_speed=0.95),
+             h2d_pageable_gbs=6.5, nccl_bus_gbs=180.0, sm_tag="sm80", cpu_speed=0.95,
+             nccl_hop_us=2.0),
     Platform("h100", "NVIDIA H100 80GB HBM3", 85018279936, (9, 0), 132, 232448, 233472,
              2048, tflops_fp32=180.0, tflops_fp16=450.0, hbm_gbs=2900.0, h2d_pinned_gbs=45.0,
-             h2d_pageable_gbs=9.0, nccl_bus_gbs=330.0, sm_tag="sm90", cpu_speed=1.1),
+             h2d_pageable_gbs=9.0, nccl_bus_gbs=330.0, sm_tag="sm90", cpu_speed=1.1,
+             nccl_hop_us=1.8),
 )}
 
 #: Platform labels as the manifest writes them.

@@ -67,7 +67,7 @@ class RunConfig:
     # natural variety
     benign_idle_us: float = 0.0
     efficiency: float = 0.7          # how well kernels reach the roofline
-    optimizer: str = "AdamW"
+    optimizer: str | None = None     # None: the model's usual one (AdamW or SGD)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -106,6 +106,7 @@ class _Run:
                           p.threads_per_sm, p.cpu_speed * float(self.rng.uniform(0.85, 1.15)),
                           corr0=int(self.rng.integers(1000, 90000)))
         self.nccl_stream = int(self.rng.choice([20, 24, 28, 36, 56]))
+        self.eng.comm_stream = self.nccl_stream
         scale = cfg.batch * (cfg.res / cfg.model.base_res) ** 2
         self.ctx = Ctx(cfg.dt, cfg.channels_last, p, scale)
         self.eff = cfg.efficiency
@@ -473,20 +474,25 @@ class _Run:
                  "In split size": "[]", "Out split size": "[]", "Collective name": "allreduce"}
         rpc = e.begin(tid, "record_param_comms", cat="cpu_op", gpu=False,
                       args={**comms, "Global rank start": 0, "Global rank stride": 1})
+        # c10d's host path per collective (work object, events, watchdog) is ~100-200 us in
+        # real traces (record_param_comms 190 us in the A100 DDP trace): tiny buckets pay it often
+        e.clock[tid] += e.host(25.0)
         ann = e.begin(tid, "nccl:all_reduce")
-        e.clock[tid] += e.host(12.0)
+        e.clock[tid] += e.host(40.0)
         if stream != COMPUTE_STREAM:
             e.runtime(tid, "cudaEventRecord", e.host(2.5), ann.ext)
             e.runtime(tid, "cudaStreamWaitEvent", e.host(2.0), ann.ext)
         ws = cfg.world_size
         bus = 2 * (ws - 1) / ws * nbytes / (p.nccl_bus_gbs * 1e3)
-        lat = 9.0 + 2.5 * ws + float(self.rng.exponential(12.0))   # launch + waiting for peers
+        # ring latency (2(n-1) steps) + waiting for the slowest peer to arrive
+        lat = 8.0 + 2 * (ws - 1) * p.nccl_hop_us + float(self.rng.exponential(25.0))
         dur = bus + lat
         name = ops.nccl_allreduce("fp32", nbytes, cfg.old_nccl_names)
         s, en = e.launch(tid, name, dur, stream, ann.ext, 544, 96, 87568,
                          not_before=e.stream_free(COMPUTE_STREAM), extra_args=comms)
-        e.clock[tid] += e.host(20.0)
+        e.clock[tid] += e.host(35.0)
         e.end(ann)
+        e.clock[tid] += e.host(20.0)
         e.end(rpc)
         return s, en
 
@@ -534,6 +540,19 @@ class _Run:
                             e.clock[bw] - t0, x0, extra={"Sequence number": seq, "Fwd thread id": 1})
                 if layer.params_m > 0:
                     self.accumulate_grad(bw)
+                    if cfg.ddp and cfg.bucket_mb < 1.0 and not cfg.allreduce_after_backward:
+                        # buckets smaller than a tensor: one all-reduce per parameter tensor
+                        self.simple(bw, "torch::distributed::reducer::mul_out",
+                                    ops.elementwise("mul_scalar", "fp32"), layer.params_m * 8)
+                        sizes = [layer.params_m * 4e6]
+                        if layer.op in ("bn", "ln", "gn", "linear"):
+                            sizes = [sizes[0] * 0.5, sizes[0] * 0.5] if layer.op != "linear" else \
+                                [sizes[0], layer.gflop and 4096.0 or 4096.0]
+                        for nb in sizes:
+                            e.idle(bw, e.host(80.0))   # the per-tensor Python grad hook
+                            nccl_spans.append(self.allreduce(bw, nb, nccl_stream))
+                            n_buckets += 1
+                        continue
                     bucket += layer.params_m * 4e6
                     if cfg.ddp:
                         self.simple(bw, "torch::distributed::reducer::mul_out",
@@ -613,7 +632,7 @@ class _Run:
 
     def optimizer_step(self) -> None:
         cfg, e = self.cfg, self.eng
-        opt = cfg.optimizer
+        opt = cfg.optimizer or cfg.model.optimizer
         params_mb = self.cfg.model.params_m * 4.0
         s = e.begin(e.main, f"Optimizer.step#{opt}.step")
         chunks = max(1, math.ceil(self.param_tensors / 110))     # multi_tensor_apply chunking

@@ -1,0 +1,130 @@
+"""`traceap synth`: a dataset in the FORMATS.md layout whose traces load, deterministic by seed."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import numpy as np
+
+import traceap
+from traceap.dataset import PATTERNS, read_manifest, trace_path, window_labels
+from traceap.synth import SynthConfig, generate, plan, split_counts
+from traceap.synth.dataset import simulate_job
+from traceap.synth.models import all_models
+from traceap.synth.platforms import PLATFORMS
+from traceap.synth.simulator import RunConfig, simulate
+from traceap.windows import Windows
+
+
+def _digest(folder) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_split_counts_follow_the_paper():
+    assert split_counts(610) == {"train": 460, "test_seen": 75, "test_unseen": 75}
+    c = split_counts(40)
+    assert sum(c.values()) == 40 and min(c.values()) >= 1
+
+
+def test_default_plan_mixes_tasks_platforms_world_sizes_and_patterns():
+    jobs = plan(SynthConfig())
+    assert sum(j.world_size for j in jobs) == 610
+    seen = {j.task for j in jobs if j.split != "test_unseen"}
+    unseen = {j.task for j in jobs if j.split == "test_unseen"}
+    assert seen == {"image_classification", "object_detection", "image_segmentation"}
+    assert unseen == {"image_generation", "depth_estimation", "pose_estimation", "action_recognition"}
+    assert {j.platform for j in jobs} == set(PLATFORMS)
+    assert {j.world_size for j in jobs} >= {1, 2, 4}
+    planned = {p for j in jobs for p in j.patterns}
+    assert planned == set(PATTERNS)
+    # NCCL patterns only where there is more than one rank
+    assert all(j.world_size > 1 for j in jobs if any(p.startswith("nccl") or p.startswith("small_nccl")
+                                                       for p in j.patterns))
+
+
+def test_dataset_is_valid_and_loads(tmp_path):
+    rep = generate(tmp_path / "ds", SynthConfig(traces=8, seed=3))
+    entries = read_manifest(tmp_path / "ds")
+    assert rep.n_traces == len(entries) == 8
+    assert {e.split for e in entries} == {"train", "test_seen", "test_unseen"}
+    for e in entries:
+        t = traceap.load(trace_path(tmp_path / "ds", e))
+        assert len(t.steps) in (2, 3)
+        assert t.meta.device_properties and t.gpu_name
+        lo, hi = t.span
+        for a in e.anomalies:
+            assert lo - 1 <= a.start_us < a.end_us <= hi + 1
+        assert (e.label == "bad") == bool(e.patterns)
+        assert sorted({a.pattern for a in e.anomalies}) == e.patterns
+        y = window_labels(e, Windows(t, 100))
+        if e.label == "bad":
+            # the pattern acts in some windows, never in all of them
+            assert 0 < y.sum() < 100
+        else:
+            assert y.sum() == 0
+        # every launch links to its kernel
+        k = t.rows(traceap.trace.Kind.KERNEL)
+        assert (t.launch[k] >= 0).all()
+
+
+def test_same_seed_same_bytes_whatever_the_jobs(tmp_path):
+    generate(tmp_path / "a", SynthConfig(traces=6, seed=9, jobs=1))
+    generate(tmp_path / "b", SynthConfig(traces=6, seed=9, jobs=2))
+    generate(tmp_path / "c", SynthConfig(traces=6, seed=10, jobs=1))
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+
+
+def test_multi_rank_job_one_line_per_rank(tmp_path):
+    jobs = [j for j in plan(SynthConfig()) if j.world_size == 2][:1]
+    (tmp_path / "traces").mkdir()
+    out = simulate_job((jobs[0], str(tmp_path)))
+    assert [e.rank for e, _ in out] == [0, 1]
+    assert len({e.job for e, _ in out}) == 1 and out[0][0].job
+    ranks = [traceap.load(tmp_path / e.path) for e, _ in out]
+    assert [t.meta.rank for t in ranks] == [0, 1]
+    assert all(t.meta.world_size == 2 for t in ranks)
+    assert all(t.is_nccl.sum() > 0 for t in ranks)
+
+
+def test_every_model_simulates_with_plausible_shape():
+    """Each Table-1 model gives a GPU-bound healthy step with hundreds of kernels."""
+    for name, m in all_models().items():
+        cfg = RunConfig(m, PLATFORMS["a100"], m.batch_choices[0], m.res_choices[0], steps=2,
+                        seed=1, t0_us=1e12, log_item=False)
+        res = simulate(cfg)
+        assert 100 < res.n_kernels < 12000, name
+        lo, hi = res.span
+        assert 1e3 < hi - lo < 5e6, name
+
+
+def test_event_names_follow_pytorch():
+    m = all_models()["resnet50"]
+    cfg = RunConfig(m, PLATFORMS["h100"], 32, 160, dt="bf16", world_size=2, steps=2, seed=2,
+                    t0_us=1e12)
+    names = {e["name"] for e in simulate(cfg).events}
+    for n in ("ProfilerStep#5", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+              "Memcpy HtoD (Pinned -> Device)", "aten::conv2d", "aten::cudnn_convolution",
+              "autograd::engine::evaluate_function: ConvolutionBackward0",
+              "Optimizer.step#SGD.step", "DistributedDataParallel.forward", "nccl:all_reduce",
+              "record_param_comms", "cudaLaunchKernel", "aten::_local_scalar_dense"):
+        assert n in names, n
+    assert any(n.startswith("ncclDevKernel_AllReduce_Sum_f32_RING_") for n in names)
+    assert any(n.startswith("sm90_xmma_fprop_implicit_gemm_bf16") for n in names)
+
+
+def test_cli_writes_a_dataset_and_rejects_bad_input(tmp_path):
+    exe = [sys.executable, "-m", "traceap"]
+    r = subprocess.run(exe + ["synth", "--out", str(tmp_path / "d"), "--traces", "4", "--seed", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "wrote 4 traces" in r.stdout
+    assert len(read_manifest(tmp_path / "d")) == 4
+    r = subprocess.run(exe + ["synth", "--out", str(tmp_path / "e"), "--traces", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "traces" in r.stderr
+    assert np.isfinite(1.0)
