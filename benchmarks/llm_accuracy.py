@@ -34,25 +34,31 @@ from traceap.windows import Windows  # noqa: E402
 
 def sample_windows(dataset: Path, n_windows: int, per_task: int, seed: int,
                    max_per_trace: int) -> dict[str, list[tuple]]:
-    """Per task: [(entry, window index, true pattern)], a seeded sample of anomalous windows."""
+    """Per task: [(entry, windows, window index, true pattern)], a seeded sample of anomalous
+    windows, stratified by pattern (round-robin over the patterns present in the task), since
+    one pattern dominates the anomalies of a generated test split."""
     rng = random.Random(seed)
     entries = [e for e in read_manifest(dataset) if e.split != "train" and e.anomalies]
-    by_task: dict[str, list] = defaultdict(list)
+    by_task: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for e in entries:
-        by_task[e.task].append(e)
+        w = Windows(load(trace_path(dataset, e)), n_windows)
+        cands = [(i, p) for i, p in enumerate(window_patterns(e, w)) if p]
+        rng.shuffle(cands)
+        per_pattern: dict[str, int] = defaultdict(int)
+        for i, p in cands:
+            if per_pattern[p] < max_per_trace:
+                per_pattern[p] += 1
+                by_task[e.task][p].append((e, w, i, p))
     out: dict[str, list[tuple]] = {}
-    for task, es in sorted(by_task.items()):
-        rng.shuffle(es)
+    for task, pools in sorted(by_task.items()):
+        for pool in pools.values():
+            rng.shuffle(pool)
         picked: list[tuple] = []
-        for e in es:
-            if len(picked) >= per_task:
-                break
-            # Window geometry needs the trace span: load lazily, only sampled traces.
-            w = Windows(load(trace_path(dataset, e)), n_windows)
-            cands = [(i, p) for i, p in enumerate(window_patterns(e, w)) if p]
-            rng.shuffle(cands)
-            for i, p in cands[:min(max_per_trace, per_task - len(picked))]:
-                picked.append((e, w, i, p))
+        order = sorted(pools)
+        while len(picked) < per_task and any(pools.values()):
+            for p in order:
+                if pools[p] and len(picked) < per_task:
+                    picked.append(pools[p].pop())
         out[task] = picked
     return out
 
@@ -63,8 +69,8 @@ def run(args) -> dict:
     n_total = sum(len(v) for v in samples.values())
     print(f"{n_total} truly anomalous windows from {args.dataset} "
           f"({', '.join(f'{t} {len(v)}' for t, v in samples.items())}), N = {args.windows}")
-    backend = OpenAIBackend(args.url, args.llm_model, timeout_s=args.timeout)
-    llm = LLMClassifier(backend, max_tokens=args.max_tokens)
+    backend = OpenAIBackend(args.url, args.llm_model, timeout_s=args.timeout) if args.url else None
+    llm = LLMClassifier(backend or "none", max_tokens=args.max_tokens)
     offline = OfflineClassifier()
     rows, per_window = {}, []
     for task, picked in samples.items():
@@ -100,7 +106,15 @@ def run(args) -> dict:
                                  for r in allw) / tot,
                    "fallbacks": sum(r["source"] != "llm" for r in allw),
                    "sec_per_window": float(np.mean([r["seconds"] for r in allw] or [0]))}
-    print(f"\nmodel: {args.label or backend.model}   (paper Table 4, GPT-4.1: 75.6-78.9%)")
+    by_pattern: dict[str, list[dict]] = defaultdict(list)
+    for r in allw:
+        by_pattern[r["truth"]].append(r)
+    print(f"\n{'true pattern':28s} {'n':>4s} {'offline':>8s} {'llm':>8s}")
+    for p, rs in sorted(by_pattern.items()):
+        print(f"{p:28s} {len(rs):4d} {100 * np.mean([r['offline'] == p for r in rs]):7.1f}% "
+              f"{100 * np.mean([r['llm'] == p for r in rs]):7.1f}%")
+    name = args.label or (backend.model if backend else "no LLM (offline only)")
+    print(f"\nmodel: {name}   (paper Table 4, GPT-4.1: 75.6-78.9%)")
     print(f"{'task':22s} {'n':>4s} {'offline':>8s} {'llm':>8s} {'llm+fb':>8s} {'llm/off':>8s} "
           f"{'fallbk':>7s} {'s/window':>9s}")
     for task, r in rows.items():
@@ -108,7 +122,7 @@ def run(args) -> dict:
         print(f"{task:22s} {r['windows']:4d} {100 * r['offline']:7.1f}% {100 * r['llm']:7.1f}% "
               f"{100 * r['system']:7.1f}% {ratio:8.2f} {r['fallbacks']:7d} "
               f"{r['sec_per_window']:9.1f}")
-    return {"model": args.label or backend.model, "n_windows": args.windows, "tasks": rows,
+    return {"model": name, "n_windows": args.windows, "tasks": rows,
             "per_window": per_window}
 
 
@@ -126,9 +140,11 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=384)
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--label", default="")
+    ap.add_argument("--offline-only", action="store_true", help="Only the offline classifier.")
     ap.add_argument("--out", help="Write the results (with per-window answers) as JSON here.")
     args = ap.parse_args()
-    if args.url:
+    if args.url or args.offline_only:
+        args.url = None if args.offline_only else args.url
         result = run(args)
     else:
         from traceap.llm_setup import running_server
