@@ -136,3 +136,18 @@ def test_cli_writes_both_reports(tmp_path):
     assert 'id="timeline-0"' in html.read_text(encoding="utf-8")
     with gzip.open(ann) as fh:
         assert TRACK_NAME.encode() in fh.read()
+
+
+def test_array_form_traces_are_annotated_too(tmp_path):
+    # Chrome's other trace form: a bare event list (here: a real trace's events, re-wrapped).
+    events = orjson.loads(read_bytes(DATA / "particle_transformer_bs8.json.gz"))["traceEvents"]
+    src = tmp_path / "array_form.json"
+    src.write_bytes(orjson.dumps(events))
+    t = traceap.load(src)
+    a = analyze(t, n_windows=20, detector="expert")
+    out = write_annotated(a, t, tmp_path / "array_form.annotated.json")
+    annotated = orjson.loads(out.read_bytes())
+    assert isinstance(annotated, list) and annotated[:len(events)] == events
+    ours = track_events(annotated)
+    assert len(annotated) == len(events) + len(ours)
+    assert len(traceap.load(out)) == len(t) + sum(e["ph"] == "X" for e in ours)

@@ -13,6 +13,7 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -31,7 +32,9 @@ def write_annotated(analysis, trace, out_path: str | os.PathLike) -> Path:
     """Write the trace at ``analysis.trace_path`` with a findings track added to `out_path`.
 
     `out_path` ending in ``.gz`` is gzip-compressed, anything else is plain JSON.  `trace` is
-    the loaded `Trace` (only its path is used when the analysis has none).
+    the loaded `Trace` (only its path is used when the analysis has none).  The original bytes
+    of every top-level value and every event are copied as they are: the track is spliced in
+    at the end of ``traceEvents``, so nothing is re-encoded and big traces stay fast.
     """
     source = getattr(analysis, "trace_path", None) or getattr(getattr(trace, "meta", None),
                                                               "path", None)
@@ -39,28 +42,67 @@ def write_annotated(analysis, trace, out_path: str | os.PathLike) -> Path:
         raise TraceFormatError("the analysis does not say which trace file it came from")
     out = Path(out_path)
     with status(f"annotating {Path(source).name}") if _is_big(source) else nullcontext():
-        raw = read_bytes(source)
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise TraceFormatError(f"{source}: cannot rewrite this trace: {exc}") from None
-        del raw
-        if isinstance(doc, list):
-            events = doc
-        elif isinstance(doc, dict):
-            events = doc.get("traceEvents")
-            if not isinstance(events, list):
-                events = doc["traceEvents"] = []
-        else:
-            raise TraceFormatError(f"{source}: JSON is not a trace object")
-        events.extend(findings_events(analysis, _free_pid(events)))
-        data = orjson.dumps(doc)
-        del doc
+        data = read_bytes(source)
+        pids = _used_pids(data, source)
+        track = orjson.dumps(findings_events(analysis, _free_pid(pids)))
+        parts = _splice(data, track[1:-1], source)
         out.parent.mkdir(parents=True, exist_ok=True)
-        if out.name.endswith(".gz"):
-            data = gzip.compress(data, compresslevel=5, mtime=0)
-        out.write_bytes(data)
+        with open(out, "wb") as raw_file:
+            sink = (gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=5, mtime=0)
+                    if out.name.endswith(".gz") else nullcontext(raw_file))
+            with sink as fh:
+                for part in parts:
+                    fh.write(part)
     return out
+
+
+class _Pid(msgspec.Struct):
+    pid: object = None
+
+
+class _PidDoc(msgspec.Struct):
+    traceEvents: list[_Pid] | None = None  # noqa: N815 - the file's own key
+
+
+def _used_pids(data: bytes, source) -> set:
+    """Every pid an event uses (a light pass that also checks the whole file is valid JSON)."""
+    try:
+        if data[:4096].lstrip()[:1] == b"[":
+            events = msgspec.json.decode(data, type=list[_Pid])
+        else:
+            events = msgspec.json.decode(data, type=_PidDoc).traceEvents or []
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TraceFormatError(f"{source}: cannot rewrite this trace: {exc}") from None
+    return {e.pid for e in events}
+
+
+def _splice(data: bytes, track: bytes, source) -> list:
+    """The output as pieces: the original values (zero-copy views) with `track` appended to
+    the event list.  `track` is the comma-separated events, without brackets."""
+    try:
+        if data[:4096].lstrip()[:1] == b"[":
+            return _append(msgspec.json.decode(data, type=msgspec.Raw), track)
+        doc = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TraceFormatError(f"{source}: not a JSON trace object ({exc})") from None
+    doc.setdefault("traceEvents", msgspec.Raw(b"[]"))
+    parts: list = [b"{"]
+    for i, (key, value) in enumerate(doc.items()):
+        parts += [b"," if i else b"", orjson.dumps(key), b":"]
+        parts += _append(value, track) if key == "traceEvents" else [memoryview(value)]
+    parts.append(b"}")
+    return parts
+
+
+def _append(events: msgspec.Raw, track: bytes) -> list:
+    view = memoryview(events)
+    if bytes(view[:1]) == b"n":  # "traceEvents": null
+        return [b"[", track, b"]"]
+    if bytes(view[:1]) != b"[":
+        raise TraceFormatError("traceEvents is not a list")
+    body = bytes(view[1:65]).strip()
+    empty = body[:1] == b"]"  # "[]" or "[ ]" (whitespace only inside)
+    return [view[:-1], b"" if empty else b",", track, b"]"]
 
 
 def findings_events(analysis, pid: int) -> list[dict]:
@@ -142,9 +184,8 @@ def _meta(kind: str, pid: int, tid: int, **args) -> dict:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
 
 
-def _free_pid(events: list) -> int:
+def _free_pid(used: set) -> int:
     """An integer pid no event uses (string pids do not count: they cannot collide)."""
-    used = {e.get("pid") for e in events if isinstance(e, dict)}
     ints = [p for p in used if isinstance(p, int) and not isinstance(p, bool)]
     return max(ints, default=0) + 1
 
