@@ -180,6 +180,20 @@ def test_report_reads_the_trace_itself_and_says_when_it_cannot(analysis, tmp_pat
     assert text.count('<div class="card"') == len(analysis.findings)
 
 
+@pytest.mark.parametrize("path", sorted(DATA.glob("*.json.gz")), ids=lambda p: p.name)
+def test_every_bundled_trace_gets_a_report(path):
+    # AMD, 2021-era, CPU-only and backward-thread traces: all render, with a digest per window.
+    t = traceap.load(path)
+    a = analyze(t, n_windows=40, detector="expert")
+    text = render_html(a, t)
+    data = text[text.index('id="traceap-data"'):]
+    data = json.loads(data[data.index(">") + 1:data.index("</script>")])
+    rank = data["ranks"][0]
+    assert rank["n"] == 40 and len(rank["digests"]) == 40 and len(rank["score"]) == 40
+    assert sum(d["nk"] for d in rank["digests"]) == int((t.kind == Kind.KERNEL).sum())
+    assert text.count('<div class="card"') == len(a.findings)
+
+
 # -- in a real browser -------------------------------------------------------------------------
 def chromium_binary() -> str | None:
     for name in (os.environ.get("TRACEAP_CHROMIUM"), "chromium", "chromium-browser",
