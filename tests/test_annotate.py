@@ -151,3 +151,18 @@ def test_array_form_traces_are_annotated_too(tmp_path):
     ours = track_events(annotated)
     assert len(annotated) == len(events) + len(ours)
     assert len(traceap.load(out)) == len(t) + sum(e["ph"] == "X" for e in ours)
+
+
+def test_a_job_gets_one_annotated_trace_per_rank(tmp_path):
+    from traceap.analysis import analyze_job
+    from traceap.load import load_job
+
+    job = load_job(DATA / "dlrm_job")
+    result = analyze_job(job, n_windows=50, detector="expert")
+    folder = write_annotated(result, job, tmp_path / "annotated")
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == ["worker0.pt.trace.traceap.json.gz", "worker1.pt.trace.traceap.json.gz"]
+    for t, name in zip(job.traces, files):
+        again = traceap.load(folder / name)
+        ours = track_events(folder / name)
+        assert len(again) == len(t) + sum(e["ph"] == "X" for e in ours)

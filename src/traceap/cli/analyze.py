@@ -38,7 +38,7 @@ def analyze(
     redetect: int = typer.Option(0, "--redetect", help="Rounds of finer re-detection (window width halved each round) for windows the classifier calls false alarms; 0 = off."),
     threshold: float | None = typer.Option(None, "--threshold", help="Flag windows scoring at least this (default: the detector's)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report."),
-    annotate: Path | None = typer.Option(None, "--annotate", help="Also write the trace with a findings track (open in Perfetto)."),
+    annotate: Path | None = typer.Option(None, "--annotate", help="Also write the trace with a findings track (open in Perfetto); for a folder, a folder of them."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal summary."),
 ) -> None:
     """Find performance anti-patterns, window by window, with evidence and fixes."""
@@ -108,9 +108,7 @@ def analyze(
             json_out.write_bytes(data)
     if html_mod is not None:
         html_mod.write_html(result, html, loaded)
-    if ann_mod is not None:
-        if is_job:
-            raise TraceapError("--annotate works on one trace, not a folder")
+    if ann_mod is not None:  # for a folder: OUT is a folder, one annotated trace per rank
         ann_mod.write_annotated(result, loaded, annotate)
     if not quiet:
         from ..report.terminal import render, render_job

@@ -32,10 +32,14 @@ def write_annotated(analysis, trace, out_path: str | os.PathLike) -> Path:
     """Write the trace at ``analysis.trace_path`` with a findings track added to `out_path`.
 
     `out_path` ending in ``.gz`` is gzip-compressed, anything else is plain JSON.  `trace` is
-    the loaded `Trace` (only its path is used when the analysis has none).  The original bytes
+    the loaded `Trace` (only its path is used when the analysis has none).  For a job's
+    analysis (with ``ranks``), `out_path` is a folder that gets one annotated trace per rank.  The original bytes
     of every top-level value and every event are copied as they are: the track is spliced in
     at the end of ``traceEvents``, so nothing is re-encoded and big traces stay fast.
     """
+    ranks = getattr(analysis, "ranks", None)
+    if isinstance(ranks, list):
+        return _write_job(ranks, trace, Path(out_path))
     source = getattr(analysis, "trace_path", None) or getattr(getattr(trace, "meta", None),
                                                               "path", None)
     if not source:
@@ -54,6 +58,20 @@ def write_annotated(analysis, trace, out_path: str | os.PathLike) -> Path:
                 for part in parts:
                     fh.write(part)
     return out
+
+
+def _write_job(ranks: list, job, folder: Path) -> Path:
+    """A job: `folder` gets one annotated trace per rank, named after the rank's file."""
+    if folder.exists() and not folder.is_dir():
+        raise TraceFormatError(f"{folder}: for a job, --annotate takes a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    traces = list(getattr(job, "traces", job or []))
+    for i, a in enumerate(ranks):
+        name = Path(a.trace_path).name
+        stem, dot, ext = name.partition(".json")
+        write_annotated(a, traces[i] if i < len(traces) else None,
+                        folder / f"{stem}.traceap{dot}{ext}")
+    return folder
 
 
 class _Pid(msgspec.Struct):
