@@ -391,6 +391,13 @@ def test_browser_draws_the_timeline_without_errors(browser, analysis, tmp_path):
     k = next(i for i, f in enumerate(analysis.findings) if flagged[0] in f.windows)
     browser.click(f"#timeline-0 .wmark[data-w='{flagged[0]}']")
     assert browser.js(f"document.getElementById('r0-f{k}').classList.contains('flash')")
+    # ... and back: a card's button outlines its finding's windows on the timeline.
+    browser.click(f"#r0-f{k} button.show")
+    assert browser.js("document.querySelectorAll('#timeline-0 .sel').length") == len(
+        analysis.findings[k].windows)
+    browser.click(f"#r0-f{k} .fix button.copy")
+    time.sleep(0.2)  # the clipboard answers asynchronously
+    assert browser.js(f"document.querySelector('#r0-f{k} .fix button.copy').textContent") == "copied"
     assert browser.errors() == []
 
 

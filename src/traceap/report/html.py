@@ -380,6 +380,8 @@ class _RankView:
     notes: list = field(default_factory=list)
     #: (start_us, end_us) of every window, by index.
     bounds: list = field(default_factory=list)
+    #: Position among the report's ranks.
+    index: int = 0
 
     @classmethod
     def build(cls, r: _Rank, k: int) -> _RankView:
@@ -387,7 +389,7 @@ class _RankView:
         ws = list(a.windows)
         findings = list(a.findings)
         view = cls(r.label, a, r.trace, findings, notes=list(getattr(a, "notes", None) or []),
-                   bounds=[(float(w.start_us), float(w.end_us)) for w in ws])
+                   bounds=[(float(w.start_us), float(w.end_us)) for w in ws], index=k)
         t0 = float(ws[0].start_us) if ws else 0.0
         span = (float(ws[-1].end_us) - t0) if ws else 1.0
         n = len(ws)
@@ -471,7 +473,7 @@ class _RankView:
                 'flagged one to jump to its finding.</p></div>')
 
     def cards(self) -> str:
-        return _cards(self.findings, self.data["id"], self.trace, self.bounds)
+        return _cards(self.findings, self.data["id"], self.trace, self.bounds, self.index)
 
 
 def _threshold(a) -> float | None:
@@ -505,7 +507,7 @@ def _lost_bars(lost: dict[str, float]) -> str:
 
 
 def _cards(findings: list, prefix: str, trace: Trace | None,
-           bounds: Sequence[tuple[float, float]] | None) -> str:
+           bounds: Sequence[tuple[float, float]] | None, rank_index: int | None = None) -> str:
     order = sorted(range(len(findings)),
                    key=lambda k: -float(getattr(findings[k], "time_lost_us", 0.0) or 0.0))
     parts = ['<div class="cards">']
@@ -522,13 +524,16 @@ def _cards(findings: list, prefix: str, trace: Trace | None,
             where = f"{_us(float(f.start_us) - t0)} \u2013 {_us(float(f.end_us) - t0)} from the start"
         else:
             where = f"{_us(float(f.end_us) - float(f.start_us))} long"
-        head = (f'<div class="card" id="{_e(prefix)}-f{k}" style="border-left-color:{c}">'
-                f'<h3><span class="swatch" style="background:{c}"></span>'
-                f'{_e(getattr(f, "title", None) or pattern_title(f.pattern))}'
-                f'{f"<span class={chr(34)}badge {_e(sev.lower())}{chr(34)}>{_e(sev)}</span>" if sev else ""}'
-                f'</h3><div class="meta">{_e(where)}{" · windows " + _e(_ranges(wins)) if wins else ""} · '
-                f'time lost {_e(_us(float(getattr(f, "time_lost_us", 0.0) or 0.0)))}</div>')
-        parts.append(head)
+        badge = f'<span class="badge {_e(sev.lower())}">{_e(sev)}</span>' if sev else ""
+        meta = [where] + ([f"windows {_ranges(wins)}"] if wins else []) + [
+            f"time lost {_us(float(getattr(f, 'time_lost_us', 0.0) or 0.0))}"]
+        show = (f'<button class="show" data-rank="{rank_index}" data-windows="'
+                f'{_e(orjson.dumps(sorted(int(w) for w in wins)).decode())}">'
+                'show on the timeline</button>' if wins and rank_index is not None else "")
+        parts.append(f'<div class="card" id="{_e(prefix)}-f{k}" style="border-left-color:{c}">'
+                     f'<h3><span class="swatch" style="background:{c}"></span>'
+                     f'{_e(getattr(f, "title", None) or pattern_title(f.pattern))}{badge}</h3>'
+                     f'<div class="meta">{_e(" · ".join(meta))}{show}</div>')
         parts.append(f'<div class="evidence">{_e(f.evidence)}</div>')
         expl = getattr(f, "explanation", "") or ""
         if expl:

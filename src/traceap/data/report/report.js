@@ -175,7 +175,20 @@
       m.addEventListener("click", () => jumpToFinding(R, i));
     }
     box.dataset.drawn = String(R.n);
+    box._geometry = { svg: svg, x: x, bw: bw, top: top, height: M.plot + 4 + M.lane };
+    if (box._selected) select(box, box._selected);
     return lines;
+  }
+
+  // Outline some windows (a finding's) on a drawn timeline.
+  function select(box, windows) {
+    box._selected = windows;
+    const g = box._geometry;
+    if (!g) return;
+    g.svg.querySelectorAll(".sel").forEach(e => e.remove());
+    for (const i of windows) {
+      el("rect", { x: g.x(i), y: g.top, width: g.bw, height: g.height, class: "sel" }, g.svg);
+    }
   }
 
   function legend(box, R, lines, state) {
@@ -243,6 +256,32 @@
     const s = document.querySelector(".rank-section[data-rank='" + r.dataset.rank + "']");
     if (s) s.scrollIntoView({ behavior: "smooth" });
   }));
+  document.querySelectorAll("button.show").forEach(b => b.addEventListener("click", () => {
+    const k = +b.dataset.rank;
+    if (document.querySelector(".tabs")) showRank(k);
+    const box = document.getElementById("timeline-" + k);
+    select(box, JSON.parse(b.dataset.windows));
+    box.scrollIntoView({ behavior: "smooth", block: "center" });
+  }));
+  // A copy button on each code snippet of a fix.
+  document.querySelectorAll(".fix pre").forEach(pre => {
+    const b = h("button", "copy", "copy");
+    b.type = "button";
+    b.addEventListener("click", () => {
+      const text = pre.querySelector("code").textContent;
+      const done = () => { b.textContent = "copied"; setTimeout(() => { b.textContent = "copy"; }, 1200); };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(text).then(done, () => {});
+      } else {
+        const r = document.createRange();
+        r.selectNodeContents(pre.querySelector("code"));
+        const sel = window.getSelection();
+        sel.removeAllRanges(); sel.addRange(r);
+        done();
+      }
+    });
+    pre.insertBefore(b, pre.firstChild);
+  });
   if (document.querySelector(".tabs")) showRank(0); else drawAll();
   let pending = null;
   window.addEventListener("resize", () => { clearTimeout(pending); pending = setTimeout(drawAll, 120); });
