@@ -282,6 +282,15 @@ class Browser:
             raise AssertionError(f"{expression}: {res['exceptionDetails']}")
         return res["result"].get("value")
 
+    def poll(self, expression: str, expected, timeout: float = 10.0) -> bool:
+        """Wait until `expression` evaluates to `expected` (True), or give up (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.js(expression) == expected:
+                return True
+            time.sleep(0.05)
+        return False
+
     def hover(self, selector: str) -> None:
         x, y = self.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
                        "e.scrollIntoView({block: 'center'}); const b = e.getBoundingClientRect(); "
@@ -396,8 +405,9 @@ def test_browser_draws_the_timeline_without_errors(browser, analysis, tmp_path):
     assert browser.js("document.querySelectorAll('#timeline-0 .sel').length") == len(
         analysis.findings[k].windows)
     browser.click(f"#r0-f{k} .fix button.copy")
-    time.sleep(0.2)  # the clipboard answers asynchronously
-    assert browser.js(f"document.querySelector('#r0-f{k} .fix button.copy').textContent") == "copied"
+    # The clipboard answers asynchronously.
+    assert browser.poll(f"document.querySelector('#r0-f{k} .fix button.copy').textContent",
+                        "copied")
     assert browser.errors() == []
 
 
