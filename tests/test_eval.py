@@ -351,6 +351,8 @@ def traceap_cli(monkeypatch, capsys):
     (["--dataset", "{data}", "--detectors", "rule,psychic"], "unknown detector 'psychic'"),
     (["--dataset", "{data}", "--windows", "50,many"], "--windows"),
     (["--dataset", "{data}", "--split", "holdout"], "unknown split 'holdout'"),
+    (["--dataset", "{data}", "--detectors", "rule", "--classifier", "tarot"],
+     "unknown classifier 'tarot'"),
     (["--dataset", "{data}", "--detectors", "rule", "--ablation", "--ablation-dir", "{tmp}/none"],
      "--ablation"),
 ])

@@ -66,14 +66,29 @@ def build_detectors(names: list[str], explicit: bool, model: Path | None,
     return out
 
 
-def build_classifiers(names: list[str], explicit: bool, warn) -> dict[str, object]:
-    """Pattern classifiers by name; a default one that is unavailable is dropped."""
+def build_classifiers(names: list[str], explicit: bool, model: Path | None,
+                      warn) -> dict[str, object]:
+    """Pattern classifiers by name; a default one that is unavailable is dropped.
+
+    Beside "offline" and "llm", "offline+model" is the offline rules blended with the learned
+    pattern head of the model detector (its checkpoint: --model, else the bundled one).
+    """
+    from ..classify import CLASSIFIER_NAMES, make_classifier
+
+    known = CLASSIFIER_NAMES + ("offline+model",)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise TraceapError(f"unknown classifier {unknown[0]!r}; choose from {', '.join(known)}")
     out: dict[str, object] = {}
     for name in names:
         try:
-            from ..classify import make_classifier
-            out[name] = make_classifier(name)
-        except (TraceapError, ImportError) as exc:
+            if name == "offline+model":
+                from ..detectors.registry import make_detector
+                head = make_detector("model", **({"path": model} if model else {}))
+                out[name] = make_classifier("offline", pattern_head=head.pattern_probabilities)
+            else:
+                out[name] = make_classifier(name)
+        except TraceapError as exc:
             if explicit:
                 raise TraceapError(f"classifier {name!r} is not available ({exc})") from None
             warn(f"classifier {name!r} skipped: {exc}")
@@ -139,7 +154,7 @@ def eval_(
     ablation_dir: Path = typer.Option(Path("models/ablation"), "--ablation-dir",
                                       help="Folder of ablation checkpoints (*.pt) for --ablation."),
     classifier: str = typer.Option("offline", "--classifier",
-                                   help="Pattern classifiers: offline, llm (comma-separated; '' for none)."),
+                                   help="Pattern classifiers: offline, offline+model, llm (comma-separated; '' for none)."),
     limit: int | None = typer.Option(None, "--limit", min=1,
                                      help="At most N test traces per split, spread over tasks and labels."),
     fit_limit: int | None = typer.Option(None, "--fit-limit", min=1,
@@ -173,7 +188,8 @@ def eval_(
         raise TraceapError(f"--model: no checkpoint at {model}")
     explicit = detectors != DEFAULT_DETECTORS
     dets = build_detectors(_names(detectors, "detectors"), explicit, model, warn)
-    clfs = build_classifiers(_names(classifier, "classifier"), classifier != "offline", warn)
+    clfs = build_classifiers(_names(classifier, "classifier"), classifier != "offline", model,
+                             warn)
     abl = build_ablation(ablation_dir) if ablation else {}
     if not dets and not abl and not clfs:
         raise TraceapError("nothing to evaluate: no detector or classifier is available")
