@@ -120,6 +120,19 @@ def test_memcpy_finding_lists_the_copies_in_its_windows(trace, analysis):
         assert any(a - r["dur_us"] - 1e-3 <= ts < b + 1e-3 for a, b in spans)
 
 
+def test_exposed_nccl_finding_lists_the_kernels_compute_does_not_hide(trace, analysis):
+    from traceap.report.html import proof_events
+    f = next(f for f in analysis.findings if f.pattern == "nccl_compute_no_overlap")
+    spans = [(analysis.windows[w].start_us, analysis.windows[w].end_us) for w in f.windows]
+    caption, rows = proof_events(trace, f, spans)
+    assert rows and all(r["kind"] == "kernel" and r["name"].startswith("nccl") for r in rows)
+    hidden = [float(re.search(r"(\d+)% hidden", r["detail"]).group(1)) / 100 for r in rows]
+    exposed = [r["dur_us"] * (1 - h) for r, h in zip(rows, hidden)]
+    # Most exposed first (the percentages are rounded: allow 1% of the longest kernel).
+    slack = 0.01 * max(r["dur_us"] for r in rows)
+    assert all(a >= b - slack for a, b in zip(exposed, exposed[1:]))
+
+
 def test_window_digest_matches_a_direct_count(trace):
     windows = Windows(trace, 50)
     digests = window_digests(windows)

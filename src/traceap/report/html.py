@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
-from ..windows import Windows
+from ..windows import Windows, covered_time
 
 #: One colour per pattern id (Okabe-Ito first: readable by colour-blind readers).
 PATTERN_COLORS = {
@@ -218,6 +218,7 @@ def proof_events(trace: Trace, finding, spans: Sequence[tuple[float, float]] | N
     names = t.names_array
     pattern = finding.pattern
     detail = None
+    overlap: dict[int, float] = {}
     if pattern == "single_process_dataloading":
         caption = "DataLoader fetches on the training thread, longest first"
         loaders = np.array(["DataLoader" in n and "__next__" in n for n in t.names], dtype=bool)
@@ -257,8 +258,15 @@ def proof_events(trace: Trace, finding, spans: Sequence[tuple[float, float]] | N
             rows = nccl[np.isin(t.stream[nccl], compute_streams)]
             rows = rows[np.argsort(-t.dur[rows], kind="stable")]
         else:
-            caption = "NCCL kernels with no compute running beside them, longest first"
-            rows = nccl[np.argsort(-t.dur[nccl], kind="stable")]
+            caption = "NCCL kernels by time no compute kernel hides, most exposed first"
+            kernels = t.rows(Kind.KERNEL)
+            cs, ce = merged_intervals(t.ts[kernels[~t.is_nccl[kernels]]],
+                                      t.end[kernels[~t.is_nccl[kernels]]])
+            f = covered_time(cs, ce, np.concatenate((t.ts[nccl], t.end[nccl])))
+            hidden = f[len(nccl):] - f[:len(nccl)]
+            exposed = t.dur[nccl] - hidden
+            overlap = dict(zip(nccl.tolist(), (hidden / np.maximum(t.dur[nccl], 1e-9)).tolist()))
+            rows = nccl[np.argsort(-exposed, kind="stable")]
         detail = "nelems"
     elif pattern == "cpu_bound":
         caption = "Longest GPU idle gaps, and the CPU ops that ran meanwhile"
@@ -278,6 +286,8 @@ def proof_events(trace: Trace, finding, spans: Sequence[tuple[float, float]] | N
             extra = f"{t.bytes[r] / 1e6:.2f} MB"
         elif detail == "nelems" and t.comm_nelems[r] >= 0:
             extra = f"{int(t.comm_nelems[r]):,} elements"
+        if r in overlap:
+            extra = (extra + "; " if extra else "") + f"{overlap[r] * 100:.0f}% hidden by compute"
         if gpu_side and np.isfinite(t.launch_delay[r]):
             extra = (extra + "; " if extra else "") + f"launched {_us(t.launch_delay[r])} earlier"
         out.append({"t_ms": (t.ts[r] - t0) / 1e3, "dur_us": float(t.dur[r]),
