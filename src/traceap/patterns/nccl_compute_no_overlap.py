@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..trace import busy_union
 from ..windows import Windows
 from .base import AntiPattern, Measures
 from .nccl_blocks_compute_stream import BlockConfig, blocking_nccl
@@ -37,6 +38,20 @@ def side_nccl(trace) -> np.ndarray:
     def make():
         return np.setdiff1d(nccl_rows(trace), blocking_nccl(trace, BlockConfig()))
     return cached(trace, "side_nccl", make)
+
+
+def trace_overlap(trace) -> float:
+    """Share of side-stream NCCL time (whole trace) that some compute kernel overlaps."""
+    def make() -> float:
+        side, comp = side_nccl(trace), compute_rows(trace)
+        if not len(side):
+            return 1.0
+        comm = busy_union(trace.ts[side], trace.end[side])
+        both = np.concatenate((side, comp))
+        hidden = comm + busy_union(trace.ts[comp], trace.end[comp]) - busy_union(
+            trace.ts[both], trace.end[both])
+        return float(hidden / comm) if comm > 0 else 1.0
+    return cached(trace, "trace_overlap", make)
 
 
 class NcclComputeNoOverlap(AntiPattern):
@@ -67,9 +82,11 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         comm = union_in(windows, *spans(t, side))
         hidden = overlap_in(windows, spans(t, side), spans(t, comp))
         exposed = np.clip(comm - hidden, 0.0, None)
-        overlap = hidden / np.maximum(comm, 1e-9)
+        # Judge overlap over the whole trace: even well-overlapped DDP exposes its last bucket
+        # at the end of backward, so a window-level ratio would flag every healthy step.
+        overlap = trace_overlap(t)
         score = (ramp(exposed / windows.width_us, c.exposed_lo, c.exposed_hi)
-                 * ramp(1.0 - overlap, 1.0 - c.overlap_ok, 1.0 - c.overlap_bad)
+                 * float(ramp(1.0 - overlap, 1.0 - c.overlap_ok, 1.0 - c.overlap_bad))
                  * (comm >= c.min_comm_us))
         return {"score": score, "lost_us": exposed * (score > 0), "comm_us": comm,
                 "hidden_us": hidden, "n_nccl": count_in(windows, t.ts[side])}
@@ -82,13 +99,15 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         rows = rows_in_windows(windows, side_nccl(t), idx)
         top = top_names(t, rows, weights=t.dur[rows], k=2)
         what = ", ".join(f"{n.split('(')[0]} x{c}" for n, c, _ in top)
-        text = (f"NCCL ran {fmt_us(comm)} ({what}), only {100 * hidden / max(comm, 1e-9):.0f}% "
-                f"overlapped with compute; {fmt_us(exposed)} exposed")
+        text = (f"NCCL ran {fmt_us(comm)} ({what}) with only {100 * hidden / max(comm, 1e-9):.0f}% "
+                f"overlapped by compute here ({100 * trace_overlap(t):.0f}% over the whole "
+                f"trace); {fmt_us(exposed)} exposed")
         if top and ("SendRecv" in top[0][0] or "AllToAll" in top[0][0]):
             # all-to-all (embedding/expert exchange) is not DDP gradient traffic: say so.
             text += (" (mostly all-to-all: overlap it with the dense part, e.g. TorchRec "
                      "TrainPipelineSparseDist, or MoE expert-parallel pipelining)")
         return text, {"comm_us": round(comm, 1), "overlapped_us": round(hidden, 1),
+                      "trace_overlap_fraction": round(trace_overlap(t), 3),
                       "exposed_us": round(exposed, 1),
                       "overlap_fraction": round(hidden / comm, 3) if comm > 0 else None}
 
