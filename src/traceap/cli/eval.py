@@ -66,12 +66,13 @@ def build_detectors(names: list[str], explicit: bool, model: Path | None,
     return out
 
 
-def build_classifiers(names: list[str], explicit: bool, model: Path | None,
-                      warn) -> dict[str, object]:
+def build_classifiers(names: list[str], explicit: bool, model: Path | None, warn,
+                      model_detector: object | None = None) -> dict[str, object]:
     """Pattern classifiers by name; a default one that is unavailable is dropped.
 
     Beside "offline" and "llm", "offline+model" is the offline rules blended with the learned
-    pattern head of the model detector (its checkpoint: --model, else the bundled one).
+    pattern head of the model detector (`model_detector` when given, else one loaded from
+    --model or the bundled checkpoint).
     """
     from ..classify import CLASSIFIER_NAMES, make_classifier
 
@@ -84,7 +85,7 @@ def build_classifiers(names: list[str], explicit: bool, model: Path | None,
         try:
             if name == "offline+model":
                 from ..detectors.registry import make_detector
-                head = make_detector("model", **({"path": model} if model else {}))
+                head = model_detector or make_detector("model", **({"path": model} if model else {}))
                 out[name] = make_classifier("offline", pattern_head=head.pattern_probabilities)
             else:
                 out[name] = make_classifier(name)
@@ -189,7 +190,7 @@ def eval_(
     explicit = detectors != DEFAULT_DETECTORS
     dets = build_detectors(_names(detectors, "detectors"), explicit, model, warn)
     clfs = build_classifiers(_names(classifier, "classifier"), classifier != "offline", model,
-                             warn)
+                             warn, dets.get("model"))
     abl = build_ablation(ablation_dir) if ablation else {}
     if not dets and not abl and not clfs:
         raise TraceapError("nothing to evaluate: no detector or classifier is available")
