@@ -1,8 +1,12 @@
 """Fast, forgiving reader of Kineto / Chrome-trace JSON (`.json`, `.json.gz`).
 
-msgspec decodes straight into small typed structs (only the fields we use, unknown fields
-skipped in C), the structs become numpy columns, and the per-event structs are dropped.
-Call-stack nesting and launch links are computed with vectorised numpy, not per-event Python.
+The file is read once; msgspec splits the event list into raw slices of the buffer (no Python
+objects per field), then decodes it chunk by chunk into small typed structs holding only the
+fields we use.  Each chunk becomes slices of numpy columns through C-level `map`s (strings are
+factorised into codes as they stream past) and its structs are dropped before the next chunk,
+so peak memory stays near the size of the file.  The raw bytes are freed as soon as the last
+chunk is decoded.  Call-stack nesting and launch links are vectorised numpy, not per-event
+Python.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import math
 import os
 import re
 import zlib
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
+from dataclasses import dataclass, field as dc_field
+from itertools import chain, count, islice, repeat
+from operator import attrgetter, ne
 from pathlib import Path
 
 import msgspec
@@ -20,13 +27,14 @@ import numpy as np
 from msgspec import field
 
 from ..errors import EmptyTraceError, TraceFormatError
-from ..progress import status
 from ..trace import CATEGORY_KIND, LAUNCH_KINDS, Kind, Step, Trace, TraceMeta
 
 _NAN = float("nan")
+#: Events decoded (and held as structs) at a time; small enough to keep memory flat.
+CHUNK_EVENTS = 1 << 15
 
 
-class _Args(msgspec.Struct, gc=False):
+class _Args(msgspec.Struct, gc=False, frozen=True):  # frozen: one shared default below
     external_id: int = field(default=-1, name="External id")
     external_id_old: int = field(default=-1, name="external id")
     correlation: int = -1
@@ -39,6 +47,9 @@ class _Args(msgspec.Struct, gc=False):
     group_size: int = field(default=-1, name="Group size")
 
 
+_EMPTY_ARGS = _Args()
+
+
 class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
@@ -48,11 +59,23 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = _NAN
     dur: float = 0.0
     id: int | str | None = None
-    args: _Args | None = None
+    args: _Args = _EMPTY_ARGS  # "args": null is odd and takes the per-event path
 
 
-class _File(msgspec.Struct, gc=False):
-    traceEvents: list[_Event] | None = None  # noqa: N815 - the file's own key
+class _Flow(msgspec.Struct, gc=False):
+    """A flow event (`ac2g` launch -> GPU arrow), decoded only when correlation ids fall short."""
+
+    ph: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = _NAN
+    id: int | str | None = None
+
+
+class _Head(msgspec.Struct, gc=False):
+    """The top-level object; events stay raw slices of the buffer until decoded by chunk."""
+
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - the file's own key
     deviceProperties: list[dict] | None = None  # noqa: N815
     computeProperties: list[dict] | None = None  # noqa: N815
     distributedInfo: dict | None = None  # noqa: N815
@@ -61,10 +84,49 @@ class _File(msgspec.Struct, gc=False):
     schemaVersion: object = None  # noqa: N815
 
 
-_FILE_DECODER = msgspec.json.Decoder(_File, strict=False)
-_LIST_DECODER = msgspec.json.Decoder(list[_Event], strict=False)
-_EMPTY_ARGS = _Args()
-_NO_DIMS = (0, 0, 0)
+class _LooseHead(msgspec.Struct, gc=False):
+    """The top-level metadata with any types (checked in Python) when `_Head` does not fit."""
+
+    deviceProperties: object = None  # noqa: N815
+    computeProperties: object = None  # noqa: N815
+    distributedInfo: object = None  # noqa: N815
+    baseTimeNanoseconds: object = None  # noqa: N815
+    displayTimeUnit: object = None  # noqa: N815
+    schemaVersion: object = None  # noqa: N815
+
+
+class _EventsOnly(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815
+
+
+_HEAD_DECODER = msgspec.json.Decoder(_Head, strict=False)
+_LOOSE_HEAD_DECODER = msgspec.json.Decoder(_LooseHead, strict=False)
+_EVENTS_ONLY_DECODER = msgspec.json.Decoder(_EventsOnly, strict=False)
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_CHUNK_DECODER = msgspec.json.Decoder(list[_Event], strict=False)
+_FLOWS_DECODER = msgspec.json.Decoder(list[_Flow], strict=False)
+
+#: ph -> small code: timed events (X, instants), flow events (s, f, t), metadata (M).
+_PH_X, _PH_INSTANT, _PH_FLOW_START, _PH_FLOW_END, _PH_META, _PH_OTHER = range(6)
+_PH_CODE = {"X": _PH_X, "i": _PH_INSTANT, "I": _PH_INSTANT, "s": _PH_FLOW_START,
+            "f": _PH_FLOW_END, "t": _PH_FLOW_END, "M": _PH_META}
+
+# C-level field getters: every column is one `map` over a chunk of structs.
+_ph_cat = attrgetter("ph", "cat")
+_thread = attrgetter("pid", "tid")
+_device_stream = attrgetter("args.device", "args.stream")
+_ts, _dur, _name, _id = attrgetter("ts"), attrgetter("dur"), attrgetter("name"), attrgetter("id")
+_correlation = attrgetter("args.correlation")
+_external_id = attrgetter("args.external_id")
+_external_id_old = attrgetter("args.external_id_old")
+_bytes = attrgetter("args.bytes")
+_in_nelems = attrgetter("args.in_nelems")
+_group_size = attrgetter("args.group_size")
+_grid, _block = attrgetter("args.grid"), attrgetter("args.block")
+#: Args that only memcpys, kernels and collectives carry: read for those rows only.
+_rare_args = attrgetter("args.external_id_old", "args.bytes", "args.in_nelems",
+                        "args.group_size", "args.grid", "args.block")
+_RARE_DEFAULTS = _rare_args(_Event())  # tuple equality: identical NaN default compares equal
 
 #: Thread kinds that nest into call stacks on their CPU thread.
 _NESTING_KINDS = (Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.USER_ANNOTATION, Kind.CUDA_RUNTIME,
@@ -100,17 +162,209 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         try:
             d = zlib.decompressobj(wbits=47)
-            out = d.decompress(raw) + d.flush()
+            out = d.decompress(raw)
+            del raw
+            tail = d.flush()
         except zlib.error as exc:
             raise TraceFormatError(f"{p}: corrupt gzip data ({exc})") from None
         if not d.eof:
             raise TraceFormatError(f"{p}: truncated gzip file (the compressed stream ends early)")
-        return out
+        return out + tail if tail else out  # no second copy of the whole trace when possible
     return raw
 
 
-def _decode(data: bytes, path: str) -> tuple[_File, list[str]]:
-    warnings: list[str] = []
+def load(path: str | os.PathLike) -> Trace:
+    """Load one Kineto trace file (`.json` or `.json.gz`) into a columnar `Trace`."""
+    path = str(path)
+    with _gc_paused():
+        # The bytes travel in a list so that `_read` holds the only reference and can free
+        # them as soon as the events are decoded.
+        return _build(_read([read_bytes(path)], path), path)
+
+
+class _Codes:
+    """Dense int codes for hashable values in order of first appearance, built by C-level map.
+
+    Each value's first running position is stored in a dict (`setdefault` with a counter);
+    positions of known values grow monotonically, so a binary search turns them into dense
+    codes 0, 1, 2, ... that never change as later chunks add values.
+    """
+
+    def __init__(self):
+        self.first: dict = {}
+        self._counter = count()
+        self._positions = np.empty(0, dtype=np.int64)
+
+    def __call__(self, values, n: int) -> np.ndarray:
+        pos = np.fromiter(map(self.first.setdefault, values, self._counter), np.int64, n)
+        if len(self.first) > len(self._positions):
+            new = np.fromiter(islice(self.first.values(), len(self._positions), None), np.int64)
+            self._positions = np.concatenate((self._positions, new))
+        return np.searchsorted(self._positions, pos).astype(np.int32)
+
+    def values(self) -> list:
+        """The distinct values, code order."""
+        return list(self.first)
+
+
+@dataclass
+class _Sparse:
+    """A column that is rarely set (memcpy bytes, kernel grid, ...): rows and values only."""
+
+    rows: list = dc_field(default_factory=list)
+    values: list = dc_field(default_factory=list)
+
+    def add(self, rows: np.ndarray, values: np.ndarray) -> None:
+        if len(rows):
+            self.rows.append(rows)
+            self.values.append(values)
+
+    def dense(self, n: int, fill, dtype, width: int = 0) -> np.ndarray:
+        out = np.full((n, width) if width else n, fill, dtype=dtype)
+        if self.rows:
+            out[np.concatenate(self.rows)] = np.concatenate(self.values)
+        return out
+
+
+@dataclass
+class _Columns:
+    """What the streaming reader produces: timed-event columns, string tables, flows, meta."""
+
+    head: _Head
+    n_raw: int
+    cols: dict
+    names: _Codes
+    threads: _Codes  # (pid, tid)
+    devices: _Codes  # (args device, args stream)
+    sparse: dict
+    flows: list = dc_field(default_factory=list)  # JSON arrays of the flow events, as bytes
+    n_flows: int = 0
+    n_metadata: int = 0
+    warnings: list = dc_field(default_factory=list)
+
+
+class _Kinds:
+    """(ph, cat) pairs -> ph code and Kind, extended as new pairs stream past."""
+
+    def __init__(self):
+        self.codes = _Codes()
+        self.ph = np.empty(0, np.int8)
+        self.kind = np.empty(0, np.int8)
+
+    def __call__(self, events: list) -> tuple[np.ndarray, np.ndarray]:
+        """ph code of every event, and the pair code (index into `self.kind`)."""
+        pair = self.codes(map(_ph_cat, events), len(events))
+        if len(self.codes.first) > len(self.ph):
+            new = list(islice(self.codes.first, len(self.ph), None))
+            self.ph = np.concatenate((self.ph, np.fromiter(
+                (_PH_CODE.get(ph, _PH_OTHER) for ph, _ in new), np.int8, len(new))))
+            self.kind = np.concatenate((self.kind, np.fromiter(
+                (_kind_of(ph, cat) for ph, cat in new), np.int8, len(new))))
+        return self.ph[pair], pair
+
+
+def _kind_of(ph: str, cat: str) -> Kind:
+    if ph in ("i", "I"):
+        return Kind.INSTANT
+    return CATEGORY_KIND.get(cat.lower(), Kind.OTHER) if cat else Kind.OTHER
+
+
+def _read(holder: list, path: str) -> _Columns:
+    """Decode the bytes in `holder` (emptied here) into columns, chunk by chunk."""
+    data = holder.pop()
+    head = _decode_head(data, path)
+    raws = head.traceEvents
+    head.traceEvents = None
+    if raws is None:
+        raise TraceFormatError(f"{path}: no 'traceEvents' list (not a Kineto/Chrome trace)")
+    del data  # the raw slices still point into the buffer; it goes with them below
+    n_raw = len(raws)
+    cols = {"ts": np.empty(n_raw, np.float64), "dur": np.empty(n_raw, np.float64),
+            "kind": np.empty(n_raw, np.int8), "name": np.empty(n_raw, np.int32),
+            "thread": np.empty(n_raw, np.int32), "device": np.empty(n_raw, np.int32),
+            "correlation": np.empty(n_raw, np.int64), "external_id": np.empty(n_raw, np.int64)}
+    out = _Columns(head=head, n_raw=n_raw, cols=cols, names=_Codes(), threads=_Codes(),
+                   devices=_Codes(),
+                   sparse={k: _Sparse() for k in ("bytes", "comm_nelems", "comm_group_size",
+                                                  "grid", "block")})
+    kinds = _Kinds()
+    n_bad = 0
+    pos = 0
+    for lo in range(0, n_raw, CHUNK_EVENTS):
+        part = raws[lo:lo + CHUNK_EVENTS]
+        raws[lo:lo + CHUNK_EVENTS] = repeat(None, len(part))  # free slices as we go
+        events, bad = _decode_chunk(b"[" + b",".join(part) + b"]", path)
+        n_bad += bad
+        ph, pair = kinds(events)
+        out.n_metadata += int(np.count_nonzero(ph == _PH_META))
+        flow_rows = np.flatnonzero((ph == _PH_FLOW_START) | (ph == _PH_FLOW_END))
+        if len(flow_rows):
+            # Kept raw: they are decoded again only if correlation ids leave GPU events unlinked.
+            out.n_flows += len(flow_rows)
+            out.flows.append(b"[" + b",".join(_pick(part, flow_rows)) + b"]")
+        rows = np.flatnonzero(ph <= _PH_INSTANT)
+        k = len(rows)
+        if k:
+            timed = events if k == len(events) else _pick(events, rows)
+            del events
+            cols["kind"][pos:pos + k] = kinds.kind[pair[rows]]
+            _read_timed(timed, pos, out)
+            del timed
+            pos += k
+        del part
+    del raws
+    if n_bad:
+        out.warnings.append(f"{n_bad} events with malformed fields "
+                            f"(their args or the event ignored)")
+    for key in cols:
+        cols[key] = cols[key][:pos]
+    return out
+
+
+def _pick(items: list, rows: np.ndarray) -> list:
+    return list(map(items.__getitem__, rows.tolist()))
+
+
+def _read_timed(timed: list, pos: int, out: _Columns) -> None:
+    """Columns of one chunk of timed events (rows pos...); rarely set args kept sparse."""
+    k = len(timed)
+    sl = slice(pos, pos + k)
+    cols = out.cols
+    cols["ts"][sl] = np.fromiter(map(_ts, timed), np.float64, k)
+    cols["dur"][sl] = np.fromiter(map(_dur, timed), np.float64, k)
+    cols["name"][sl] = out.names(map(_name, timed), k)
+    cols["thread"][sl] = out.threads(map(_thread, timed), k)
+    cols["device"][sl] = out.devices(map(_device_stream, timed), k)
+    cols["correlation"][sl] = np.fromiter(map(_correlation, timed), np.int64, k)
+    ext = np.fromiter(map(_external_id, timed), np.int64, k)
+    # One pass finds the few rows with any rarely set arg; only those are read further.
+    rare = np.flatnonzero(np.fromiter(map(ne, map(_rare_args, timed), repeat(_RARE_DEFAULTS)),
+                                      bool, k))
+    if len(rare):
+        timed = _pick(timed, rare)
+        n = len(rare)
+        old = np.fromiter(map(_external_id_old, timed), np.int64, n)
+        ext[rare] = np.where(ext[rare] >= 0, ext[rare], old)
+        nbytes = np.fromiter(map(_bytes, timed), np.float64, n)
+        has = ~np.isnan(nbytes)
+        out.sparse["bytes"].add(rare[has] + pos, nbytes[has])
+        for key, get in (("comm_nelems", _in_nelems), ("comm_group_size", _group_size)):
+            vals = np.fromiter(map(get, timed), np.int64, n)
+            has = vals != -1
+            out.sparse[key].add(rare[has] + pos, vals[has])
+        for key, get in (("grid", _grid), ("block", _block)):
+            rows, dims = [], []
+            for row, v in zip(rare.tolist(), map(get, timed)):
+                if isinstance(v, list) and v:
+                    rows.append(row)
+                    dims.append(([x if isinstance(x, int) else 0 for x in v] + [1, 1, 1])[:3])
+            if rows:
+                out.sparse[key].add(np.asarray(rows, np.int64) + pos,
+                                    np.asarray(dims, np.int32))
+    cols["external_id"][sl] = ext
+
+
+def _decode_head(data: bytes, path: str) -> _Head:
     head = data[:4096].lstrip()
     if not head:
         raise TraceFormatError(f"{path}: empty file")
@@ -118,59 +372,63 @@ def _decode(data: bytes, path: str) -> tuple[_File, list[str]]:
         raise TraceFormatError(f"{path}: not JSON (a Kineto trace starts with '{{')")
     try:
         if head[:1] == b"[":
-            return _File(traceEvents=_LIST_DECODER.decode(data)), warnings
-        return _FILE_DECODER.decode(data), warnings
+            return _Head(traceEvents=_RAW_LIST_DECODER.decode(data))
+        return _HEAD_DECODER.decode(data)
+    except msgspec.ValidationError:
+        pass  # valid JSON with odd metadata types: check each field in Python below
+    except msgspec.DecodeError as exc:
+        raise _json_error(exc, path) from None
+    loose = _LOOSE_HEAD_DECODER.decode(data)
+    try:
+        events = _EVENTS_ONLY_DECODER.decode(data).traceEvents
+    except msgspec.ValidationError:
+        events = None  # "traceEvents" is there but is not a list
+    props = {}
+    for key in ("deviceProperties", "computeProperties"):
+        val = getattr(loose, key)
+        props[key] = [v for v in val if isinstance(v, dict)] if isinstance(val, list) else None
+    di, base, unit = loose.distributedInfo, loose.baseTimeNanoseconds, loose.displayTimeUnit
+    return _Head(traceEvents=events, deviceProperties=props["deviceProperties"],
+                 computeProperties=props["computeProperties"],
+                 distributedInfo=di if isinstance(di, dict) else None,
+                 baseTimeNanoseconds=base if isinstance(base, int) else None,
+                 displayTimeUnit=unit if isinstance(unit, str) else None,
+                 schemaVersion=loose.schemaVersion)
+
+
+def _json_error(exc: Exception, path: str) -> TraceFormatError:
+    msg = str(exc)
+    if "truncated" in msg.lower():
+        return TraceFormatError(f"{path}: truncated JSON (the file ends mid-way)")
+    return TraceFormatError(f"{path}: not valid JSON ({msg})")
+
+
+def _decode_chunk(buf: bytes, path: str) -> tuple[list[_Event], int]:
+    """Typed structs for one chunk of events; odd events one by one (count of bad ones)."""
+    try:
+        return _CHUNK_DECODER.decode(buf), 0
     except msgspec.ValidationError:
         pass  # valid JSON with odd field types: take the slow, per-event path below
     except msgspec.DecodeError as exc:
-        msg = str(exc)
-        if "truncated" in msg.lower():
-            raise TraceFormatError(f"{path}: truncated JSON (the file ends mid-way)") from None
-        raise TraceFormatError(f"{path}: not valid JSON ({msg})") from None
-    return _decode_lenient(data, path, warnings), warnings
-
-
-def _decode_lenient(data: bytes, path: str, warnings: list[str]) -> _File:
-    obj = msgspec.json.decode(data)
-    if isinstance(obj, list):
-        obj = {"traceEvents": obj}
-    if not isinstance(obj, dict):
-        raise TraceFormatError(f"{path}: JSON is not a trace object")
-    raw_events = obj.get("traceEvents")
+        raise _json_error(exc, path) from None
     events: list[_Event] = []
     bad = 0
-    if isinstance(raw_events, list):
-        for e in raw_events:
-            if isinstance(e, dict) and not isinstance(e.get("args", {}), dict):
-                e = {k: v for k, v in e.items() if k != "args"}
-            try:
-                events.append(msgspec.convert(e, _Event, strict=False))
-                continue
-            except (msgspec.ValidationError, TypeError):
-                pass
-            try:  # keep the event, lose only its odd args
-                slim = {k: v for k, v in e.items() if k != "args"}
-                events.append(msgspec.convert(slim, _Event, strict=False))
-                bad += 1
-            except (msgspec.ValidationError, TypeError, AttributeError):
-                bad += 1
-                events.append(_Event(ph="?"))  # keep the raw count honest
-    if bad:
-        warnings.append(f"{bad} events with malformed fields (their args or the event ignored)")
-    meta = {}
-    for key in ("deviceProperties", "computeProperties"):
-        val = obj.get(key)
-        meta[key] = [v for v in val if isinstance(v, dict)] if isinstance(val, list) else None
-    di = obj.get("distributedInfo")
-    base = obj.get("baseTimeNanoseconds")
-    return _File(traceEvents=events if isinstance(raw_events, list) else None,
-                 deviceProperties=meta["deviceProperties"],
-                 computeProperties=meta["computeProperties"],
-                 distributedInfo=di if isinstance(di, dict) else None,
-                 baseTimeNanoseconds=base if isinstance(base, int) else None,
-                 displayTimeUnit=obj.get("displayTimeUnit") if isinstance(
-                     obj.get("displayTimeUnit"), str) else None,
-                 schemaVersion=obj.get("schemaVersion"))
+    for e in msgspec.json.decode(buf):
+        if isinstance(e, dict) and not isinstance(e.get("args", {}), dict):
+            e = {k: v for k, v in e.items() if k != "args"}
+        try:
+            events.append(msgspec.convert(e, _Event, strict=False))
+            continue
+        except (msgspec.ValidationError, TypeError):
+            pass
+        try:  # keep the event, lose only its odd args
+            slim = {k: v for k, v in e.items() if k != "args"}
+            events.append(msgspec.convert(slim, _Event, strict=False))
+            bad += 1
+        except (msgspec.ValidationError, TypeError, AttributeError):
+            bad += 1
+            events.append(_Event(ph="?"))  # keep the raw count honest
+    return events, bad
 
 
 class _Interner:
@@ -192,115 +450,63 @@ class _Interner:
         return code
 
 
-def _kind_lookup():
-    cache: dict[tuple[str, str], int] = {}
-
-    def kind_of(ph: str, cat: str) -> int:
-        key = (ph, cat)
-        k = cache.get(key)
-        if k is None:
-            if ph in ("i", "I"):
-                k = Kind.INSTANT
-            else:
-                k = CATEGORY_KIND.get(cat.lower(), Kind.OTHER) if cat else Kind.OTHER
-            cache[key] = int(k)
-        return k
-
-    return kind_of
-
-
-def load(path: str | os.PathLike) -> Trace:
-    """Load one Kineto trace file (`.json` or `.json.gz`) into a columnar `Trace`."""
-    path = str(path)
-    with _spinner(path):
-        data = read_bytes(path)
-        with _gc_paused():
-            parsed, warnings = _decode(data, path)
-            del data
-            return _build(parsed, path, warnings)
-
-
-#: Traces above this size (uncompressed, estimated for .gz) show a spinner while they load.
-SPINNER_BYTES = 50 * 1024 * 1024
-
-
-def _spinner(path: str):
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        size = 0
-    if size * (8 if path.endswith(".gz") else 1) <= SPINNER_BYTES:  # Kineto JSON gzips ~8x
-        return nullcontext()
-    return status(f"loading {os.path.basename(path)} ({size / 1e6:.0f} MB)")
-
-
-def _build(parsed: _File, path: str, warnings: list[str]) -> Trace:
-    events = parsed.traceEvents
-    if events is None:
-        raise TraceFormatError(f"{path}: no 'traceEvents' list (not a Kineto/Chrome trace)")
-    meta = TraceMeta(path=path, warnings=warnings, n_raw_events=len(events))
-    meta.device_properties = parsed.deviceProperties or parsed.computeProperties or []
-    meta.distributed_info = parsed.distributedInfo
-    meta.base_time_ns = parsed.baseTimeNanoseconds
-    meta.display_time_unit = parsed.displayTimeUnit
-    meta.schema_version = parsed.schemaVersion
-
-    timed = [e for e in events if e.ph in ("X", "i", "I")]
-    flows = [e for e in events if e.ph in ("s", "f", "t")]
-    meta.n_flows = len(flows)
-    meta.n_metadata = sum(1 for e in events if e.ph == "M")
-    del events
-    if not timed:
+def _build(read: _Columns, path: str) -> Trace:
+    head = read.head
+    meta = TraceMeta(path=path, warnings=read.warnings, n_raw_events=read.n_raw)
+    meta.device_properties = head.deviceProperties or head.computeProperties or []
+    meta.distributed_info = head.distributedInfo
+    meta.base_time_ns = head.baseTimeNanoseconds
+    meta.display_time_unit = head.displayTimeUnit
+    meta.schema_version = head.schemaVersion
+    meta.n_flows = read.n_flows
+    meta.n_metadata = read.n_metadata
+    cols = read.cols
+    n = len(cols["ts"])
+    if not n:
         raise EmptyTraceError(f"{path}: the trace has no timed events")
 
-    n = len(timed)
-    kind_of = _kind_lookup()
-    table: dict[str, int] = {}
+    # String pids/tids get codes in order of first appearance, all pids before all tids.
     intern = _Interner()
-    args = [e.args or _EMPTY_ARGS for e in timed]
-    ts = np.fromiter((e.ts for e in timed), dtype=np.float64, count=n)
-    dur = np.fromiter((e.dur for e in timed), dtype=np.float64, count=n)
-    kind = np.fromiter((kind_of(e.ph, e.cat) for e in timed), dtype=np.int8, count=n)
-    name = np.fromiter((table.setdefault(e.name, len(table)) for e in timed), dtype=np.int32,
-                       count=n)
-    pid = np.fromiter((intern(e.pid) for e in timed), dtype=np.int64, count=n)
-    tid = np.fromiter((intern(e.tid) for e in timed), dtype=np.int64, count=n)
-    del timed
-    device = np.fromiter((_int(a.device) for a in args), dtype=np.int64, count=n)
-    stream = np.fromiter((_int(a.stream) for a in args), dtype=np.int64, count=n)
-    correlation = np.fromiter((a.correlation for a in args), dtype=np.int64, count=n)
-    ext = np.fromiter((a.external_id if a.external_id >= 0 else a.external_id_old for a in args),
-                      dtype=np.int64, count=n)
-    nbytes = np.fromiter((a.bytes for a in args), dtype=np.float64, count=n)
-    nelems = np.fromiter((a.in_nelems for a in args), dtype=np.int64, count=n)
-    group = np.fromiter((a.group_size for a in args), dtype=np.int64, count=n)
-    grid = _dims([a.grid for a in args])
-    block = _dims([a.block for a in args])
-    del args
+    threads = read.threads.values()
+    pids = np.fromiter((intern(p) for p, _ in threads), np.int64, len(threads))
+    tids = np.fromiter((intern(t) for _, t in threads), np.int64, len(threads))
+    thread = cols.pop("thread")
+    cols["pid"], cols["tid"] = pids[thread], tids[thread]
+    del thread
+    pairs = read.devices.values()
+    devices = np.fromiter((_int(d) for d, _ in pairs), np.int64, len(pairs))
+    streams = np.fromiter((_int(s) for _, s in pairs), np.int64, len(pairs))
+    cols["stream"] = streams[cols["device"]]
+    cols["device"] = devices[cols["device"]]
+    sparse = read.sparse
+    cols["bytes"] = sparse["bytes"].dense(n, _NAN, np.float64)
+    cols["comm_nelems"] = sparse["comm_nelems"].dense(n, -1, np.int64)
+    cols["comm_group_size"] = sparse["comm_group_size"].dense(n, -1, np.int64)
+    cols["grid"] = sparse["grid"].dense(n, 0, np.int32, 3)
+    cols["block"] = sparse["block"].dense(n, 0, np.int32, 3)
+    names = read.names.values()
+    flows = read.flows
+    del read
 
+    ts, dur = cols["ts"], cols["dur"]
     bad_ts = ~np.isfinite(ts)
     if bad_ts.any():
         meta.warnings.append(f"{int(bad_ts.sum())} events without a timestamp dropped")
     neg = dur < 0
     if neg.any():
         meta.warnings.append(f"{int(neg.sum())} negative durations clamped to 0")
-        dur = np.where(neg, 0.0, dur)
-    dur = np.where(np.isfinite(dur), dur, 0.0)
+        dur[neg] = 0.0
+    dur[~np.isfinite(dur)] = 0.0
 
-    keep = ~bad_ts
     order = np.lexsort((-dur, ts))
-    order = order[keep[order]]
-    cols = {"ts": ts, "dur": dur, "kind": kind, "name": name, "pid": pid, "tid": tid,
-            "device": device, "stream": stream, "correlation": correlation, "external_id": ext,
-            "bytes": nbytes, "grid": grid, "block": block, "comm_nelems": nelems,
-            "comm_group_size": group}
-    cols = {k: v[order] for k, v in cols.items()}
+    order = order[~bad_ts[order]]
+    del ts, dur, bad_ts, neg
     if not len(order):
         raise EmptyTraceError(f"{path}: the trace has no timed events")
+    for key in list(cols):  # one column at a time: the unsorted one is freed at once
+        cols[key] = cols[key][order]
+    del order
     _fix_gpu_ids(cols, intern)
-    names = [""] * len(table)
-    for s, i in table.items():
-        names[i] = s
 
     parent, depth = _nest(cols)
     launch = _link_launches(cols, flows, intern, meta)
@@ -323,18 +529,6 @@ def _int(v) -> int:
         return int(v, 0)  # "0x0", "7"
     except (TypeError, ValueError):
         return -1
-
-
-def _dims(values: list) -> np.ndarray:
-    out = np.zeros((len(values), 3), dtype=np.int32)
-    idx = [i for i, v in enumerate(values) if isinstance(v, list) and v]
-    if idx:
-        rows = []
-        for i in idx:
-            v = [x if isinstance(x, int) else 0 for x in values[i]]
-            rows.append((v + [1, 1, 1])[:3])
-        out[idx] = rows
-    return out
 
 
 def _fix_gpu_ids(cols: dict, intern: _Interner) -> None:
@@ -440,29 +634,50 @@ def _link_launches(cols: dict, flows: list, intern: _Interner, meta: TraceMeta) 
     return launch
 
 
-def _link_by_flows(cols, flows, intern, missing, launch) -> None:
+def _link_by_flows(cols: dict, flows: list, intern: _Interner, missing: np.ndarray,
+                   launch: np.ndarray) -> None:
+    """Old traces without correlation ids: follow `ac2g` flows from launch to GPU event.
+
+    Runs only for GPU events the correlation ids left unlinked; one pass over the flows.
+    """
     starts, ends = {}, {}
-    for f in flows:
-        if f.id is None:
-            continue
-        key = (intern(f.pid), intern(f.tid), float(f.ts))
-        (starts if f.ph == "s" else ends)[f.id] = key
+    for blob in flows:
+        for f in _decode_flows(blob):
+            if f.id is None:
+                continue
+            key = (intern(f.pid), intern(f.tid), float(f.ts))
+            (starts if f.ph == "s" else ends)[f.id] = key
     if not starts or not ends:
         return
-    by_pos: dict[tuple, int] = {}
+    pid, tid, ts = cols["pid"], cols["tid"], cols["ts"]
     launchers = np.flatnonzero(np.isin(cols["kind"], LAUNCH_KINDS))
-    for r in launchers:
-        by_pos.setdefault((int(cols["pid"][r]), int(cols["tid"][r]), float(cols["ts"][r])), r)
+    by_pos: dict[tuple, int] = {}
+    for key, r in zip(zip(pid[launchers].tolist(), tid[launchers].tolist(),
+                          ts[launchers].tolist()), launchers.tolist()):
+        by_pos.setdefault(key, r)
     end_to_rt = {}
     for fid, key in ends.items():
         s = starts.get(fid)
         if s is not None and s in by_pos:
             end_to_rt[key] = by_pos[s]
-    for r in missing:
-        key = (int(cols["pid"][r]), int(cols["tid"][r]), float(cols["ts"][r]))
+    for key, r in zip(zip(pid[missing].tolist(), tid[missing].tolist(), ts[missing].tolist()),
+                      missing.tolist()):
         hit = end_to_rt.get(key)
         if hit is not None:
             launch[r] = hit
+
+
+def _decode_flows(blob: bytes) -> list[_Flow]:
+    try:
+        return _FLOWS_DECODER.decode(blob)
+    except msgspec.ValidationError:  # odd fields elsewhere in the event: one by one
+        flows = []
+        for e in msgspec.json.decode(blob):
+            try:
+                flows.append(msgspec.convert(e, _Flow, strict=False))
+            except (msgspec.ValidationError, TypeError):
+                pass
+        return flows
 
 
 def _innermost_cpu_op(kind: np.ndarray, parent: np.ndarray, launch: np.ndarray) -> np.ndarray:
