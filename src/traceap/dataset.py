@@ -102,8 +102,15 @@ def trace_path(dataset: str | os.PathLike, entry: Entry) -> Path:
 
 
 def encode_entry(entry: Entry) -> bytes:
-    """One manifest line (no trailing newline)."""
-    return _ENCODER.encode(entry)
+    """One manifest line (no trailing newline).
+
+    `patterns` and `anomalies` are always written (FORMATS.md lists them as keys of every
+    line, even when empty); unset optional fields (source, notes, job) are left out.
+    """
+    obj = msgspec.to_builtins(entry)
+    obj.setdefault("patterns", [])
+    obj.setdefault("anomalies", [])
+    return _ENCODER.encode(obj)
 
 
 def write_manifest(dataset: str | os.PathLike, entries: list[Entry]) -> Path:
