@@ -16,7 +16,7 @@ import math
 import os
 import re
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field as dc_field
 from itertools import chain, count, islice, repeat
 from operator import attrgetter, ne
@@ -27,6 +27,7 @@ import numpy as np
 from msgspec import field
 
 from ..errors import EmptyTraceError, TraceFormatError
+from ..progress import status
 from ..trace import CATEGORY_KIND, LAUNCH_KINDS, Kind, Step, Trace, TraceMeta
 
 _NAN = float("nan")
@@ -176,10 +177,25 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 def load(path: str | os.PathLike) -> Trace:
     """Load one Kineto trace file (`.json` or `.json.gz`) into a columnar `Trace`."""
     path = str(path)
-    with _gc_paused():
+    with _spinner(path), _gc_paused():
         # The bytes travel in a list so that `_read` holds the only reference and can free
         # them as soon as the events are decoded.
         return _build(_read([read_bytes(path)], path), path)
+
+
+#: Traces above this size (uncompressed, estimated for .gz) show a spinner while they load.
+SPINNER_BYTES = 50 * 1024 * 1024
+
+
+def _spinner(path: str):
+    """A terminal spinner for big files (`traceap.progress`: silent in pipes and CI)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    if size * (8 if path.endswith(".gz") else 1) <= SPINNER_BYTES:  # Kineto JSON gzips ~8x
+        return nullcontext()
+    return status(f"loading {os.path.basename(path)} ({size / 1e6:.0f} MB)")
 
 
 class _Codes:
