@@ -183,6 +183,10 @@ def test_straggler_found_only_when_a_rank_is_slower(ddp):
 def test_analyze_job_on_real_dlrm_ranks():
     job = analyze_job(DATA / "dlrm_job", n_windows=50, detector="expert")
     assert isinstance(job, JobAnalysis) and len(job.ranks) == 2
+    # Rank 1's step is 38% longer than rank 0's, and the extra time is spent in NCCL.
+    imb = [f for f in job.findings if f.pattern == "rank_imbalance"]
+    assert len(imb) == 1 and imb[0].rank == 1 and "mostly NCCL" in imb[0].evidence
+    assert not [f for f in job.findings if f.pattern == "straggler"]
     assert [a.summary["rank"] for a in job.ranks] == [0, 1]
     assert all(any(f.pattern == "single_process_dataloading" for f in a.findings)
                for a in job.ranks)

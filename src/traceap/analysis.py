@@ -262,6 +262,7 @@ class JobConfig:
     """Cross-rank thresholds: how much slower a straggler computes, how exposed is too exposed."""
 
     straggler_excess: float = 0.10   # compute time 10% over the median rank
+    step_spread: float = 0.20        # slowest - fastest step over the median step
     exposed_share: float = 0.05      # TraceLens: exposed communication over 5% of GPU time
 
 
@@ -303,8 +304,8 @@ def rank_profile(trace: Trace) -> dict:
 
 
 def cross_rank_findings(traces: list[Trace], config: JobConfig = JobConfig()) -> list[Finding]:
-    """Stragglers (a rank computing longer while the others wait in NCCL) and communication
-    exposed on every rank."""
+    """Stragglers (a rank computing longer while the others wait in NCCL), step times that
+    differ across ranks, and communication exposed on every rank."""
     from .patterns import REGISTRY
     from .patterns.signals import fmt_us
 
@@ -317,7 +318,9 @@ def cross_rank_findings(traces: list[Trace], config: JobConfig = JobConfig()) ->
     if med > 0 and len(prof) > 1:
         worst = int(np.argmax(comp))
         excess = comp[worst] / med - 1.0
-        if excess >= config.straggler_excess:
+        # A straggler arrives last at each collective, so it waits least: a rank that computes
+        # more but also waits more in NCCL is not the one holding the others up.
+        if excess >= config.straggler_excess and comm[worst] <= np.median(comm):
             others = np.delete(np.arange(len(prof)), worst)
             wait = float(np.median(comm[others]) - comm[worst])
             steps = max(p["n_steps_norm"] for p in prof)
@@ -338,6 +341,34 @@ def cross_rank_findings(traces: list[Trace], config: JobConfig = JobConfig()) ->
                      "a barrier or to every N steps; check that rank's GPU clocks/thermals."),
                 time_lost_us=float(lost), title="Straggler rank (others wait for it)",
                 rank=prof[worst]["rank"]))
+    steps = np.array([p["step_us"] if p["step_us"] else np.nan for p in prof])
+    if len(prof) > 1 and np.isfinite(steps).sum() > 1:
+        ok = np.flatnonzero(np.isfinite(steps))
+        slow, fast = ok[np.argmax(steps[ok])], ok[np.argmin(steps[ok])]
+        med_step = float(np.median(steps[ok]))
+        spread = (steps[slow] - steps[fast]) / med_step if med_step > 0 else 0.0
+        if spread >= config.step_spread:
+            d_comm, d_comp = comm[slow] - comm[fast], comp[slow] - comp[fast]
+            why = ("mostly NCCL time: it waits on its peers longer (uneven all-to-all or "
+                   "collective sizes, or a peer arriving late)" if d_comm >= d_comp else
+                   "mostly compute: it has more work")
+            out.append(Finding(
+                pattern="rank_imbalance", windows=[], start_us=float(traces[slow].span[0]),
+                end_us=float(traces[slow].span[1]),
+                severity="high" if spread >= 0.5 else "medium",
+                evidence=(f"profiler steps take {fmt_us(steps[slow])} on rank "
+                          f"{prof[slow]['rank']} but {fmt_us(steps[fast])} on rank "
+                          f"{prof[fast]['rank']} (median {fmt_us(med_step)}, spread "
+                          f"{100 * spread:.0f}%); the difference is {why}: NCCL "
+                          f"{fmt_us(comm[slow])} vs {fmt_us(comm[fast])}, compute "
+                          f"{fmt_us(comp[slow])} vs {fmt_us(comp[fast])}"),
+                fix=("Even out what each rank does per step: balanced embedding/expert sharding "
+                     "(TorchRec planner with real table sizes; MoE capacity factor), equal "
+                     "batch and sequence sizes per rank, and no rank-specific work (logging, "
+                     "evaluation, checkpointing) inside the step.  Then compare the ranks' "
+                     "traces of the same step again."),
+                time_lost_us=float(steps[slow] - med_step), title="Step time differs across ranks",
+                rank=prof[slow]["rank"]))
     tot = comp + exposed
     share = np.where(tot > 0, exposed / np.maximum(tot, 1e-9), 0.0)
     if len(prof) > 1 and np.all(share >= config.exposed_share) and np.any(comm > 0):

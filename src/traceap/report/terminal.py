@@ -28,6 +28,7 @@ COLORS = {
     "nccl_blocks_compute_stream": "#C9A227",
     "nccl_compute_no_overlap": "#9B6BD0",
     "straggler": "#FF5555",
+    "rank_imbalance": "#FF8888",
 }
 UNNAMED = "magenta"
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -114,7 +115,7 @@ def _block(console: Console, text: str, indent: int, style: str = "",
 def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -> None:
     """One finding: rank, severity, title, time lost, evidence and fix."""
     share = f.time_lost_us / span_us if span_us > 0 else 0.0
-    head = Text(f"#{f.rank} " if isinstance(f.rank, int) and f.pattern != "straggler" else "- ")
+    head = Text(f"#{f.rank} " if isinstance(f.rank, int) and f.windows else "- ")
     head.append(f"{f.severity.upper():6s} ", style=SEVERITY_STYLE.get(f.severity, ""))
     head.append(f.title, style=f"bold {COLORS.get(f.pattern, '')}".strip())
     head.append(f"  ({f.pattern})", style="dim")
@@ -158,7 +159,7 @@ def render_job(job, console: Console | None = None) -> None:
         r = a.summary.get("rank")
         busy = a.summary.get("gpu_busy_fraction")
         line = Text(f"  rank {r if r is not None else '?':>3} ")
-        line.append_text(timeline(a, max(20, min(a.n_windows, (console.width or 100) - 30))))
+        line.append_text(timeline(a, max(20, min(a.n_windows, (console.width or 100) - 42))))
         line.append(f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, "
                     f"{len(a.findings)} findings", style="dim")
         console.print(line)
