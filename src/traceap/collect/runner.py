@@ -11,6 +11,7 @@ Under `torchrun` every rank records its own trace and manifest line, sharing a `
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import platform as host_platform
@@ -196,16 +197,14 @@ def _distributed(cfg: CollectConfig):
     device = torch.device("cuda", local) if cfg.device == "cuda" else torch.device("cpu")
     if cfg.device == "cuda":
         torch.cuda.set_device(device)
-    owned = not dist.is_initialized()
-    if owned:
+    if not dist.is_initialized():
+        # Once per process: a plan records many traces, and re-joining a torchrun group
+        # after destroying it is not supported.
         dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo",
                                 device_id=device if cfg.device == "cuda" else None)
-    try:
-        yield device
-        dist.barrier()
-    finally:
-        if owned:
-            dist.destroy_process_group()
+        atexit.register(dist.destroy_process_group)
+    yield device
+    dist.barrier()  # every rank's manifest line is written before anyone moves on
 
 
 def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Path:
