@@ -1,0 +1,62 @@
+"""`traceap train --dataset DIR --out model.pt [--config paper|small] [--windows N] ...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import DatasetError, ModelError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+
+
+def train(
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="A traceap dataset (manifest.jsonl)."),
+    out: Path = typer.Option(Path("model.pt"), "--out", "-o", help="Where to write the checkpoint."),
+    config: str = typer.Option("small", "--config", "-c", help="Model size: small (CPU default) or paper."),
+    windows: str = typer.Option("", "--windows", "-n",
+                                help="Window count(s) N to train on, e.g. 100 or 50,100,200 "
+                                     "(default: the config's)."),
+    epochs: int = typer.Option(None, "--epochs", "-e", min=1, help="Epochs (default: the config's)."),
+    ablation: list[str] = typer.Option([], "--ablation",
+                                       help="Paper Table 5 ablation: no-event-adapter, "
+                                            "no-transformer, no-relation (repeatable)."),
+    setting: list[str] = typer.Option([], "--set",
+                                      help="Override a config field, e.g. --set epochs=5 "
+                                           "--set trace_pool=topk (repeatable)."),
+    threads: int = typer.Option(0, "--threads", min=0, help="Torch CPU threads (0 = torch default)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Processes for featurising traces."),
+    cache: Path = typer.Option(None, "--cache", help="Feature cache folder (default ~/.cache/traceap)."),
+    limit: int = typer.Option(0, "--limit", min=0, help="Train on at most this many traces (half good, half bad)."),
+    seed: int = typer.Option(None, "--seed", help="Random seed (default: the config's)."),
+) -> None:
+    """Train the learned detector on a dataset's train split (trace labels only) on CPU."""
+    import torch
+
+    from ..model.config import preset
+    from ..model.train import train as run_train
+
+    if not (dataset / "manifest.jsonl").is_file():
+        raise DatasetError(f"{dataset}: no manifest.jsonl (not a traceap dataset)")
+    try:
+        cfg = preset(config)
+        ns = [int(x) for x in windows.replace(" ", "").split(",") if x] if windows else None
+        if ns and min(ns) < 1:
+            raise ValueError("--windows must be positive")
+        if ablation:
+            cfg = cfg.with_ablations(ablation)
+        if setting:
+            cfg = cfg.with_overrides(setting)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    if threads:
+        torch.set_num_threads(threads)
+    _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs, cache=str(cache) if cache else None,
+                       workers=workers, limit=limit or None, seed=seed, log=typer.echo)
+    last = log.epochs[-1] if log.epochs else {}
+    typer.echo(f"trained on {log.n_good} good + {log.n_bad} bad traces, {log.steps} steps in "
+               f"{log.seconds:.0f} s (+{log.featurize_seconds:.0f} s featurising); final loss "
+               f"{last.get('total', float('nan')):.4f}; wrote {out}")

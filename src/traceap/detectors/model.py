@@ -1,0 +1,58 @@
+"""The learned detector (paper section 5) behind the `Detector` protocol.
+
+`ModelDetector()` loads the checkpoint shipped with traceap (`traceap/data/model.pt`);
+`ModelDetector(path)` loads one written by `traceap train`.  Besides window scores it gives
+per-window pattern probabilities (`pattern_probabilities`), the learned pattern head that the
+offline classifier blends with the expert rules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from weakref import WeakKeyDictionary
+
+import numpy as np
+
+from ..dataset import PATTERNS
+from ..trace import Trace
+from ..windows import Windows
+from .base import clip01
+
+
+class ModelDetector:
+    """Window scores from a trained TorchTraceAP-style model (weakly supervised, CPU)."""
+
+    name = "model"
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        from ..model.predict import Predictor
+        self.path = path
+        self.predictor = Predictor(path)
+        self._last: WeakKeyDictionary = WeakKeyDictionary()
+
+    def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "ModelDetector":
+        """The checkpoint is already trained (`traceap train` trains one); returns self."""
+        return self
+
+    def _predict(self, windows: Windows):
+        pred = self._last.get(windows)
+        if pred is None:
+            pred = self.predictor.predict(windows)
+            self._last[windows] = pred
+        return pred
+
+    def score_windows(self, windows: Windows) -> np.ndarray:
+        """Anomaly score per window, in [0, 1]."""
+        return clip01(self._predict(windows).scores)
+
+    def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
+        """Per pattern id: per-window probability from the learned pattern head."""
+        probs = self._predict(windows).patterns
+        return {p: clip01(probs[:, i]) for i, p in enumerate(PATTERNS)}
+
+    def __repr__(self) -> str:
+        return f"ModelDetector({str(self.predictor.checkpoint.path)!r})"
+
+
+__all__ = ["ModelDetector"]

@@ -1,0 +1,134 @@
+"""One config object for the whole detector (paper section 6.2 numbers in the "paper" preset)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+ABLATIONS = ("no_event_adapter", "no_transformer", "no_relation")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes, feature settings, loss weights and training settings of the learned detector.
+
+    The defaults are the paper's (d=128, D=2d=256, 6 layers, 8 heads, AdamW lr 1e-4, batch 8);
+    `preset("small")` is the CPU-sized default that ships inside the package.
+    """
+
+    name: str = "paper"
+    # -- sizes ------------------------------------------------------------------------------
+    d: int = 128                  # per-attribute event embedding (paper d)
+    layers: int = 6               # transformer encoder layers of the window encoder
+    heads: int = 8                # attention heads (window encoder and relation module)
+    mlp_ratio: float = 2.0        # FFN width / D in the transformer blocks
+    text_dim: int = 384           # width of the frozen text embeddings (MiniLM-L6)
+    platform_tokens: int = 4      # learned tokens per hardware platform (cross-attention keys)
+    dilations: tuple[int, ...] = (1, 2, 4)   # dilated 1-D convs of the window-to-window module
+    relation_layers: int = 1      # self-attention layers over windows
+    dropout: float = 0.1
+    # -- features (paper eq. 3 and 6) -------------------------------------------------------
+    max_events: int = 64          # anchor events kept per window (strided subsample beyond it)
+    time_vocab: int = 64          # N of eq. 3: quantisation levels of launch delay and duration
+    t_min_us: float = 0.5         # T_min of eq. 3 (fixed, so unseen traces quantise alike)
+    t_max_us: float = 1e6         # T_max of eq. 3
+    max_streams: int = 16         # stream index is the rank of the stream in the trace, capped
+    rope_time_scale: float = 64.0  # relative start in [0, 1] is scaled by this for RoPE
+    window_summary: bool = True   # beyond the paper: per-window measures added to the CLS token
+    # -- ablations (paper Table 5) ----------------------------------------------------------
+    no_event_adapter: bool = False
+    no_transformer: bool = False
+    no_relation: bool = False
+    # -- losses (paper 5.5) -----------------------------------------------------------------
+    trace_pool: str = "mean"      # "mean" (paper eq. 10) or "topk" (mean of the top fraction)
+    topk_fraction: float = 0.2    # for trace_pool="topk" and the pattern head's MIL pooling
+    s_pos: float = 0.1            # S+: fraction of a normal trace's windows in the SVM loss
+    s_neg: float = 0.1            # S-: fraction of an abnormal trace's windows in the SVM loss
+    w_trace: float = 1.0
+    w_svm: float = 0.1
+    w_cluster: float = 0.1
+    w_smooth: float = 0.1
+    w_pattern: float = 0.5        # beyond the paper: pattern head from trace-level patterns
+    svm_c: float = 1e-3           # L2 weight of the SVM hyperplane
+    # -- training ---------------------------------------------------------------------------
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    batch_size: int = 8           # traces per step: batch_size / 2 (good, bad) pairs
+    epochs: int = 20
+    windows: tuple[int, ...] = (100,)   # N_w used in training (one drawn per step)
+    platform_dropout: float = 0.2  # train-time chance to hide the platform (unseen GPUs)
+    seed: int = 0
+
+    @property
+    def D(self) -> int:  # noqa: N802 - the paper's name
+        """Window embedding width, D = 2d."""
+        return 2 * self.d
+
+    def to_dict(self) -> dict:
+        """Plain dict (tuples as lists) for checkpoints."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        """Inverse of `to_dict`; unknown keys are ignored, missing ones take defaults."""
+        known = {f.name: f for f in fields(cls)}
+        kw = {}
+        for k, v in data.items():
+            if k in known:
+                kw[k] = tuple(v) if isinstance(v, list) else v
+        return cls(**kw)
+
+    def with_ablations(self, names) -> "ModelConfig":
+        """A copy with the given Table-5 ablation switches turned on."""
+        names = [n.replace("-", "_") for n in names if n]
+        bad = [n for n in names if n not in ABLATIONS]
+        if bad:
+            raise ValueError(f"unknown ablation {bad[0]!r} (choose from {', '.join(ABLATIONS)})")
+        return replace(self, **{n: True for n in names})
+
+    def with_overrides(self, pairs) -> "ModelConfig":
+        """A copy with "key=value" settings applied (values parsed by the field's type)."""
+        types = {f.name: type(getattr(self, f.name)) for f in fields(self)}
+        kw = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or key not in types:
+                raise ValueError(f"bad setting {pair!r} (expected key=value with a config field)")
+            typ = types[key]
+            try:
+                if typ is bool:
+                    kw[key] = value.strip().lower() in ("1", "true", "yes", "on")
+                elif typ is tuple:
+                    kw[key] = tuple(int(v) for v in value.split(",") if v.strip())
+                else:
+                    kw[key] = typ(value)
+            except ValueError:
+                raise ValueError(f"bad value for {key}: {value!r}") from None
+        return replace(self, **kw)
+
+    def __post_init__(self):
+        if self.trace_pool not in ("mean", "topk"):
+            raise ValueError("trace_pool must be 'mean' or 'topk'")
+        if self.D % self.heads or (self.D // self.heads) % 4:
+            raise ValueError("D / heads must be a multiple of 4 (2-D RoPE splits each head)")
+        if self.batch_size < 2 or self.batch_size % 2:
+            raise ValueError("batch_size must be even (good/bad pairs)")
+
+
+PRESETS: dict[str, ModelConfig] = {
+    "paper": ModelConfig(),
+    # CPU-sized: trains on the 460 traces of the generated set in minutes on 2 cores.
+    "small": ModelConfig(name="small", d=32, layers=2, heads=4, max_events=32, dropout=0.1,
+                         lr=1e-3, epochs=12, windows=(50, 100, 200)),
+}
+
+
+def preset(name: str) -> ModelConfig:
+    """The named config ("paper" or "small")."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown model config {name!r} (choose from {', '.join(PRESETS)})") from None
+
+
+__all__ = ["ABLATIONS", "ModelConfig", "PRESETS", "preset"]

@@ -1,0 +1,152 @@
+"""Windows -> arrays the model reads (paper 5.2-5.3 inputs), one `TraceFeatures` per trace.
+
+Per anchor event (kernels, memcpys, memsets starting in the window, in time order):
+  kernel name id, parent CPU op name id (`trace.cpu_op`; 0 = none), launch delay and duration
+  log-quantised by eq. 3 into `time_vocab` levels (level `time_vocab` = unknown, e.g. a kernel
+  with no linked launch), relative start within the window in [0, 1] (eq. 6, normalised by the
+  window width), and the stream index (rank of the stream among the trace's GPU streams).
+Per window: a few scale-free measures from `Windows.stats` (the optional summary added to CLS).
+Per trace: the hardware platform name from deviceProperties.
+
+Long windows are capped at `max_events` anchors by a strided subsample in time order (the
+events at ranks floor(j * n / max_events), j < max_events): it keeps the window's start, end
+and rhythm, is deterministic (same trace, same scores) and bounds the cost per window; the
+true event count still reaches the model through the window summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from ..trace import Trace
+from ..windows import Windows
+from .config import ModelConfig
+
+#: Per-window summary measures (from `Windows.stats`) and how they are scaled.
+SUMMARY_FRACTIONS = ("gpu_busy_frac", "compute_busy_frac", "kernel_time_frac", "memcpy_time_frac",
+                     "runtime_time_frac", "sync_time_frac", "nccl_time_frac", "cpu_op_time_frac")
+SUMMARY_RATES = ("n_kernels", "n_short_kernels", "n_memcpy", "n_runtime", "n_sync", "n_nccl")
+SUMMARY_LOGS = ("mean_kernel_us", "mean_launch_delay_us", "memcpy_mb")
+SUMMARY_DIM = len(SUMMARY_FRACTIONS) + len(SUMMARY_RATES) + len(SUMMARY_LOGS) + 1
+
+UNKNOWN_PLATFORM = "unknown"
+
+
+def quantize_time(t_us: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """Paper eq. 3: T' = floor((log T - log Tmin) / (log Tmax - log Tmin) * (N - 1)), clipped.
+
+    NaN (unknown) maps to level N, one past the last regular level.
+    """
+    t = np.asarray(t_us, np.float64)
+    lo, hi = np.log(cfg.t_min_us), np.log(cfg.t_max_us)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.floor((np.log(np.maximum(t, cfg.t_min_us)) - lo) / (hi - lo) * (cfg.time_vocab - 1))
+    q = np.clip(np.nan_to_num(q, nan=0.0), 0, cfg.time_vocab - 1)
+    return np.where(np.isfinite(t), q, cfg.time_vocab).astype(np.int16)
+
+
+def window_summary(windows: Windows) -> np.ndarray:
+    """[N, SUMMARY_DIM] float32: time fractions, log event rates per ms, log magnitudes."""
+    s = windows.stats
+    width_ms = max(windows.width_us / 1e3, 1e-6)
+    cols = [np.clip(s[k], 0.0, 2.0) for k in SUMMARY_FRACTIONS]
+    cols += [np.log1p(np.maximum(s[k], 0.0) / width_ms) for k in SUMMARY_RATES]
+    cols += [np.log1p(np.maximum(np.nan_to_num(s[k]), 0.0)) / 5.0 for k in SUMMARY_LOGS]
+    cols.append(np.full(windows.n, np.log10(max(windows.width_us, 1.0)) / 6.0))
+    return np.nan_to_num(np.stack(cols, axis=1)).astype(np.float32)
+
+
+@dataclass
+class TraceFeatures:
+    """The model inputs of one trace cut into N windows (K = max_events per window)."""
+
+    kernel: np.ndarray    # int32 [N, K]: index into `names` (0 = padding)
+    cpu_op: np.ndarray    # int32 [N, K]: index into `names` (0 = no parent CPU op)
+    delay: np.ndarray     # int16 [N, K]: quantised launch delay (time_vocab = unknown)
+    dur: np.ndarray       # int16 [N, K]: quantised duration
+    t_rel: np.ndarray     # float32 [N, K]: start within the window, in [0, 1]
+    stream: np.ndarray    # int16 [N, K]: stream rank in the trace
+    mask: np.ndarray      # bool [N, K]: real event (not padding)
+    n_events: np.ndarray  # int32 [N]: anchors in the window before the cap
+    summary: np.ndarray   # float32 [N, SUMMARY_DIM]
+    names: np.ndarray     # str [U]: local name table, names[0] = "" (none)
+    platform: str
+    start_us: np.ndarray  # float64 [N]: window starts (trace clock)
+    end_us: np.ndarray    # float64 [N]
+
+    @property
+    def n_windows(self) -> int:
+        """N."""
+        return int(self.kernel.shape[0])
+
+    def save(self, path: Path) -> None:
+        """Write as .npz (atomically)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp.npz")
+        np.savez(tmp, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "TraceFeatures":
+        """Read what `save` wrote."""
+        with np.load(path, allow_pickle=False) as z:
+            kw = {f.name: z[f.name] for f in fields(cls)}
+        kw["platform"] = str(kw["platform"])
+        return cls(**kw)
+
+
+def platform_of(trace: Trace) -> str:
+    """The hardware platform name the model conditions on (deviceProperties GPU name)."""
+    return trace.gpu_name or UNKNOWN_PLATFORM
+
+
+def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
+    """The model inputs for one trace's windows (vectorised; no per-event Python loop)."""
+    t = windows.trace
+    n, k = windows.n, cfg.max_events
+    rows = windows.anchor_rows
+    ptr = windows.anchor_ptr
+    count = np.diff(ptr).astype(np.int64)
+    kept = np.minimum(count, k)
+    # Strided subsample: slot j of window w takes the anchor of rank floor(j * count / kept).
+    win = np.repeat(np.arange(n), kept)
+    slot = np.arange(len(win)) - np.repeat(np.cumsum(kept) - kept, kept)
+    src = ptr[win] + (slot * count[win]) // np.maximum(kept[win], 1)
+    r = rows[src]
+
+    parent = t.cpu_op[r] if len(r) else np.zeros(0, np.int64)
+    k_codes = t.name[r]
+    c_codes = np.where(parent >= 0, t.name[np.maximum(parent, 0)], -1)
+    used, inverse = np.unique(np.concatenate([k_codes, c_codes[c_codes >= 0]]), return_inverse=True)
+    local_k = inverse[:len(k_codes)] + 1
+    local_c = np.zeros(len(c_codes), np.int64)
+    local_c[c_codes >= 0] = inverse[len(k_codes):] + 1
+    names = np.array([""] + [t.names[c] for c in used], dtype=str)
+
+    streams = np.array(t.gpu_streams, dtype=np.int64)
+    s_rank = np.minimum(np.searchsorted(streams, t.stream[r]), cfg.max_streams - 1) \
+        if len(streams) else np.zeros(len(r), np.int64)
+    width = max(windows.width_us, 1e-9)
+    t_rel = np.clip((t.ts[r] - windows.edges[win]) / width, 0.0, 1.0)
+
+    def grid(values, dtype, fill=0):
+        out = np.full((n, k), fill, dtype=dtype)
+        out[win, slot] = values
+        return out
+
+    return TraceFeatures(
+        kernel=grid(local_k, np.int32), cpu_op=grid(local_c, np.int32),
+        delay=grid(quantize_time(t.launch_delay[r], cfg), np.int16, cfg.time_vocab),
+        dur=grid(quantize_time(t.dur[r], cfg), np.int16, cfg.time_vocab),
+        t_rel=grid(t_rel, np.float32), stream=grid(s_rank, np.int16),
+        mask=grid(True, bool, False), n_events=count.astype(np.int32),
+        summary=window_summary(windows), names=names, platform=platform_of(t),
+        start_us=windows.start_us.copy(), end_us=windows.end_us.copy(),
+    )
+
+
+__all__ = ["SUMMARY_DIM", "TraceFeatures", "UNKNOWN_PLATFORM", "featurize", "platform_of",
+           "quantize_time", "window_summary"]

@@ -1,0 +1,225 @@
+"""The learned detector: features, shapes, losses, training, checkpoints, the bundled model."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from traceap.dataset import PATTERNS, read_manifest, trace_path
+from traceap.errors import ModelError
+from traceap.load import load
+from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
+from traceap.model.features import SUMMARY_DIM, featurize, quantize_time
+from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
+                                  svm_loss, total_loss, trace_loss)
+from traceap.model.net import collate
+from traceap.model.text import hashing_embedding
+from traceap.model.train import examples_from, featurize_entries, fit
+from traceap.windows import Windows
+
+from .conftest import SAMPLE
+
+TINY = replace(preset("small"), d=16, layers=1, heads=2, max_events=16, windows=(20,),
+               dropout=0.0, platform_dropout=0.0, lr=3e-3)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEAP_CACHE", str(tmp_path / "cache"))
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def sample_windows():
+    return Windows(load(SAMPLE), 100)
+
+
+def hashed_table(names) -> dict[str, np.ndarray]:
+    names = sorted({str(n) for n in names if n})
+    return dict(zip(names, hashing_embedding(names).astype(np.float16)))
+
+
+# -- features ---------------------------------------------------------------------------------
+def test_quantize_time_is_eq3_log_scale():
+    cfg = preset("small")
+    q = quantize_time(np.array([0.01, cfg.t_min_us, 10.0, 100.0, cfg.t_max_us, 1e9, np.nan]), cfg)
+    assert q[0] == q[1] == 0 and q[4] == q[5] == cfg.time_vocab - 1
+    assert 0 < q[2] < q[3] < q[4]
+    assert q[6] == cfg.time_vocab                     # unknown gets its own level
+    # equal ratios, equal steps: log quantisation
+    assert abs(int(quantize_time(np.array([1e3]), cfg)[0]) - 2 * int(q[3]) + int(q[2])) <= 1
+
+
+def test_featurize_caps_and_keeps_order(sample_windows):
+    cfg = preset("small")
+    f = featurize(sample_windows, cfg)
+    n, k = sample_windows.n, cfg.max_events
+    assert f.kernel.shape == f.cpu_op.shape == f.delay.shape == f.t_rel.shape == (n, k)
+    assert f.summary.shape == (n, SUMMARY_DIM) and np.isfinite(f.summary).all()
+    counts = np.diff(sample_windows.anchor_ptr)
+    assert (f.mask.sum(1) == np.minimum(counts, k)).all()
+    assert (f.n_events == counts).all() and counts.max() > k      # the cap is exercised
+    assert f.names[0] == "" and (f.kernel[f.mask] > 0).all() and (f.kernel[~f.mask] == 0).all()
+    # strided subsample keeps time order inside a window, and relative starts lie in [0, 1]
+    busiest = int(np.argmax(counts))
+    t = f.t_rel[busiest][f.mask[busiest]]
+    assert (np.diff(t) >= 0).all() and 0.0 <= t.min() and t.max() <= 1.0
+    assert f.platform.startswith("NVIDIA A100")
+    kernel_names = {str(f.names[i]) for i in np.unique(f.kernel[f.mask])}
+    assert any("nccl" in s.lower() for s in kernel_names)          # a DDP trace: NCCL anchors
+    assert set(np.unique(f.stream[f.mask])) == {0, 1}               # compute + NCCL stream
+
+
+# -- model shapes -----------------------------------------------------------------------------
+@pytest.mark.parametrize("ablation", [(), ("no_event_adapter",), ("no_transformer",),
+                                      ("no_relation",)])
+def test_model_output_shapes(sample_windows, ablation):
+    cfg = TINY.with_ablations(ablation)
+    f = featurize(sample_windows, cfg)
+    model = create_model(cfg, [f.platform]).eval()
+    batch = collate([f, f], model, hashed_table(f.names))
+    with torch.no_grad():
+        out = model(batch)
+    n = sample_windows.n
+    assert out["scores"].shape == (2, n) and out["logits"].shape == (2, n)
+    assert out["emb"].shape == (2, n, cfg.D)
+    assert out["pattern_logits"].shape == (2, n, len(PATTERNS))
+    assert ((out["scores"] > 0) & (out["scores"] < 1)).all()
+    assert torch.allclose(out["scores"][0], out["scores"][1], atol=1e-6)
+
+
+def test_paper_preset_is_the_paper():
+    cfg = preset("paper")
+    assert (cfg.d, cfg.D, cfg.layers, cfg.heads, cfg.lr, cfg.batch_size) == (128, 256, 6, 8, 1e-4, 8)
+    with pytest.raises(ValueError):
+        cfg.with_ablations(["no_such_thing"])
+
+
+# -- losses -----------------------------------------------------------------------------------
+def test_trace_loss_is_bce_of_the_mean():
+    scores = torch.tensor([[0.1, 0.3], [0.8, 0.6]])
+    y = torch.tensor([0.0, 1.0])
+    expected = -(np.log(1 - 0.2) + np.log(0.7)) / 2
+    assert trace_loss(scores, y).item() == pytest.approx(expected, rel=1e-5)
+    assert trace_loss(scores, y, "topk", 0.5).item() == pytest.approx(
+        -(np.log(1 - 0.3) + np.log(0.8)) / 2, rel=1e-5)
+
+
+def test_svm_loss_selects_top_windows_and_hinges():
+    scores = torch.tensor([[0.1, 0.9, 0.2, 0.3], [0.5, 0.4, 0.95, 0.1]])
+    y = torch.tensor([0.0, 1.0])
+    sel, label = select_windows(scores, y, s_pos=0.25, s_neg=0.25)
+    assert sel[0].tolist() == [False, True, False, False]   # normal trace: its top window
+    assert sel[1].tolist() == [False, False, True, False]   # abnormal trace: its top window
+    w = torch.zeros(3)
+    good = torch.tensor([[0.0, -2.0, 0.0, 0.0], [0.0, 0.0, 3.0, 0.0]])
+    bad = -good
+    assert svm_loss(good, sel, label, w).item() == pytest.approx(0.0)
+    assert svm_loss(bad, sel, label, w).item() == pytest.approx((3.0 + 4.0) / 2)
+
+
+def test_cluster_loss_prefers_embeddings_that_follow_the_scores():
+    scores = torch.tensor([[0.0, 0.0, 1.0, 1.0]])
+    keep = torch.ones(1, 4, dtype=torch.bool)
+    aligned = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]])
+    mixed = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]])
+    assert cluster_loss(aligned, scores, keep).item() == pytest.approx(0.0, abs=1e-6)
+    assert cluster_loss(mixed, scores, keep).item() > 0.1
+
+
+def test_smooth_and_pattern_losses():
+    assert smooth_loss(torch.full((2, 5), 0.3)).item() == 0.0
+    assert smooth_loss(torch.tensor([[0.0, 1.0, 0.0]])).item() == pytest.approx(1.0)
+    target = torch.tensor([[1.0, 0.0]])
+    right = torch.tensor([[[6.0, -6.0], [-6.0, -6.0]]])     # one window shows pattern 0
+    wrong = torch.tensor([[[-6.0, 6.0], [-6.0, 6.0]]])
+    assert pattern_loss(right, target, 0.5).item() < 0.01 < pattern_loss(wrong, target, 0.5).item()
+
+
+# -- training ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    """A small generated dataset (traceap.synth), single-GPU jobs."""
+    from traceap.synth import SynthConfig, generate
+    out = tmp_path_factory.mktemp("synth")
+    generate(out, SynthConfig(traces=10, seed=3, jobs=1, world_sizes=(1,), world_size_p=(1.0,)))
+    return out
+
+
+def test_training_lowers_the_loss(tiny_dataset, tmp_path):
+    entries = [e for e in read_manifest(tiny_dataset) if e.split == "train"]
+    assert {e.label for e in entries} == {"good", "bad"}
+    for e in entries:   # weak supervision: strip the intervals so training cannot read them
+        e.anomalies = []
+    feats = featurize_entries(tiny_dataset, entries, TINY.windows, TINY, tmp_path / "feat")
+    table = hashed_table(n for per_n in feats.values() for f in per_n.values() for n in f.names)
+    examples = examples_from(entries, feats)
+
+    def loss_of(model):
+        model.eval()
+        batch_ex = [x for x in examples if x.label == 0][:2] + [x for x in examples if x.label][:2]
+        batch = collate([x.feats[20] for x in batch_ex], model, table)
+        y = torch.tensor([x.label for x in batch_ex], dtype=torch.float32)
+        with torch.no_grad():
+            return total_loss(model(batch), y, torch.from_numpy(np.stack([x.patterns for x in batch_ex])),
+                              model.svm.fc.weight, TINY)["total"].item()
+
+    before, _ = fit(examples, TINY, table, epochs=0)
+    after, log = fit(examples, TINY, table, epochs=15)
+    assert log.steps > 0 and len(log.epochs) == 15
+    assert loss_of(after) < 0.8 * loss_of(before)
+
+    # a saved checkpoint reloads and gives identical scores
+    path = save_model(after, tmp_path / "m.pt", table)
+    w = Windows(load(trace_path(tiny_dataset, entries[0])), 20)
+    p1 = Predictor(load_model(path)).predict(w)
+    p2 = Predictor(path).predict(w)
+    assert np.array_equal(p1.scores, p2.scores) and np.array_equal(p1.patterns, p2.patterns)
+    assert p1.scores.shape == (20,) and p1.patterns.shape == (20, len(PATTERNS))
+
+
+# -- checkpoints and the bundled model ---------------------------------------------------------
+def test_bad_checkpoints_raise_model_error(tmp_path):
+    with pytest.raises(ModelError, match="no such model checkpoint"):
+        load_model(tmp_path / "missing.pt")
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelError, match="not a readable model checkpoint"):
+        load_model(junk)
+    other = tmp_path / "other.pt"
+    torch.save({"format": "something/else"}, other)
+    with pytest.raises(ModelError, match="not a traceap model checkpoint"):
+        load_model(other)
+
+
+def test_cli_train_on_a_non_dataset_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    from traceap.cli import main
+    monkeypatch.setattr(sys, "argv", ["traceap", "train", "--dataset", str(tmp_path),
+                                      "--out", str(tmp_path / "m.pt")])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "no manifest.jsonl" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_bundled_model_scores_the_sample_under_a_second(sample_windows):
+    from traceap.detectors.model import ModelDetector
+    det = ModelDetector()
+    ckpt = det.predictor.checkpoint
+    assert ckpt.meta.get("n_train", 0) >= 100          # trained on the generated dataset
+    names = featurize(sample_windows, det.predictor.cfg).names[1:].tolist()
+    assert det.predictor.text.missing(names) == []     # the shipped cache covers the sample
+    fresh = Windows(sample_windows.trace, 100)
+    t0 = time.perf_counter()
+    scores = det.score_windows(fresh)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0
+    assert scores.shape == (100,) and ((scores >= 0) & (scores <= 1)).all()
+    probs = det.pattern_probabilities(fresh)
+    assert set(probs) == set(PATTERNS) and all(p.shape == (100,) for p in probs.values())
