@@ -32,7 +32,7 @@ from ..trace import CATEGORY_KIND, LAUNCH_KINDS, Kind, Step, Trace, TraceMeta
 
 _NAN = float("nan")
 #: Events decoded (and held as structs) at a time; small enough to keep memory flat.
-CHUNK_EVENTS = 1 << 15
+CHUNK_EVENTS = 1 << 13
 
 
 class _Args(msgspec.Struct, gc=False, frozen=True):  # frozen: one shared default below
