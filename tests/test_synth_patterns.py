@@ -175,7 +175,8 @@ def test_allreduce_after_backward_does_not_overlap(tmp_path):
 def test_good_trace_has_higher_utilisation_than_bad(tmp_path, pattern, ws):
     """Paper 4.1: good = high GPU utilisation / throughput; each pattern lowers it."""
     plat = "rtx4090" if pattern in pat.MULTI_GPU else "a100"
-    good, _ = _run(tmp_path, None, world_size=ws, platform=plat)
+    same = {"compiled": True} if pattern == "graph_break" else {}   # compiled without breaks
+    good, _ = _run(tmp_path, None, world_size=ws, platform=plat, **same)
     bad, _ = _run(tmp_path, pattern, world_size=ws, platform=plat)
     assert _compute_utilisation(good) > _compute_utilisation(bad)
     # and fewer steps per second

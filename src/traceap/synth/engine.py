@@ -159,7 +159,10 @@ class Engine:
             q = self.queues[stream] = deque(maxlen=LAUNCH_QUEUE_DEPTH)
         if len(q) == LAUNCH_QUEUE_DEPTH and q[0] > t:
             t = q[0]  # queue full: the launch call spins until a slot frees
-        start = max(t + 2.5 + 3.0 * self.jit(), self.free.get(stream, 0.0), not_before)
+        # a launch reaches an idle GPU ~6-12 us after the call starts (real traces: median
+        # 8-13 us); back-to-back kernels on a busy stream still leave ~1.5-3 us between them
+        start = max(t + 4.0 + 4.0 * self.jit(), self.free.get(stream, 0.0) + 0.8 + 1.6 * self.jit() ** 2,
+                    not_before)
         q.append(start)
         return t, start
 
@@ -183,7 +186,7 @@ class Engine:
             self.comm_busy = (start, start + gpu_us)
         elif self.comm_busy[0] <= start < self.comm_busy[1]:
             gpu_us *= self.contention
-        rt = self.host(4.2 if runtime != "cuLaunchKernel" else 3.4)
+        rt = self.host(6.3 if runtime != "cuLaunchKernel" else 4.0)
         rt_dur = (issued - self.clock[tid]) + rt
         ts = self.clock[tid]
         self.corr += 1

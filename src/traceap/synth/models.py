@@ -149,14 +149,73 @@ def _vit(b: _B, res: int, patch: int, dim: int, depth: int, frames: int = 1,
 def resnet50() -> ModelSpec:
     b = _B(224)
     _head_cls(b, _resnet(b))
-    return ModelSpec("resnet50", "image_classification", tuple(b.layers), 224, (64, 128, 256),
+    return ModelSpec("resnet50", "image_classification", tuple(b.layers), 224, (16, 32, 64, 128),
+                     (128, 160, 224), "SGD")
+
+
+def _basic(b: _B, cin: int, cout: int, stride: int) -> None:
+    b.conv(cin, cout, 3, stride).conv(cout, cout, 3, 1, None)
+    if stride != 1 or cin != cout:
+        b.conv(cin, cout, 1, 1, None)
+    b.ew("add", cout).ew("relu", cout)
+
+
+def resnet18() -> ModelSpec:
+    b = _B(224)
+    b.conv(3, 64, 7, 2).pool(64)
+    cin = 64
+    for i, w in enumerate((64, 128, 256, 512)):
+        for j in range(2):
+            _basic(b, cin, w, 2 if (j == 0 and i > 0) else 1)
+            cin = w
+    _head_cls(b, 512)
+    return ModelSpec("resnet18", "image_classification", tuple(b.layers), 224, (16, 32, 64, 128),
                      (160, 224), "SGD")
+
+
+def resnet18_cifar() -> ModelSpec:
+    """The CIFAR-10 ResNet-18 (3x3 stem, 32x32 inputs): small, fast, launch-heavy kernels."""
+    b = _B(32)
+    b.conv(3, 64, 3, 1)
+    cin = 64
+    for i, w in enumerate((64, 128, 256, 512)):
+        for j in range(2):
+            _basic(b, cin, w, 2 if (j == 0 and i > 0) else 1)
+            cin = w
+    _head_cls(b, 512, 10)
+    return ModelSpec("resnet18_cifar", "image_classification", tuple(b.layers), 32, (32, 64, 128, 256),
+                     (32,), "SGD")
+
+
+def mobilenet_v2() -> ModelSpec:
+    b = _B(224)
+    b.conv(3, 32, 3, 2, "relu")
+    cin = 32
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            hid = cin * t
+            if t != 1:
+                b.conv(cin, hid, 1, 1, "relu")
+            b.hw = max(1, b.hw // (s if i == 0 else 1))
+            px = b.hw * b.hw
+            b.layers.append(Layer("dwconv", 2 * hid * 9 * px / 1e9, hid * px * 4 / 1e6, hid * 9 / 1e6))
+            b.layers.append(Layer("bn", 0, hid * px * 4 / 1e6, 2 * hid / 1e6))
+            b.layers.append(Layer("relu", 0, hid * px * 4 / 1e6))
+            b.conv(hid, c, 1, 1, None)
+            if i > 0:
+                b.ew("add", c)
+            cin = c
+    b.conv(320, 1280, 1, 1, "relu")
+    _head_cls(b, 1280)
+    return ModelSpec("mobilenet_v2", "image_classification", tuple(b.layers), 224, (16, 32, 64, 128),
+                     (224,), "SGD")
 
 
 def resnet101() -> ModelSpec:
     b = _B(224)
     _head_cls(b, _resnet(b, (3, 4, 23, 3)))
-    return ModelSpec("resnet101", "image_classification", tuple(b.layers), 224, (64, 128),
+    return ModelSpec("resnet101", "image_classification", tuple(b.layers), 224, (16, 32, 64),
                      (224,), "SGD")
 
 
@@ -169,7 +228,7 @@ def vgg16() -> ModelSpec:
             cin = width
         b.pool(width)
     b.linear(1, 512 * 49, 4096, "relu").linear(1, 4096, 4096, "relu").linear(1, 4096, 1000)
-    return ModelSpec("vgg16", "image_classification", tuple(b.layers), 224, (32, 64, 128),
+    return ModelSpec("vgg16", "image_classification", tuple(b.layers), 224, (16, 32, 64),
                      (224,), "SGD")
 
 
@@ -178,7 +237,15 @@ def vit_b16() -> ModelSpec:
     t = _vit(b, 224, 16, 768, 12)
     b.linear(1, 768, 1000)
     del t
-    return ModelSpec("vit_b16", "image_classification", tuple(b.layers), 224, (64, 128, 256),
+    return ModelSpec("vit_b16", "image_classification", tuple(b.layers), 224, (16, 32, 64, 128),
+                     (224,))
+
+
+def vit_tiny() -> ModelSpec:
+    b = _B(224)
+    _vit(b, 224, 16, 192, 12)
+    b.linear(1, 192, 1000)
+    return ModelSpec("vit_tiny", "image_classification", tuple(b.layers), 224, (32, 64, 128, 256),
                      (224,))
 
 
@@ -192,7 +259,7 @@ def swin_t() -> ModelSpec:
         b.linear(tokens // 4, 4 * dim, 2 * dim)          # patch merging
         tokens, dim = tokens // 4, dim * 2
     b.linear(1, dim, 1000)
-    return ModelSpec("swin_t", "image_classification", tuple(b.layers), 224, (64, 128),
+    return ModelSpec("swin_t", "image_classification", tuple(b.layers), 224, (16, 32, 64),
                      (224,))
 
 
@@ -217,9 +284,9 @@ def _yolo_backbone(b: _B, w: int = 32, act: str = "silu") -> None:
         ch *= 2
 
 
-def yolov8(task: str = "object_detection", name: str = "yolov8s") -> ModelSpec:
+def yolov8(task: str = "object_detection", name: str = "yolov8s", width: int = 32) -> ModelSpec:
     b = _B(640)
-    _yolo_backbone(b)
+    _yolo_backbone(b, width)
     for _ in range(3):   # detect heads (box, cls) per scale
         b.conv(128, 64, 3, 1, "silu").conv(64, 64, 3, 1, "silu").conv(64, 80, 1, 1, None, bn=False)
     if task == "image_segmentation":
@@ -227,7 +294,7 @@ def yolov8(task: str = "object_detection", name: str = "yolov8s") -> ModelSpec:
     if task == "pose_estimation":
         for _ in range(3):
             b.conv(128, 51, 3, 1, "silu").conv(51, 51, 1, 1, None, bn=False)
-    return ModelSpec(name, task, tuple(b.layers), 640, (16, 32, 64), (512, 640), "SGD",
+    return ModelSpec(name, task, tuple(b.layers), 640, (4, 8, 16, 32), (320, 480, 640), "SGD",
                      python_loss=True)
 
 
@@ -273,7 +340,7 @@ def yolos() -> ModelSpec:
     b = _B(512)
     _vit(b, 512, 16, 384, 12)
     b.linear(100, 384, 92).linear(100, 384, 4, "sigmoid")
-    return ModelSpec("yolos_s", "object_detection", tuple(b.layers), 512, (8, 16, 32), (512,),
+    return ModelSpec("yolos_s", "object_detection", tuple(b.layers), 512, (4, 8, 16), (384, 512),
                      python_loss=True)
 
 
@@ -291,8 +358,8 @@ def segformer() -> ModelSpec:
         b.hw //= 2
     b.hw = 128
     b.ew("cat", 1024).conv(1024, 256, 1, 1, "relu").conv(256, 150, 1, 1, None, bn=False)
-    return ModelSpec("segformer_b2", "image_segmentation", tuple(b.layers), 512, (8, 16, 32),
-                     (512,))
+    return ModelSpec("segformer_b2", "image_segmentation", tuple(b.layers), 512, (4, 8, 16),
+                     (384, 512))
 
 
 def mask2former() -> ModelSpec:
@@ -304,7 +371,7 @@ def mask2former() -> ModelSpec:
     for _ in range(9):                           # masked-attention decoder
         b.block(100, 256, mlp=8)
     b.linear(100, 256, 134)
-    return ModelSpec("mask2former_r50", "image_segmentation", tuple(b.layers), 512, (4, 8, 16),
+    return ModelSpec("mask2former_r50", "image_segmentation", tuple(b.layers), 512, (2, 4, 8),
                      (512,), python_loss=True)
 
 
@@ -369,7 +436,7 @@ def ddpm_unet() -> ModelSpec:
         ch = 128 * mult
         b.up(ch).conv(ch, ch, 3, 1, None, bn=False)
     b.ew("gn", ch).ew("silu", ch).conv(ch, 3, 3, 1, None, bn=False)
-    return ModelSpec("ddpm_unet", "image_generation", tuple(b.layers), 64, (32, 64, 128), (64,))
+    return ModelSpec("ddpm_unet", "image_generation", tuple(b.layers), 64, (16, 32, 64), (32, 64))
 
 
 def dcgan() -> ModelSpec:
@@ -383,7 +450,7 @@ def dcgan() -> ModelSpec:
         d.conv(cin, cout, 4, 2, "relu")
     d.linear(1, 512 * 16, 1, "sigmoid")
     return ModelSpec("dcgan", "image_generation", tuple(b.layers + d.layers), 64,
-                     (64, 128, 256), (64,))
+                     (32, 64, 128), (64,))
 
 
 def dpt(name: str = "dpt_hybrid", depth: int = 12, dim: int = 768) -> ModelSpec:
@@ -393,7 +460,7 @@ def dpt(name: str = "dpt_hybrid", depth: int = 12, dim: int = 768) -> ModelSpec:
     for _ in range(4):                            # reassemble + fusion blocks
         b.conv(dim if b.hw == 24 else 256, 256, 3, 1, "relu", bn=False).up(256).ew("add", 256)
     b.conv(256, 128, 3, 1, "relu", bn=False).up(128).conv(128, 1, 1, 1, "relu", bn=False)
-    return ModelSpec(name, "depth_estimation", tuple(b.layers), 384, (4, 8, 16), (384, 518))
+    return ModelSpec(name, "depth_estimation", tuple(b.layers), 384, (2, 4, 8), (256, 384))
 
 
 def depth_anything_v2() -> ModelSpec:
@@ -431,8 +498,10 @@ def x3d() -> ModelSpec:
 
 #: Model builders by task (Table 1, plus a second action-recognition model).
 MODELS: dict[str, list[Callable[[], ModelSpec]]] = {
-    "image_classification": [resnet50, resnet101, vgg16, vit_b16, swin_t],
-    "object_detection": [yolov8, faster_rcnn, detr, lambda: detr(True), vitdet, yolos],
+    "image_classification": [resnet50, resnet101, vgg16, vit_b16, swin_t, resnet18, resnet18_cifar,
+                             mobilenet_v2, vit_tiny],
+    "object_detection": [yolov8, faster_rcnn, detr, lambda: detr(True), vitdet, yolos,
+                         lambda: yolov8("object_detection", "yolov8n", 16)],
     "image_segmentation": [segformer, lambda: yolov8("image_segmentation", "yolov8s_seg"),
                            detectron2_mask_rcnn, mask2former, sam],
     "image_generation": [sd_unet, dcgan, ddpm_unet],

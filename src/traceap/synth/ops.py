@@ -413,6 +413,17 @@ def forward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
             ks.insert(0, Kern(cudnn_transpose(True, dt), 0.08, True))
             ks.append(Kern(cudnn_transpose(False, dt), 0.05, True))
         return [*cast, OpCall(_chain_conv(), tuple(ks), g, mb * 3, 48.0, ("aten::empty",))]
+    if op == "dwconv":
+        c_ = _CT[dt]
+        k = (f"void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, {c_}, int>("
+             f"at::GenericPackedTensorAccessor<{c_} const, 4ul, at::DefaultPtrTraits, int>, "
+             f"at::GenericPackedTensorAccessor<{c_}, 4ul, at::DefaultPtrTraits, int>, "
+             f"at::GenericPackedTensorAccessor<{c_} const, 4ul, at::DefaultPtrTraits, int>, "
+             f"at::GenericPackedTensorAccessor<{c_} const, 1ul, at::DefaultPtrTraits, int>, bool, int, "
+             f"int, int, int, int, int, int, int, int, int, int, int)")
+        return [*cast, OpCall(("aten::conv2d", "aten::convolution", "aten::_convolution",
+                               "aten::_conv_depthwise2d"), (Kern(k, 1.0, True, 512, 40),), 0.0,
+                              mb * 2.5, 40.0)]
     if op == "deconv":
         ks = (Kern(conv("dgrad", dt, p, v, c.channels_last), 1.0, False, 128, 128, 49152),)
         return [*cast, OpCall(("aten::conv_transpose2d", "aten::convolution", "aten::_convolution",
@@ -478,7 +489,7 @@ def forward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
 
 #: Autograd node names (the backward op of each forward template).
 _BACKWARD_NODE = {
-    "conv": "ConvolutionBackward0", "deconv": "ConvolutionBackward0",
+    "conv": "ConvolutionBackward0", "deconv": "ConvolutionBackward0", "dwconv": "ConvolutionBackward0",
     "bn": "CudnnBatchNormBackward0", "relu": "ReluBackward0", "silu": "SiluBackward0",
     "gelu": "GeluBackward0", "sigmoid": "SigmoidBackward0", "add": "AddBackward0",
     "mul": "MulBackward0", "linear": "AddmmBackward0", "ln": "NativeLayerNormBackward0",
@@ -501,6 +512,19 @@ def backward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
     dt, s, p = c.dt, c.scale, c.platform
     g, mb = layer.gflop * s, layer.act_mb * s * (0.5 if dt != "fp32" else 1.0)
     v, op = layer.variant, layer.op
+    if op == "dwconv":
+        c_ = _CT[dt]
+        acc = f"at::GenericPackedTensorAccessor<{c_} const, 4ul, at::DefaultPtrTraits, int>"
+        return [OpCall(("aten::convolution_backward",),
+                       (Kern(f"void at::native::(anonymous namespace)::conv_depthwise2d_backward_kernel"
+                             f"<3, 1, {c_}, int>({acc}, at::GenericPackedTensorAccessor<{c_}, 4ul, "
+                             f"at::DefaultPtrTraits, int>, {acc}, int, int, int, int, int, int, int, "
+                             f"int, int, int, int, int, int)", 0.5, True, 512, 40),
+                        Kern(f"void at::native::(anonymous namespace)::conv_depthwise2d_grad_weight_kernel"
+                             f"<{c_}, float, int>({acc}, {acc}, at::GenericPackedTensorAccessor<{c_}, 4ul, "
+                             f"at::DefaultPtrTraits, int>, int, int, int, int, int, int, int, int, int, "
+                             f"int, int, int, int)", 0.5, True, 256, 48)),
+                       0.0, mb * 5, 50.0, ("aten::empty",))]
     if op in ("conv", "deconv"):
         ks = [Kern(conv("dgrad", dt, p, v + 1, c.channels_last), 0.5, False, 128, 128, 49152),
               Kern(conv("wgrad", dt, p, v, c.channels_last), 0.5, False, 128, 168, 65536)]
@@ -579,4 +603,4 @@ def kernel_duration_us(k: Kern, call: OpCall, c: Ctx, eff: float) -> float:
     else:
         tf = p.tflops_fp32 if c.dt == "fp32" else p.tflops_fp16
         t = call.gflop * k.share / (tf * 1e-3 * eff)               # GFLOP / TFLOP/s -> us
-    return 1.6 + t
+    return 2.0 + t

@@ -1,0 +1,225 @@
+"""How real do the generated traces look?  Distributions and a classifier two-sample test.
+
+    .venv/bin/python benchmarks/realism.py [--dataset datasets/torchtraceap] [--n-synth 60]
+                                           [--windows 50] [--json out.json]
+
+Real side: the NVIDIA traces of ../shared/traces with at least 100 kernels (training and
+inference of real models).  Generated side: healthy ("good") traces of a synth dataset.
+Printed: per kernel class, duration quantiles and the two-sample KS statistic; launch delays,
+GPU gaps, runtime-call durations, kernels per step, time share per class, events per ms; then
+a gradient-boosting classifier trained to tell real windows from generated healthy windows,
+cross-validated by trace (GroupKFold), with its ROC AUC (0.5 = indistinguishable).
+The same classifier on real vs real (two halves of the real traces) gives the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import traceap  # noqa: E402
+from traceap.dataset import read_manifest, trace_path  # noqa: E402
+from traceap.trace import Kind, merged_intervals  # noqa: E402
+from traceap.windows import Windows  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "traces"
+CLASSES = ("conv", "gemm", "attention", "elementwise", "norm_reduce", "nccl", "triton", "other")
+_RULES = [
+    ("nccl", re.compile(r"^(void )?(nccl|rccl)", re.I)),
+    ("triton", re.compile(r"^triton_")),
+    ("attention", re.compile(r"flash|fmha|attention", re.I)),
+    ("conv", re.compile(r"conv|fprop|dgrad|wgrad|nchwToNhwc|nhwcToNchw", re.I)),
+    ("gemm", re.compile(r"gemm|cutlass|xmma|cublas|sgemm|nvjet|gemv|Cijk", re.I)),
+    ("norm_reduce", re.compile(r"norm|reduce|softmax|bn_|Moments|multi_tensor", re.I)),
+    ("elementwise", re.compile(r"elementwise|Functor|copy|fill|Cat|index|gather|scatter", re.I)),
+]
+
+
+def kernel_class(name: str) -> str:
+    """Coarse kernel class from a kernel name."""
+    for cls, rx in _RULES:
+        if rx.search(name):
+            return cls
+    return "other"
+
+
+def real_traces() -> list[Path]:
+    """NVIDIA traces with a real workload in the shared catalog."""
+    cat = json.loads((SHARED / "catalog.json").read_text())
+    out = []
+    for c in cat:
+        gpus = " ".join(c.get("gpu_models") or [])
+        if c.get("kind") == "real" and (c.get("n_kernels") or 0) >= 100 and \
+                re.search(r"NVIDIA|Tesla|Quadro", gpus):
+            out.append(SHARED / c["file"])
+    return out
+
+
+def synth_traces(dataset: Path, n: int, seed: int = 0) -> list[Path]:
+    """A sample of the healthy traces of a synth dataset (one rank per job)."""
+    entries = [e for e in read_manifest(dataset) if e.label == "good" and e.rank == 0]
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(len(entries), size=min(n, len(entries)), replace=False)
+    return [trace_path(dataset, entries[i]) for i in sorted(pick)]
+
+
+def trace_stats(t) -> dict:
+    """Per-trace raw samples for the distribution comparisons."""
+    k = t.rows(Kind.KERNEL)
+    names = t.names_array[t.name[k]]
+    cls = np.array([kernel_class(n) for n in names]) if len(k) else np.array([])
+    work = t.gpu_work_rows
+    gaps = []
+    for s in np.unique(t.stream[work]):
+        r = work[t.stream[work] == s]
+        r = r[np.argsort(t.ts[r])]
+        g = t.ts[r][1:] - t.end[r][:-1]
+        gaps.append(g[g >= 0])
+    gaps = np.concatenate(gaps) if gaps else np.array([])
+    ld = t.launch_delay[k]
+    rt = t.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
+    lo, hi = t.span
+    share = {}
+    total = max(float(t.dur[k].sum()), 1e-9)
+    for c in CLASSES:
+        share[c] = float(t.dur[k][cls == c].sum()) / total if len(k) else 0.0
+    ms, me = merged_intervals(t.ts[work], t.end[work]) if len(work) else (np.array([]), np.array([]))
+    return {
+        "dur_by_class": {c: t.dur[k][cls == c] for c in CLASSES},
+        "launch_delay": ld[np.isfinite(ld)],
+        "gaps": gaps,
+        "runtime_dur": t.dur[rt],
+        "kernels_per_step": [int(((t.ts[k] >= s.start_us) & (t.ts[k] < s.end_us)).sum())
+                             for s in t.steps],
+        "share": share,
+        "events_per_ms": len(t) / max((hi - lo) / 1e3, 1e-9),
+        "busy": float((me - ms).sum()) / max(hi - lo, 1e-9),
+    }
+
+
+def ks(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic (0 = same distribution)."""
+    if len(a) == 0 or len(b) == 0:
+        return float("nan")
+    a, b = np.sort(a), np.sort(b)
+    x = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, x, "right") / len(a) -
+                               np.searchsorted(b, x, "right") / len(b))))
+
+
+def _q(x) -> str:
+    x = np.asarray(x, dtype=float)
+    if len(x) == 0:
+        return "      -"
+    p = np.percentile(x, [10, 50, 90])
+    return f"{p[0]:8.1f} {p[1]:8.1f} {p[2]:9.1f}  (n={len(x)})"
+
+
+FEATURES = ("gpu_busy_frac", "compute_busy_frac", "kernels_per_ms", "log_mean_kernel_us",
+            "short_kernel_frac", "log_launch_delay", "memcpy_time_frac", "runtime_per_ms",
+            "runtime_time_frac", "sync_per_ms", "nccl_time_frac", "cpu_op_time_frac")
+
+
+def window_features(t, n_windows: int) -> np.ndarray:
+    """Scale-free per-window features (the same measures detectors read)."""
+    w = Windows(t, n_windows)
+    s = w.stats
+    ms = w.width_us / 1e3
+    nk = s["n_kernels"]
+    keep = nk > 0
+    f = np.stack([
+        s["gpu_busy_frac"], s["compute_busy_frac"], nk / ms, np.log1p(s["mean_kernel_us"]),
+        s["n_short_kernels"] / np.maximum(nk, 1), np.log1p(s["mean_launch_delay_us"]),
+        s["memcpy_time_frac"], s["n_runtime"] / ms, s["runtime_time_frac"], s["n_sync"] / ms,
+        s["nccl_time_frac"], s["cpu_op_time_frac"]], axis=1)
+    return f[keep]
+
+
+def two_sample_auc(a: list[np.ndarray], b: list[np.ndarray], seed: int = 0) -> float:
+    """Out-of-fold ROC AUC of a classifier telling windows of group a from group b."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import GroupKFold
+
+    X = np.concatenate(a + b)
+    y = np.concatenate([np.zeros(sum(len(x) for x in a)), np.ones(sum(len(x) for x in b))])
+    groups = np.concatenate([np.full(len(x), i) for i, x in enumerate(a + b)])
+    # equal weight per side, whatever the window counts
+    wts = np.where(y == 1, len(y) / (2 * y.sum()), len(y) / (2 * (len(y) - y.sum())))
+    pred = np.zeros(len(y))
+    for tr, te in GroupKFold(n_splits=5).split(X, y, groups):
+        clf = HistGradientBoostingClassifier(max_depth=3, max_iter=150, learning_rate=0.1,
+                                             random_state=seed)
+        clf.fit(X[tr], y[tr], sample_weight=wts[tr])
+        pred[te] = clf.predict_proba(X[te])[:, 1]
+    return float(roc_auc_score(y, pred, sample_weight=wts))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", default=str(ROOT / "datasets" / "torchtraceap"))
+    ap.add_argument("--n-synth", type=int, default=60)
+    ap.add_argument("--windows", type=int, default=50)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    real_paths = real_traces()
+    syn_paths = synth_traces(Path(args.dataset), args.n_synth)
+    real = [traceap.load(p) for p in real_paths]
+    syn = [traceap.load(p) for p in syn_paths]
+    print(f"real traces: {len(real)} (NVIDIA, >=100 kernels); generated healthy: {len(syn)}")
+    rs = [trace_stats(t) for t in real]
+    ss = [trace_stats(t) for t in syn]
+    report: dict = {"n_real": len(real), "n_synth": len(syn), "ks": {}}
+
+    def pooled(stats, key, sub=None):
+        xs = [s[key][sub] if sub else s[key] for s in stats]
+        return np.concatenate([np.asarray(x, dtype=float) for x in xs]) if xs else np.array([])
+
+    print(f"\n{'measure':28s} {'real p10/p50/p90':>36s}   {'generated p10/p50/p90':>36s}   KS")
+    for c in CLASSES:
+        a, b = pooled(rs, "dur_by_class", c), pooled(ss, "dur_by_class", c)
+        report["ks"][f"kernel_us[{c}]"] = ks(a, b)
+        print(f"kernel us [{c:11s}]       {_q(a):>36s}   {_q(b):>36s}   {ks(a, b):.2f}")
+    for key, label in (("launch_delay", "launch delay us"), ("gaps", "GPU gap us (same stream)"),
+                       ("runtime_dur", "runtime call us"), ("kernels_per_step", "kernels per step")):
+        a, b = pooled(rs, key), pooled(ss, key)
+        report["ks"][key] = ks(a, b)
+        print(f"{label:28s} {_q(a):>36s}   {_q(b):>36s}   {ks(a, b):.2f}")
+    for key, label in (("events_per_ms", "events per ms"), ("busy", "GPU busy fraction")):
+        a = np.array([s[key] for s in rs])
+        b = np.array([s[key] for s in ss])
+        report["ks"][key] = ks(a, b)
+        print(f"{label:28s} {_q(a):>36s}   {_q(b):>36s}   {ks(a, b):.2f}")
+    print("\ntime share per kernel class (mean over traces)  real / generated")
+    for c in CLASSES:
+        a = np.mean([s["share"][c] for s in rs])
+        b = np.mean([s["share"][c] for s in ss])
+        print(f"  {c:12s} {a:6.3f} / {b:6.3f}")
+        report.setdefault("share", {})[c] = [float(a), float(b)]
+
+    fr = [window_features(t, args.windows) for t in real]
+    fs = [window_features(t, args.windows) for t in syn]
+    auc = two_sample_auc(fr, fs)
+    half = len(fr) // 2
+    order = np.random.default_rng(1).permutation(len(fr))
+    base = two_sample_auc([fr[i] for i in order[:half]], [fr[i] for i in order[half:]])
+    print(f"\nclassifier two-sample test ({args.windows} windows/trace, GroupKFold by trace):")
+    print(f"  real vs generated healthy   AUC = {auc:.3f}   (aim < 0.75; 0.5 = indistinguishable)")
+    print(f"  real vs real (random halves) AUC = {base:.3f}   (baseline: how different real traces are)")
+    report.update({"auc_real_vs_synth": auc, "auc_real_vs_real": base, "windows": args.windows})
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
