@@ -114,8 +114,11 @@ class Replicator:
 
 
 def write_large(source: Path, out: Path, target_bytes: int, gap_us: float = 1000.0,
-                copies: int | None = None) -> dict:
-    """Write the replicated trace to ``out`` (plain JSON); return what was written."""
+                copies: int | None = None, meta_path: Path | None = None) -> dict:
+    """Write the replicated trace to ``out`` (plain JSON); return what was written.
+
+    What was written also goes to ``meta_path`` (default ``<out>.meta.json``).
+    """
     doc = read_trace(source)
     rep = Replicator(doc, gap_us)
     head = {k: v for k, v in doc.items() if k != "traceEvents"}
@@ -141,7 +144,8 @@ def write_large(source: Path, out: Path, target_bytes: int, gap_us: float = 1000
     info = {"source": str(source), "copies": n, "bytes": written,
             "events_per_copy": len(rep.events), "meta_events": len(rep.meta_events),
             "n_events_json": n * len(rep.events) + len(rep.meta_events)}
-    Path(str(out) + ".meta.json").write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
+    meta_path = meta_path or Path(str(out) + ".meta.json")
+    meta_path.write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
     return info
 
 
