@@ -38,14 +38,26 @@ class MemcpyConfig:
     count_hi: float = 4.0
     #: A GPU gap counts as a sync bubble when a sync returned within this long of its start.
     sync_tol_us: float = 20.0
+    #: Syncs per window that make a habit, and the small bubble share that then suffices.
+    many_lo: float = 4.0
+    many_hi: float = 12.0
+    habit_lost_lo: float = 0.01
+    habit_lost_hi: float = 0.05
+    #: HtoD copies at least this big are input batches, not the per-sample habit.
+    batch_bytes: float = 64e3
 
 
-def host_copies(trace) -> np.ndarray:
-    """HtoD and DtoH memcpy rows."""
+def host_copies(trace, batch_bytes: float = 64e3) -> np.ndarray:
+    """The copies of the habit: every DtoH copy, and HtoD copies smaller than an input batch
+    (`torch.tensor(x, device=...)`, per-sample uploads).  Batch uploads are the normal
+    once-per-step input transfer (pinned) or the no_pin_memory pattern (pageable)."""
     def make():
         rows = trace.rows(Kind.GPU_MEMCPY)
-        return rows[np.isin(trace.copy_kind[rows], (CopyKind.HTOD, CopyKind.DTOH))]
-    return cached(trace, "host_copies", make)
+        kind = trace.copy_kind[rows]
+        nb = np.nan_to_num(trace.bytes[rows])
+        small_up = (kind == CopyKind.HTOD) & (nb > 0) & (nb < batch_bytes)
+        return rows[(kind == CopyKind.DTOH) | small_up]
+    return cached(trace, f"host_copies:{batch_bytes}", make)
 
 
 #: `cudaStreamWaitEvent` makes a *stream* wait on the device; the host does not block.
@@ -102,7 +114,7 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
     def measure(self, windows: Windows) -> Measures:
         t, c = windows.trace, self.config
         w = windows.width_us
-        copies = host_copies(t)
+        copies = host_copies(t, c.batch_bytes)
         sync = sync_rows(t)
         comp = compute_rows(t)
         copy_us = union_in(windows, *spans(t, copies))
@@ -116,8 +128,11 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         n_sync = count_in(windows, t.ts[sync])
         lost = np.minimum(exposed + bubble_us, w)
         count = ramp(n_copies + n_sync, c.count_lo, c.count_hi)
-        score = np.maximum(ramp(lost / w, c.lost_lo, c.lost_hi),
-                           c.host_weight * ramp(host_us / w, c.host_lo, c.host_hi)) * count
+        # Many syncs in one window are the habit itself (a sync per item of a loop), even when
+        # each bubble is short.
+        habit = ramp(n_sync, c.many_lo, c.many_hi) * ramp(lost / w, c.habit_lost_lo, c.habit_lost_hi)
+        score = np.maximum.reduce([ramp(lost / w, c.lost_lo, c.lost_hi), habit,
+                                   c.host_weight * ramp(host_us / w, c.host_lo, c.host_hi)]) * count
         nbytes = sum_in(windows, t.ts[copies], np.nan_to_num(t.bytes[copies]))
         dtoh = count_in(windows, t.ts[copies[t.copy_kind[copies] == CopyKind.DTOH]])
         return {"score": score, "lost_us": lost, "copy_us": copy_us, "exposed_copy_us": exposed,

@@ -17,7 +17,7 @@ import numpy as np
 from ..trace import CopyKind, Kind, MemKind
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import cached, fmt_bytes, fmt_us, ramp, sum_in, union_in
+from .signals import cached, fmt_bytes, fmt_us, idle_while, ramp, sum_in, union_in
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,8 @@ class PinConfig:
 
     time_lo: float = 0.01
     time_hi: float = 0.10
-    #: Copies below this many bytes per window are scalars/metadata, not input batches.
-    bytes_lo: float = 16e3
-    bytes_hi: float = 512e3
+    #: A copy smaller than this is a scalar or metadata, not an input batch.
+    bytes_lo: float = 64e3
     #: A `Host -> Device` copy (kind unknown) counts when its launch blocked this much of it.
     blocking_share: float = 0.8
     unknown_weight: float = 0.7
@@ -71,21 +70,31 @@ For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pi
     def measure(self, windows: Windows) -> Measures:
         t, c = windows.trace, self.config
         rows, weight = pageable_h2d(t, c)
-        launch = t.launch[rows]
-        has_launch = launch >= 0
-        calls = launch[has_launch]
-        copy_us = union_in(windows, t.ts[rows], t.end[rows])
+        # Judge each copy by its own size (a 4-byte scalar is not an input batch); copies of
+        # unknown size (older traces) count.  A copy and its call span windows, so sizes are
+        # applied per copy before measuring time, never per window.
+        nb = t.bytes[rows]
+        big = ~np.isfinite(nb) | (nb <= 0) | (nb >= c.bytes_lo)
+        stall_by_kind = []
+        for kind_w in (1.0, c.unknown_weight):
+            r = rows[big & (weight == kind_w)]
+            calls = t.launch[r]
+            calls = calls[calls >= 0]
+            stall = union_in(windows, np.concatenate((t.ts[r], t.ts[calls])),
+                             np.concatenate((t.end[r], t.end[calls])))
+            stall_by_kind.append(kind_w * ramp(stall / windows.width_us, c.time_lo, c.time_hi))
+        score = np.maximum(*stall_by_kind)
+        r = rows[big]
+        calls = t.launch[r]
+        calls = calls[calls >= 0]
+        copy_us = union_in(windows, t.ts[r], t.end[r])
         blocked_us = union_in(windows, t.ts[calls], t.end[calls])
-        # The stall: either the host blocked in the call, or the copy ran, whichever covers more.
-        stall = union_in(windows, np.concatenate((t.ts[rows], t.ts[calls])),
-                         np.concatenate((t.end[rows], t.end[calls])))
-        nbytes = sum_in(windows, t.ts[rows], np.nan_to_num(t.bytes[rows]))
-        n = sum_in(windows, t.ts[rows], np.ones(len(rows)))
-        w = sum_in(windows, t.ts[rows], weight) / np.maximum(n, 1)
-        # Unknown size (older traces lack bytes): judge on time alone.
-        size = np.where((n > 0) & (nbytes == 0), 1.0, ramp(nbytes, c.bytes_lo, c.bytes_hi))
-        score = ramp(stall / windows.width_us, c.time_lo, c.time_hi) * size * w
-        return {"score": score, "lost_us": stall * (score > 0), "copy_us": copy_us,
+        # GPU time lost: the device idle while the host is stuck in the call, plus about half
+        # of each copy (pageable copies run at roughly half the pinned bandwidth).
+        lost = idle_while(windows, t.ts[calls], t.end[calls]) + 0.5 * copy_us
+        nbytes = sum_in(windows, t.ts[r], np.nan_to_num(t.bytes[r]))
+        n = sum_in(windows, t.ts[r], np.ones(len(r)))
+        return {"score": score, "lost_us": lost * (score > 0), "copy_us": copy_us,
                 "blocked_us": blocked_us, "bytes": nbytes, "n": n}
 
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
