@@ -25,6 +25,8 @@ class BlockConfig:
 
     time_lo: float = 0.02
     time_hi: float = 0.15
+    #: Score of a window holding any such kernel, however short: each one stalls the stream.
+    presence: float = 0.55
     #: A stream is a compute stream when it carries this share of compute-kernel time.
     compute_share: float = 0.1
 
@@ -68,9 +70,11 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
         on_stream = union_in(windows, *spans(t, blk))
         hidden = overlap_in(windows, spans(t, blk), spans(t, comp))
         exposed = np.clip(on_stream - hidden, 0.0, None)
-        score = ramp(on_stream / windows.width_us, c.time_lo, c.time_hi)
+        n = count_in(windows, t.ts[blk])
+        score = np.maximum(ramp(on_stream / windows.width_us, c.time_lo, c.time_hi),
+                           c.presence * (n > 0))
         return {"score": score, "lost_us": exposed * (score > 0), "nccl_on_compute_us": on_stream,
-                "n_blocking": count_in(windows, t.ts[blk])}
+                "n_blocking": n}
 
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
         t = windows.trace

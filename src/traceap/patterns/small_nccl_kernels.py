@@ -30,6 +30,11 @@ class SmallNcclConfig:
     per_window_hi: float = 5.0
     per_step_lo: float = 4.0
     per_step_hi: float = 16.0
+    #: Share of a window inside a burst of small collectives for a full score.
+    burst_lo: float = 0.3
+    burst_hi: float = 0.8
+    #: Without step markers, a pause this many times the median spacing ends a burst.
+    burst_break: float = 10.0
 
 
 def small_nccl(trace, config: SmallNcclConfig) -> np.ndarray:
@@ -41,6 +46,28 @@ def small_nccl(trace, config: SmallNcclConfig) -> np.ndarray:
         by_time = (nelems <= 0) & (trace.dur[n] < config.short_us)
         return n[by_size | by_time]
     return cached(trace, f"small_nccl:{config}", make)
+
+
+def bursts(trace, rows: np.ndarray, burst_break: float = 10.0) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of bursts of the given kernels: one per profiler step, or split at
+    pauses longer than `burst_break` x the median spacing when the trace has no steps."""
+    if len(rows) < 2:
+        return np.zeros(0), np.zeros(0)
+    ts = np.sort(trace.ts[rows])
+    ends = trace.end[rows][np.argsort(trace.ts[rows])]
+    if trace.steps:
+        edges = np.array(sorted(s.start_us for s in trace.steps))
+        group = np.searchsorted(edges, ts, side="right")
+    else:
+        gap = np.diff(ts)
+        cut = gap > burst_break * max(float(np.median(gap)), 1.0)
+        group = np.concatenate(([0], np.cumsum(cut)))
+    uniq, first = np.unique(group, return_index=True)
+    last = np.r_[first[1:], len(ts)] - 1
+    keep = last > first  # a lone kernel is no burst
+    start = ts[first[keep]]
+    end = np.maximum.reduceat(ends, first)[keep]
+    return start, end
 
 
 class SmallNcclKernels(AntiPattern):
@@ -70,7 +97,11 @@ steps.  With gradient accumulation, wrap the non-final micro-batches in `model.n
         n_small = count_in(windows, t.ts[small])
         per_step = len(small) / max(len(t.steps), 1)
         trace_factor = float(ramp(per_step, c.per_step_lo, c.per_step_hi))
-        score = ramp(n_small, c.per_window_lo, c.per_window_hi) * trace_factor
+        # The stream of small collectives spans the backward pass: windows between two of them
+        # (in one burst) belong to it even when no kernel starts inside.
+        b0, b1 = bursts(t, small)
+        inside = ramp(union_in(windows, b0, b1) / windows.width_us, c.burst_lo, c.burst_hi)
+        score = np.maximum(ramp(n_small, c.per_window_lo, c.per_window_hi), inside) * trace_factor
         comm = union_in(windows, *spans(t, small))
         exposed = comm - overlap_in(windows, spans(t, small), spans(t, compute_rows(t)))
         return {"score": score, "lost_us": exposed * (score > 0), "n_small": n_small,
