@@ -210,3 +210,17 @@ def test_no_crash_on_any_shared_trace_and_quiet_traces_stay_quiet():
         assert list(j) == V1_KEYS
         if any(q in path.name for q in QUIET):
             assert sum(w["flagged"] for w in j["windows"]) <= 2, path.name
+
+
+def test_window_anchor_table_has_the_papers_attributes(ddp):
+    w = Windows(ddp, 100)
+    busiest = int(np.argmax([len(w.anchors(i)) for i in range(w.n)]))
+    tab = w.anchor_table(busiest)
+    n = len(w.anchors(busiest))
+    assert n > 0 and all(len(v) == n for v in tab.values())
+    assert set(tab) == {"row", "kind", "name", "cpu_op", "launch_delay_us", "dur_us", "stream",
+                        "start_rel_us"}
+    assert (tab["start_rel_us"] >= 0).all() and (tab["start_rel_us"] <= w.width_us + 1e-6).all()
+    kernels = tab["kind"] == Kind.KERNEL
+    assert any(op.startswith("aten::") for op in tab["cpu_op"][kernels])
+    assert np.nanmin(tab["launch_delay_us"]) >= 0

@@ -119,6 +119,19 @@ class Windows:
         idx = self.index_of(self.trace.ts[rows])
         return np.concatenate(([0], np.cumsum(np.bincount(idx, minlength=self.n))))
 
+    def anchor_table(self, w: int) -> dict[str, np.ndarray]:
+        """The paper's per-anchor attributes for window w (one array per column, time order):
+        row, kind, GPU event name, parent CPU op name ("" when unlinked), launch delay (us,
+        NaN when unlinked), duration (us), stream, start relative to the window start (us)."""
+        t = self.trace
+        rows = self.anchors(w)
+        op = t.cpu_op[rows]
+        op_name = np.where(op >= 0, t.names_array[t.name[np.maximum(op, 0)]], "")
+        return {"row": rows, "kind": t.kind[rows], "name": t.names_array[t.name[rows]],
+                "cpu_op": op_name, "launch_delay_us": t.launch_delay[rows],
+                "dur_us": t.dur[rows], "stream": t.stream[rows],
+                "start_rel_us": t.ts[rows] - self.edges[w]}
+
     def rows_in(self, w: int, *kinds: Kind) -> np.ndarray:
         """Rows of the given kinds that overlap window w."""
         t = self.trace
