@@ -41,16 +41,20 @@ def side_nccl(trace) -> np.ndarray:
 
 
 def trace_overlap(trace) -> float:
-    """Share of side-stream NCCL time (whole trace) that some compute kernel overlaps."""
+    """How much of the overlap that was possible happened, over the whole trace: NCCL time
+    (side streams) hidden under compute, over min(NCCL time, compute time).  When the
+    collectives outlast all compute, even perfect overlap leaves them exposed: that is being
+    communication-bound, not failing to overlap."""
     def make() -> float:
         side, comp = side_nccl(trace), compute_rows(trace)
         if not len(side):
             return 1.0
         comm = busy_union(trace.ts[side], trace.end[side])
+        compute = busy_union(trace.ts[comp], trace.end[comp])
         both = np.concatenate((side, comp))
-        hidden = comm + busy_union(trace.ts[comp], trace.end[comp]) - busy_union(
-            trace.ts[both], trace.end[both])
-        return float(hidden / comm) if comm > 0 else 1.0
+        hidden = comm + compute - busy_union(trace.ts[both], trace.end[both])
+        possible = min(comm, compute)
+        return float(np.clip(hidden / possible, 0.0, 1.0)) if possible > 0 else 0.0
     return cached(trace, "trace_overlap", make)
 
 
@@ -100,8 +104,8 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         top = top_names(t, rows, weights=t.dur[rows], k=2)
         what = ", ".join(f"{n.split('(')[0]} x{c}" for n, c, _ in top)
         text = (f"NCCL ran {fmt_us(comm)} ({what}) with only {100 * hidden / max(comm, 1e-9):.0f}% "
-                f"overlapped by compute here ({100 * trace_overlap(t):.0f}% over the whole "
-                f"trace); {fmt_us(exposed)} exposed")
+                f"overlapped by compute here ({100 * trace_overlap(t):.0f}% of the possible overlap "
+                f"over the whole trace); {fmt_us(exposed)} exposed")
         if top and ("SendRecv" in top[0][0] or "AllToAll" in top[0][0]):
             # all-to-all (embedding/expert exchange) is not DDP gradient traffic: say so.
             text += (" (mostly all-to-all: overlap it with the dense part, e.g. TorchRec "
