@@ -114,7 +114,10 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
                         "amp": bool(rng.random() < 0.55), "channels_last": bool(rng.random() < 0.3),
                         "compiled": bool(rng.random() < 0.2), "efficiency": float(rng.uniform(0.45, 0.85)),
                         "batch_i": int(rng.integers(0, 8)), "res_i": int(rng.integers(0, 8)),
-                        "old_nccl": bool(rng.random() < 0.2)}
+                        "old_nccl": bool(rng.random() < 0.2),
+                        # hosts differ a lot: workstation CPUs, shared cloud vCPUs, profiler
+                        # options (record_shapes, with_stack) that inflate every op
+                        "host_factor": float(np.clip(rng.lognormal(np.log(1.3), 0.45), 0.7, 4.0))}
             jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,
                                 int(rng.integers(0, 2**31 - 1)), settings))
             left -= ws
@@ -141,7 +144,8 @@ def run_config(job: JobPlan, rank: int, strength: float = 1.0) -> RunConfig:
                     first_step=int(jrng.integers(1, 20)), seed=int(rng.integers(0, 2**31 - 1)),
                     t0_us=float(jrng.uniform(1e12, 6e12)) + float(rng.uniform(0, 300)),
                     efficiency=s["efficiency"] * float(rng.uniform(0.97, 1.03)),
-                    optimizer=m.optimizer, old_nccl_names=s["old_nccl"])
+                    optimizer=m.optimizer, old_nccl_names=s["old_nccl"],
+                    host_factor=s["host_factor"])
     pat.healthy(cfg, np.random.default_rng([job.seed, 7]))
     prng = np.random.default_rng([job.seed, 11])
     for p_id in job.patterns:

@@ -36,9 +36,9 @@ MULTI_GPU = frozenset({"small_nccl_kernels", "nccl_blocks_compute_stream", "nccl
 assert set(TABLE2_WEIGHTS) == set(PATTERNS)
 
 
-def _some_steps(rng: np.random.Generator, steps: int) -> tuple[int, ...]:
+def _some_steps(rng: np.random.Generator, steps: int, all_ok: bool = True) -> tuple[int, ...]:
     """A non-empty subset of the steps: most habits show in some iterations, not all."""
-    k = int(rng.integers(1, steps + 1))
+    k = int(rng.integers(1, steps + (1 if all_ok or steps == 1 else 0)))
     return tuple(sorted(int(i) for i in rng.choice(steps, size=k, replace=False)))
 
 
@@ -58,7 +58,7 @@ def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: floa
     elif pattern == "cpu_bound":
         cfg.python_ops = int(rng.integers(250, 1200) * strength)
         cfg.python_gap_us = float(rng.uniform(40, 220))
-        cfg.cpu_bound_steps = _some_steps(rng, cfg.steps)
+        cfg.cpu_bound_steps = _some_steps(rng, cfg.steps, all_ok=False)
     elif pattern == "small_nccl_kernels":
         cfg.bucket_mb = float(rng.uniform(0.03, 0.6)) / strength
     elif pattern == "nccl_blocks_compute_stream":

@@ -70,6 +70,7 @@ class RunConfig:
     # natural variety
     benign_idle_us: float = 0.0
     efficiency: float = 0.7          # how well kernels reach the roofline
+    host_factor: float = 1.0         # slower host (cloud vCPU, profiler with record_shapes...)
     optimizer: str | None = None     # None: the model's usual one (AdamW or SGD)
     extra: dict = field(default_factory=dict)
 
@@ -113,6 +114,7 @@ class _Run:
         scale = cfg.batch * (cfg.res / cfg.model.base_res) ** 2
         self.ctx = Ctx(cfg.dt, cfg.channels_last, p, scale)
         self.eff = cfg.efficiency
+        self.eng.cpu_scale = cfg.host_factor
         self.layers = cfg.model.layers
         self.param_tensors = sum(1 for layer in self.layers if layer.params_m > 0) * 2
         self.seq = int(self.rng.integers(100, 5000))
@@ -286,6 +288,8 @@ class _Run:
         else:
             for layer in self.layers:
                 self.seq += 1
+                # nn.Module.__call__ + the Python of forward(): host time outside any op
+                e.idle(e.main, e.host(14.0))
                 for call in ops.forward_ops(layer, self.ctx):
                     self.op(e.main, call, seq=self.seq if cfg.mode == "train" else None)
         if ann:
@@ -545,6 +549,7 @@ class _Run:
             for layer in reversed(self.layers):
                 node = ops.backward_node(layer, self.ctx)
                 calls = ops.backward_ops(layer, self.ctx)
+                e.idle(bw, e.host(4.0))          # the engine's ready queue between nodes
                 seq = self.seq
                 self.seq -= 1
                 x0, t0 = e.next_ext(), e.clock[bw]
