@@ -67,6 +67,15 @@ def _header(console: Console, a) -> None:
                   f"{s.get('n_kernels', 0)}")
 
 
+def _axis(a, width: int) -> Text:
+    """'0 ... span' under the timeline, with the middle time, so a window can be found."""
+    span = a.span_us[1] - a.span_us[0]
+    left, mid, right = "0", f"{fmt_us(span / 2)}", f"{fmt_us(span)}"
+    gap1 = max(1, width // 2 - len(left) - len(mid) // 2)
+    gap2 = max(1, width - len(left) - gap1 - len(mid) - len(right))
+    return Text("  " + left + " " * gap1 + mid + " " * gap2 + right, style="dim")
+
+
 def _legend(a) -> Text:
     text = Text("  ")
     seen = []
@@ -137,8 +146,10 @@ def render(analysis, console: Console | None = None, show_fix: bool = True) -> N
     _header(console, a)
     width = max(20, min(a.n_windows, (console.width or 100) - 4))
     line = Text("  ")
-    line.append_text(timeline(a, width))
+    strip = timeline(a, width)
+    line.append_text(strip)
     console.print(line)
+    console.print(_axis(a, len(strip)))
     console.print(_legend(a))
     span = a.span_us[1] - a.span_us[0]
     if not a.findings:
