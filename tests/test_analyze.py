@@ -225,3 +225,10 @@ def test_window_anchor_table_has_the_papers_attributes(ddp):
     kernels = tab["kind"] == Kind.KERNEL
     assert any(op.startswith("aten::") for op in tab["cpu_op"][kernels])
     assert np.nanmin(tab["launch_delay_us"]) >= 0
+
+
+def test_note_suggests_more_windows_when_windows_span_steps(ddp):
+    coarse = analyze(ddp, n_windows=5, detector="expert")
+    assert any("--windows 99" in n for n in coarse.notes)  # 3 steps x 33
+    fine = analyze(ddp, n_windows=100, detector="expert")
+    assert not any("profiler steps" in n for n in fine.notes)
