@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import gzip
-from pathlib import Path
+import subprocess
+import sys
 
 import numpy as np
 import orjson
@@ -18,11 +18,10 @@ from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall
 from traceap.dataset import PATTERNS
 from traceap.errors import TraceapError
-from traceap.load import Job
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
-from .conftest import DATA, SAMPLE, SHARED_TRACES, needs_shared, shared_trace_files
+from .conftest import DATA, SAMPLE, needs_shared, shared_trace_files
 
 V1_KEYS = ["schema", "trace", "n_windows", "span_us", "windows", "findings"]
 WINDOW_KEYS = ["index", "start_us", "end_us", "score", "flagged", "pattern", "confidence"]
@@ -139,8 +138,13 @@ def test_cli_bad_inputs_are_one_line_exit_2(tmp_path):
                  ["analyze", str(SAMPLE), "--classifier", "nope"],
                  ["analyze", str(SAMPLE), "--threshold", "2"]):
         r = runner.invoke(app, args)
-        assert r.exit_code == 2 or isinstance(r.exception, TraceapError), args
-        from traceap.cli import main  # noqa: F401 - main() maps TraceapError to exit 2
+        # `app` raises the typed error; the entry point (`main`) turns it into exit code 2.
+        assert isinstance(r.exception, TraceapError), (args, r.exception)
+    # The real entry point: one line on stderr, exit 2, no traceback.
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(bad)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("traceap: error:")
 
 
 def test_cli_job_folder(tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
+
 from ..dataset import PATTERNS
 from .base import AntiPattern, Evidence, runs_of
 
@@ -19,7 +21,7 @@ REGISTRY: dict[str, AntiPattern] = {
 assert all(REGISTRY[k].id == k for k in REGISTRY)
 
 
-def pattern_scores(windows) -> dict[str, "np.ndarray"]:  # noqa: F821 - numpy in the values
+def pattern_scores(windows) -> dict[str, np.ndarray]:
     """Every pattern's per-window score, by id."""
     return {pid: p.score_windows(windows) for pid, p in REGISTRY.items()}
 
