@@ -25,8 +25,10 @@ class BlockConfig:
 
     time_lo: float = 0.02
     time_hi: float = 0.15
-    #: Score of a window holding any such kernel, however short: each one stalls the stream.
+    #: Score of a window holding any such kernel, however short: each one stalls the stream...
     presence: float = 0.55
+    #: ... once the trace holds this many (one stray all-gather of metrics is not a habit).
+    presence_min: int = 3
     #: A stream is a compute stream when it carries this share of compute-kernel time.
     compute_share: float = 0.1
 
@@ -72,7 +74,7 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
         exposed = np.clip(on_stream - hidden, 0.0, None)
         n = count_in(windows, t.ts[blk])
         score = np.maximum(ramp(on_stream / windows.width_us, c.time_lo, c.time_hi),
-                           c.presence * (n > 0))
+                           c.presence * (n > 0) * (len(blk) >= c.presence_min))
         return {"score": score, "lost_us": exposed * (score > 0), "nccl_on_compute_us": on_stream,
                 "n_blocking": n}
 
