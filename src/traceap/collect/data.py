@@ -1,13 +1,15 @@
 """Synthetic input in the spirit of torchvision's FakeData: random images, decoded per sample.
 
 Each sample does the work a real dataset's `__getitem__` does after reading a file: it makes an
-8-bit HWC image, converts it to a float CHW tensor and normalises it, so data loading costs
-real CPU time and shows up in the trace like it does with real data.
+8-bit HWC image a quarter larger than the input (the "decoded" file), resizes it with
+antialiasing, flips it at random, converts it to a float CHW tensor and normalises it, so data
+loading costs real CPU time and shows up in the trace like it does with real data.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from .models import ModelSpec
@@ -28,9 +30,14 @@ class SyntheticImages(Dataset):
 
     def __getitem__(self, index: int):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        raw = torch.randint(0, 256, (self.size, self.size, 3), dtype=torch.uint8, generator=g)
-        image = (raw.permute(2, 0, 1).float().div_(255) - _MEAN) / _STD
-        return image, self._target(g)
+        stored = self.size * 5 // 4
+        raw = torch.randint(0, 256, (stored, stored, 3), dtype=torch.uint8, generator=g)
+        image = raw.permute(2, 0, 1).float().div_(255).unsqueeze(0)
+        image = F.interpolate(image, size=(self.size, self.size), mode="bilinear",
+                              antialias=True, align_corners=False)[0]
+        if bool(torch.rand(1, generator=g) < 0.5):
+            image = image.flip(-1)
+        return (image - _MEAN) / _STD, self._target(g)
 
     def _target(self, g: torch.Generator):
         task, n, k = self.spec.task, self.size, self.spec.num_classes

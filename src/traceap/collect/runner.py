@@ -223,6 +223,7 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
         model = wrap_distributed(model, recipe, device)
     if recipe.compile_backend:
         model = break_graph(model, recipe.compile_backend)
+        _settle_compilation(cfg, model, raw_model, spec, data, device)
     if cfg.inference:
         raw_model.eval()
         optimizer = None
@@ -262,6 +263,31 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
         raise TraceapError(f"the profiler wrote no trace into {tmp} (steps: {total})")
     del loss
     return files[-1]
+
+
+def _settle_compilation(cfg, model, raw_model, spec, data, device, max_calls: int = 6) -> None:
+    """Call the compiled model until Dynamo stops compiling, before the profiler starts.
+
+    A graph break compiles lazily, frame by frame and call by call (and recompiles a frame
+    that later sees other shapes), so the profiler's single wait step may not cover it.
+    """
+    from torch._dynamo.utils import counters
+    from torch.utils.data import default_collate
+
+    images, target = default_collate([data[i] for i in range(cfg.resolved_batch_size)])
+    images, target = images.to(device), target_to(target, device, False)
+    seen = -1
+    for _ in range(max_calls):
+        graphs = counters["stats"]["unique_graphs"]
+        if graphs == seen:
+            break
+        seen = graphs
+        if cfg.inference:
+            with torch.inference_mode():
+                model(images)
+        else:
+            spec.loss(raw_model, model(images), target).backward()
+            raw_model.zero_grad(set_to_none=True)
 
 
 def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target):
