@@ -13,9 +13,11 @@
 #   WINDOWS     default 50,100,200
 #   CLASSIFIER  default offline (llm when a server is configured)
 #   LIMIT       at most this many test traces per split (default: all)
-#   ABLATION_DIR  folder of model checkpoints for Table 5; default models/ablation.  With
-#               TRAIN_ABLATION=1 the full model and the three single-switch variants are
-#               trained there first (`traceap train --ablation ...`, EPOCHS epochs each).
+#   ABLATION_DIR  folder of model checkpoints for Table 5; default benchmarks/out/ablation.
+#               With TRAIN_ABLATION=1 the full model and the three single-switch variants are
+#               trained there first, on a reduced budget so that all four fit in well under an
+#               hour on 2 cores: `traceap train --windows 100 --epochs $EPOCHS (4)
+#               --limit $TRAIN_LIMIT (160) [--ablation ...]`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/traceap ] || bash scripts/setup.sh
@@ -25,7 +27,7 @@ OUT=${OUT:-benchmarks/results/paper_tables}
 DETECTORS=${DETECTORS:-rule,clustering,expert,model}
 WINDOWS=${WINDOWS:-50,100,200}
 CLASSIFIER=${CLASSIFIER:-offline}
-ABLATION_DIR=${ABLATION_DIR:-models/ablation}
+ABLATION_DIR=${ABLATION_DIR:-benchmarks/out/ablation}
 
 if [ ! -f "$DATASET/manifest.jsonl" ]; then
   echo "run_paper_tables: generating the default dataset in $DATASET" >&2
@@ -39,7 +41,8 @@ if [ "${TRAIN_ABLATION:-0}" = 1 ]; then
     [ -f "$ckpt" ] && continue
     args=()
     [ "$variant" != full ] && args=(--ablation "$variant")
-    nice "$TRACEAP" train --dataset "$DATASET" --out "$ckpt" --epochs "${EPOCHS:-6}" "${args[@]}"
+    nice "$TRACEAP" train --dataset "$DATASET" --out "$ckpt" --windows 100 \
+      --epochs "${EPOCHS:-4}" --limit "${TRAIN_LIMIT:-160}" --threads 1 "${args[@]}"
   done
 fi
 

@@ -152,7 +152,7 @@ def eval_(
                                     help="Folder for eval.md, eval.json, scores.jsonl and PNG plots."),
     ablation: bool = typer.Option(False, "--ablation",
                                   help="Add the model-ablation table (paper Table 5) from --ablation-dir."),
-    ablation_dir: Path = typer.Option(Path("models/ablation"), "--ablation-dir",
+    ablation_dir: Path = typer.Option(Path("benchmarks/out/ablation"), "--ablation-dir",
                                       help="Folder of ablation checkpoints (*.pt) for --ablation."),
     classifier: str = typer.Option("offline", "--classifier",
                                    help="Pattern classifiers: offline, offline+model, llm (comma-separated; '' for none)."),
