@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from pathlib import Path
 
@@ -69,9 +70,33 @@ def trace_document(res: RunResult, base_time_ns: int) -> dict:
     return doc
 
 
+def serialize(doc: dict) -> bytes:
+    """JSON laid out as Kineto lays it out: `"key": value` header lines, one event per line.
+
+    The layout matters beyond looks: tools grep the raw text (HTA finds a trace's rank with
+    the regex `"rank":\\s+(\\d+)`, which compact JSON would defeat).
+    """
+    parts = [b"{"]
+    items = [(k, v) for k, v in doc.items() if k != "traceEvents"]
+    head = [k for k, _ in items if k in ("schemaVersion", "deviceProperties", "distributedInfo")]
+    for k in head:
+        parts.append(f'  "{k}": {json.dumps(doc[k])},'.encode())
+    for k, v in items:
+        if k not in head and k not in ("traceName", "displayTimeUnit", "baseTimeNanoseconds"):
+            parts.append(f'  "{k}": {json.dumps(v)},'.encode())
+    parts.append(b'  "traceEvents": [')
+    parts.append(b",\n".join(orjson.dumps(e) for e in doc["traceEvents"]))
+    parts.append(b"  ],")
+    tail = [k for k in ("traceName", "displayTimeUnit", "baseTimeNanoseconds") if k in doc]
+    for i, k in enumerate(tail):
+        parts.append(f'  "{k}": {json.dumps(doc[k])}{"," if i < len(tail) - 1 else ""}'.encode())
+    parts.append(b"}")
+    return b"\n".join(parts)
+
+
 def write_trace(path: str | os.PathLike, doc: dict, level: int = 6) -> int:
     """Write a document as gzipped JSON; returns the bytes written."""
-    data = gzip.compress(orjson.dumps(doc), compresslevel=level, mtime=0)
+    data = gzip.compress(serialize(doc), compresslevel=level, mtime=0)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
