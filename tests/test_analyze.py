@@ -236,3 +236,30 @@ def test_note_suggests_more_windows_when_windows_span_steps(ddp):
     assert any("--windows 99" in n for n in coarse.notes)  # 3 steps x 33
     fine = analyze(ddp, n_windows=100, detector="expert")
     assert not any("profiler steps" in n for n in fine.notes)
+
+
+class _HeadDetector:
+    """The expert detector plus a learned pattern head that believes in graph breaks."""
+
+    name = "headed"
+    threshold = 0.5
+
+    def fit(self, traces, labels):
+        return self
+
+    def score_windows(self, windows):
+        from traceap.detectors.expert import ExpertDetector
+        return ExpertDetector().score_windows(windows)
+
+    def pattern_probabilities(self, windows):
+        return {p: np.full(windows.n, 1.0 if p == "graph_break" else 0.0) for p in PATTERNS}
+
+
+def test_offline_classifier_blends_a_detectors_pattern_head(ddp):
+    a = analyze(ddp, n_windows=100, detector=_HeadDetector())
+    named = {w.pattern for w in a.windows if w.pattern}
+    # cpu_bound windows score 0.85 by rule (0.43 blended) < graph_break's 0.5 from the head.
+    assert "graph_break" in named
+    assert any("pattern head" in n for n in a.notes)
+    plain = analyze(ddp, n_windows=100, detector="expert")
+    assert "graph_break" not in {w.pattern for w in plain.windows if w.pattern}

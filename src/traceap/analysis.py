@@ -152,12 +152,19 @@ def resolve_detector(detector: Detector | str | None, notes: list[str]) -> Detec
     return detector
 
 
-def resolve_classifier(classifier: Classifier | str | None) -> Classifier:
-    """A classifier instance from an instance, a name, or None (offline expert rules)."""
+def resolve_classifier(classifier: Classifier | str | None, detector: Detector | None = None,
+                       notes: list[str] | None = None) -> Classifier:
+    """A classifier instance from an instance, a name, or None (offline expert rules).
+
+    The offline classifier blends in the detector's learned pattern head when it has one
+    (`pattern_probabilities`, e.g. the trained model)."""
     from .classify import make_classifier
 
-    if classifier is None:
-        return make_classifier("offline")
+    if classifier is None or classifier == "offline":
+        head = getattr(detector, "pattern_probabilities", None)
+        if head is not None and notes is not None:
+            notes.append("classifier: expert rules blended with the detector's pattern head")
+        return make_classifier("offline", pattern_head=head)
     if isinstance(classifier, str):
         return make_classifier(classifier)
     return classifier
@@ -189,7 +196,7 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     notes: list[str] = []
     det = resolve_detector(detector, notes)
     det_name = str(getattr(det, "name", type(det).__name__))
-    clf = resolve_classifier(classifier)
+    clf = resolve_classifier(classifier, det, notes)
     windows = Windows(t, n_windows)
 
     scores = clip01(det.score_windows(windows))
@@ -285,7 +292,7 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
         job = load_job(job)
     notes: list[str] = []
     det = resolve_detector(detector, notes)
-    clf = resolve_classifier(classifier)
+    clf = resolve_classifier(classifier, det, notes)
     ranks = [analyze(t, n_windows, det, clf, threshold)
              for t in track(job.traces, "analysing ranks")]
     for a in ranks:

@@ -75,7 +75,7 @@ def analyze(
         from ..analysis import resolve_classifier, resolve_detector
         from ..classify.redetect import RedetectConfig, RedetectingClassifier
         det = resolve_detector(det, [])
-        clf = RedetectingClassifier(resolve_classifier(clf), det, threshold,
+        clf = RedetectingClassifier(resolve_classifier(clf, det), det, threshold,
                                     RedetectConfig(max_rounds=redetect))
     # Fail on a missing report module before the (possibly long) analysis.
     html_mod = _report_module("html", "--html") if html else None
