@@ -51,8 +51,9 @@ class OfflineClassifier:
     def classify(self, windows: Windows, window_indices: Sequence[int],
                  scores: np.ndarray) -> list[PatternCall]:
         """One call per window index: the strongest pattern, its evidence and its fix."""
-        from ..patterns import REGISTRY
+        from ..patterns import REGISTRY, pattern_scores
         probs = self.pattern_probabilities(windows)
+        rules = pattern_scores(windows) if self.pattern_head is not None else probs
         ids = list(probs)
         table = np.stack([probs[p] for p in ids])  # P x N
         calls = []
@@ -70,8 +71,11 @@ class OfflineClassifier:
             pat = REGISTRY[ids[best]]
             runner = sorted(col)[-2] if len(col) > 1 else 0.0
             ev = pat.evidence(windows, [int(w)])
+            rule = float(rules[pat.id][int(w)])
+            how = (f"rule score {conf:.2f}" if self.pattern_head is None else
+                   f"rule {rule:.2f} blended with the learned pattern head to {conf:.2f}")
             calls.append(PatternCall(
                 window=int(w), pattern=pat.id, confidence=round(conf, 4), evidence=ev.text,
                 fix=pat.fix, source=self.name,
-                explanation=f"{pat.mechanism} (rule score {conf:.2f}; next best {runner:.2f})"))
+                explanation=f"{pat.mechanism} ({how}; next best {runner:.2f})"))
         return calls
