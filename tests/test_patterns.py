@@ -374,3 +374,13 @@ def test_healthy_simulated_run_raises_no_configuration_pattern(world_size, tmp_p
             assert (m["lost_us"][hits] >= 0.4 * w.width_us).all()
         else:
             assert len(hits) <= 1, (pid, hits)
+
+
+def test_thresholds_live_in_each_patterns_config(ddp):
+    """Each rule's thresholds are one frozen dataclass; another instance can use others."""
+    from traceap.patterns.cpu_bound import CpuBound, CpuBoundConfig
+    w = Windows(ddp, 100)
+    default = REGISTRY["cpu_bound"].score_windows(w)
+    strict = CpuBound(CpuBoundConfig(starved_lo=0.9, starved_hi=0.99)).score_windows(w)
+    assert (strict >= FLAG).sum() < (default >= FLAG).sum()
+    assert np.array_equal(REGISTRY["cpu_bound"].score_windows(w), default)  # caches kept apart

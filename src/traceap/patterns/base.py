@@ -48,7 +48,9 @@ class AntiPattern(ABC):
             m["score"] = np.clip(np.nan_to_num(m["score"]), 0.0, 1.0)
             m["lost_us"] = np.clip(np.nan_to_num(m["lost_us"]), 0.0, windows.width_us)
             return m
-        return cached(windows, f"pattern:{self.id}", make)
+        # Keyed by the configuration too: two instances of one pattern with other thresholds
+        # must not share results.
+        return cached(windows, f"pattern:{self.id}:{getattr(self, 'config', None)!r}", make)
 
     @abstractmethod
     def measure(self, windows: Windows) -> Measures:
