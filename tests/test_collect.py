@@ -163,3 +163,24 @@ def test_marker_interval_extends_to_the_gpu_work_it_launched():
     assert len(trace["traceEvents"]) == n - 1
     assert a.pattern == "no_pin_memory" and a.start_us == launch["ts"] - 1
     assert a.end_us == pytest.approx(kernel["ts"] + kernel["dur"])
+
+
+@pytest.mark.parametrize("text, message", [
+    ("runs: []\n", "non-empty list"),
+    ("runs:\n  - models: [resnet_tiny]\n    batch_size: [2]\n", "unknown key 'batch_size'"),
+    ("runs:\n  - models: [resnet_tiny]\n    patterns: [no_such_thing]\n", "unknown pattern"),
+    ("runs:\n  - models: [resnet_tiny]\n    batch_sizes: [0]\n", "not a positive integer"),
+    ("runs: [\n", "not valid YAML"),
+])
+def test_bad_plans_are_one_clear_error(tmp_path, text, message):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text)
+    with pytest.raises(traceap.errors.TraceapError, match=message):
+        load_plan(plan, out=tmp_path)
+
+
+def test_example_plan_expands_to_the_advertised_sweep():
+    plan = load_plan(SAMPLE.parent / "collect_plan.yaml", device="cpu")
+    ids = plan.configs
+    assert len(ids) == 3 * 7 * 2 * 2 + 2 * 6 * 2 + 2 * 6 + 2 * 4
+    assert {c.model for c in ids} >= {"resnet18", "vit_b_16", "retinanet_resnet18_fpn", "unet"}

@@ -40,6 +40,7 @@ def collect(
     import torch
 
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
+    from ..collect import collect as record
     from ..collect.patterns import GPU_ONLY
     from ..dataset import PATTERNS
 
@@ -65,14 +66,8 @@ def collect(
                         steps=steps, batch_size=batch_size, inference=inference, task=task,
                         split=split, image_size=image_size, workers=workers,
                         compile_backend=compile_backend, overwrite=overwrite)
-    rec = collect_one(cfg)
+    rec = record(cfg)
     e = rec.entry
     typer.echo(f"recorded {e.id} ({e.label}, {len(e.anomalies)} anomaly intervals) in "
                f"{rec.seconds:.1f} s -> {rec.trace}")
 
-
-def collect_one(cfg):
-    """The library call behind the command (kept apart so the import stays lazy)."""
-    from ..collect import collect as record
-
-    return record(cfg)

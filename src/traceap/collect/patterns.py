@@ -88,6 +88,7 @@ class Recipe:
     @classmethod
     def make(cls, patterns: tuple[str, ...], device: str, workers: int,
              compile_backend: str) -> "Recipe":
+        """The knobs for `patterns` on `device`; everything else as a clean run has it."""
         return cls(
             patterns=patterns,
             num_workers=0 if "single_process_dataloading" in patterns else workers,
@@ -96,6 +97,7 @@ class Recipe:
         )
 
     def on(self, pattern: str) -> bool:
+        """True when `pattern`'s cause is switched on."""
         return pattern in self.patterns
 
     def mark(self, pattern: str):

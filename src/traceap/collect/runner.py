@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import fcntl
 import os
-import platform as host_platform
 import re
 import shutil
 import time
@@ -82,10 +81,12 @@ class CollectConfig:
 
     @property
     def resolved_task(self) -> str:
+        """The task written to the manifest: --task, else the model's own."""
         return self.task or model_spec(self.model).task
 
     @property
     def resolved_batch_size(self) -> int:
+        """--batch-size, else 32 on a GPU and 8 on the CPU."""
         if self.batch_size:
             return self.batch_size
         return 8 if self.device == "cpu" else 32
@@ -152,9 +153,11 @@ def collect(cfg: CollectConfig) -> Recorded:
 def _notes(cfg: CollectConfig) -> str:
     spec = model_spec(cfg.model)
     mode = "inference" if cfg.inference else "training"
+    recipe = Recipe.make(cfg.patterns, cfg.device, cfg.workers, cfg.compile_backend)
     return (f"traceap collect: {mode}, batch {cfg.resolved_batch_size}, "
             f"{cfg.image_size or spec.image_size}px, {cfg.steps} active steps, "
-            f"torch {torch.__version__}, {host_platform.node()}")
+            f"num_workers={recipe.num_workers}, pin_memory={recipe.pin_memory}, "
+            f"torch {torch.__version__}")
 
 
 # --------------------------------------------------------------------------------------------
