@@ -122,6 +122,8 @@ def finalize(raw: str | os.PathLike, out: str | os.PathLike) -> list[Anomaly]:
         raise TraceFormatError(f"{raw}: profiler output is not JSON ({exc})") from None
     anomalies = extract(trace)
     out = Path(out)
+    if "traceName" in trace:  # the profiler's temporary file is gone; name the real one
+        trace["traceName"] = str(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     with gzip.open(tmp, "wb", compresslevel=6) as f:

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,10 +133,14 @@ def collect(cfg: CollectConfig) -> Recorded:
         raise DatasetError(f"{out}: {eid} is already recorded (use --overwrite to replace it)")
     t0 = time.perf_counter()
     with _distributed(cfg) as device:
-        raw = _record(cfg, eid, device, out / ".collect-tmp" / eid)
+        tmp = out / ".collect-tmp" / eid
         trace_rel = f"traces/{eid}.pt.trace.json.gz"
-        anomalies = markers.finalize(raw, out / trace_rel)
-        shutil.rmtree(raw.parent, ignore_errors=True)
+        try:
+            anomalies = markers.finalize(_record(cfg, eid, device, tmp), out / trace_rel)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            with suppress(OSError):
+                tmp.parent.rmdir()  # only when no other recording is using it
         task = cfg.resolved_task
         entry = Entry(
             id=eid, path=trace_rel,
