@@ -179,7 +179,8 @@ def host_syncs(outputs, loss: Tensor | None, model: nn.Module) -> dict:
     """Logging that pulls values to the host every step: `.item()` and `.cpu()` in the loop.
 
     The loss, per-sample maxima of the outputs, the predictions and every gradient's norm: each
-    one a device-to-host copy that waits for the GPU to drain.
+    one a device-to-host copy that waits for the GPU to drain; the maxima then go back to the
+    device, a pageable host-to-device copy.
     """
     first = outputs[0] if isinstance(outputs, tuple) else outputs
     logits = first.detach().float()
@@ -188,6 +189,8 @@ def host_syncs(outputs, loss: Tensor | None, model: nn.Module) -> dict:
              "grad_norm": [p.grad.norm().item() for p in model.parameters() if p.grad is not None]}
     if loss is not None:
         stats["loss"] = loss.detach().item()
+    # ... and the logged numbers copied back to the device for a running mean (host-to-device)
+    stats["running_max"] = torch.tensor(stats["max"]).to(logits.device).mean()
     return stats
 
 
