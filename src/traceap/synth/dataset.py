@@ -80,16 +80,28 @@ def split_counts(n: int) -> dict[str, int]:
     return {"train": train, "test_seen": seen, "test_unseen": unseen}
 
 
-def _pick_patterns(rng: np.random.Generator, world_size: int, mode: str, k: int) -> tuple[str, ...]:
+_SHARE = {p: w / sum(pat.TABLE2_WEIGHTS.values()) for p, w in pat.TABLE2_WEIGHTS.items()}
+
+
+def _pick_patterns(rng: np.random.Generator, world_size: int, mode: str, k: int,
+                   counts: dict[str, int]) -> tuple[str, ...]:
+    """Patterns for a bad job: the ones furthest below their Table-2 share so far.
+
+    Quota sampling rather than independent draws: even a 40-trace dataset then holds every
+    pattern, and the 610-trace one follows Table 2 closely.  NCCL patterns need several ranks.
+    """
     allowed = [p for p in pat.TABLE2_WEIGHTS
                if (world_size > 1 and mode == "train") or p not in pat.MULTI_GPU]
-    w = np.array([pat.TABLE2_WEIGHTS[p] for p in allowed], dtype=float)
-    if world_size > 1:
-        # multi-GPU jobs are the only home of the NCCL patterns: favour them there so the
-        # overall mix follows Table 2
-        w *= np.array([3.0 if p in pat.MULTI_GPU else 1.0 for p in allowed])
-    chosen = rng.choice(len(allowed), size=min(k, len(allowed)), replace=False, p=w / w.sum())
-    return tuple(sorted(allowed[i] for i in chosen))
+    total = sum(counts.values()) + 1
+    chosen: list[str] = []
+    for _ in range(min(k, len(allowed))):
+        deficit = {p: _SHARE[p] * total - counts[p] + 0.3 * float(rng.random())
+                   for p in allowed if p not in chosen}
+        best = max(deficit, key=deficit.get)
+        chosen.append(best)
+        counts[best] += world_size
+        total += world_size
+    return tuple(sorted(chosen))
 
 
 def plan(cfg: SynthConfig) -> list[JobPlan]:
@@ -97,6 +109,7 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
     rng = np.random.default_rng(cfg.seed)
     jobs: list[JobPlan] = []
     for split, count in split_counts(cfg.traces).items():
+        counts = {p: 0 for p in pat.TABLE2_WEIGHTS}      # traces per pattern in this split
         tasks = SEEN_TASKS if split != "test_unseen" else UNSEEN_TASKS
         left = count
         while left > 0:
@@ -108,7 +121,7 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
             mode = "infer" if rng.random() < cfg.infer_fraction and ws == 1 else "train"
             bad = rng.random() < cfg.bad_fraction
             k = 2 if rng.random() < cfg.two_patterns else 1
-            pats = _pick_patterns(rng, ws, mode, k) if bad else ()
+            pats = _pick_patterns(rng, ws, mode, k, counts) if bad else ()
             plat = str(rng.choice(list(PLATFORMS)))
             settings = {"mode": mode, "steps": int(rng.choice([2, 3, 3])),
                         "amp": bool(rng.random() < 0.55), "channels_last": bool(rng.random() < 0.3),
@@ -173,9 +186,9 @@ def simulate_job(args: tuple[JobPlan, str]) -> list[tuple[Entry, int]]:
         nbytes = write_trace(out_dir / rel, trace_document(res, base_ns))
         anomalies = [Anomaly(round(a, 3), round(b, 3), p) for a, b, p in sorted(res.anomalies)]
         present = sorted({a.pattern for a in anomalies})
+        # workload only: the knobs that cause patterns stay out of the manifest
         notes = (f"{cfg.mode} {cfg.dt} batch={cfg.batch} res={cfg.res} steps={cfg.steps} "
-                 f"compiled={cfg.compiled} channels_last={cfg.channels_last} "
-                 f"num_workers={cfg.num_workers} pin_memory={cfg.pin_memory}")
+                 f"compiled={cfg.compiled} channels_last={cfg.channels_last}")
         entry = Entry(id=tid, path=rel, split=job.split, task=job.task, model=cfg.model.name,
                       platform=PLATFORM_LABELS[job.platform], world_size=job.world_size,
                       rank=rank, label="bad" if present else "good", patterns=present,
