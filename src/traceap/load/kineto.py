@@ -21,6 +21,7 @@ from dataclasses import dataclass, field as dc_field
 from itertools import chain, count, islice, repeat
 from operator import attrgetter, ne
 from pathlib import Path
+from typing import ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -33,6 +34,13 @@ from ..trace import CATEGORY_KIND, LAUNCH_KINDS, Kind, Step, Trace, TraceMeta
 _NAN = float("nan")
 #: Events decoded (and held as structs) at a time; small enough to keep memory flat.
 CHUNK_EVENTS = 1 << 13
+
+
+#: ph -> small code: timed events (X, instants), flow events (s, f, t), metadata (M).
+_PH_X, _PH_INSTANT, _PH_FLOW_START, _PH_FLOW_END, _PH_META, _PH_OTHER = range(6)
+#: Every other phase of the Chrome trace format (decoded as empty structs, then ignored).
+_OTHER_PHASES = ("B", "E", "C", "b", "n", "e", "P", "N", "O", "D", "V", "v", "R", "c", "(",
+                 ")", "S", "T", "p", "F")
 
 
 class _Args(msgspec.Struct, gc=False, frozen=True):  # frozen: one shared default below
@@ -61,6 +69,57 @@ class _Event(msgspec.Struct, gc=False):
     dur: float = 0.0
     id: int | str | None = None
     args: _Args = _EMPTY_ARGS  # "args": null is odd and takes the per-event path
+
+
+class _Timed(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event: what the columns are made of.  The event's "ph" picks the class."""
+
+    code: ClassVar[int] = _PH_X
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = _NAN
+    dur: float = 0.0
+    args: _Args = _EMPTY_ARGS
+
+
+class _Instant(_Timed, tag="i"):
+    code: ClassVar[int] = _PH_INSTANT
+
+
+class _GlobalInstant(_Timed, tag="I"):
+    code: ClassVar[int] = _PH_INSTANT
+
+
+class _Untimed(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    """Metadata, flows and other phases: only counted here, so no fields are decoded."""
+
+    code: ClassVar[int] = _PH_META
+
+
+class _FlowStart(_Untimed, tag="s"):
+    code: ClassVar[int] = _PH_FLOW_START
+
+
+class _FlowEnd(_Untimed, tag="f"):
+    code: ClassVar[int] = _PH_FLOW_END
+
+
+class _FlowStep(_Untimed, tag="t"):
+    code: ClassVar[int] = _PH_FLOW_END
+
+
+class _Other(_Untimed, tag="?"):
+    code: ClassVar[int] = _PH_OTHER
+
+
+_OTHERS = tuple(msgspec.defstruct(f"_Other_{i}", [], bases=(_Other,), tag=ph)
+                for i, ph in enumerate(_OTHER_PHASES))
+_ANY_EVENT = Union[(_Timed, _Instant, _GlobalInstant, _Untimed, _FlowStart, _FlowEnd,  # noqa: UP007
+                    _FlowStep, *_OTHERS)]
+_BY_PH = {"X": _Timed, "i": _Instant, "I": _GlobalInstant, "M": _Untimed, "s": _FlowStart,
+          "f": _FlowEnd, "t": _FlowStep}
 
 
 class _Flow(msgspec.Struct, gc=False):
@@ -104,16 +163,12 @@ _HEAD_DECODER = msgspec.json.Decoder(_Head, strict=False)
 _LOOSE_HEAD_DECODER = msgspec.json.Decoder(_LooseHead, strict=False)
 _EVENTS_ONLY_DECODER = msgspec.json.Decoder(_EventsOnly, strict=False)
 _RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
-_CHUNK_DECODER = msgspec.json.Decoder(list[_Event], strict=False)
+_CHUNK_DECODER = msgspec.json.Decoder(list[_ANY_EVENT], strict=False)
 _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow], strict=False)
 
-#: ph -> small code: timed events (X, instants), flow events (s, f, t), metadata (M).
-_PH_X, _PH_INSTANT, _PH_FLOW_START, _PH_FLOW_END, _PH_META, _PH_OTHER = range(6)
-_PH_CODE = {"X": _PH_X, "i": _PH_INSTANT, "I": _PH_INSTANT, "s": _PH_FLOW_START,
-            "f": _PH_FLOW_END, "t": _PH_FLOW_END, "M": _PH_META}
 
 # C-level field getters: every column is one `map` over a chunk of structs.
-_ph_cat = attrgetter("ph", "cat")
+_code, _cat = attrgetter("code"), attrgetter("cat")
 _thread = attrgetter("pid", "tid")
 _device_stream = attrgetter("args.device", "args.stream")
 _ts, _dur, _name, _id = attrgetter("ts"), attrgetter("dur"), attrgetter("name"), attrgetter("id")
@@ -127,7 +182,7 @@ _grid, _block = attrgetter("args.grid"), attrgetter("args.block")
 #: Args that only memcpys, kernels and collectives carry: read for those rows only.
 _rare_args = attrgetter("args.external_id_old", "args.bytes", "args.in_nelems",
                         "args.group_size", "args.grid", "args.block")
-_RARE_DEFAULTS = _rare_args(_Event())  # tuple equality: identical NaN default compares equal
+_RARE_DEFAULTS = _rare_args(_Timed())  # tuple equality: identical NaN default compares equal
 
 #: Thread kinds that nest into call stacks on their CPU thread.
 _NESTING_KINDS = (Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.USER_ANNOTATION, Kind.CUDA_RUNTIME,
@@ -260,28 +315,25 @@ class _Columns:
 
 
 class _Kinds:
-    """(ph, cat) pairs -> ph code and Kind, extended as new pairs stream past."""
+    """Categories -> Kind, extended as new categories stream past."""
 
     def __init__(self):
         self.codes = _Codes()
-        self.ph = np.empty(0, np.int8)
         self.kind = np.empty(0, np.int8)
 
-    def __call__(self, events: list) -> tuple[np.ndarray, np.ndarray]:
-        """ph code of every event, and the pair code (index into `self.kind`)."""
-        pair = self.codes(map(_ph_cat, events), len(events))
-        if len(self.codes.first) > len(self.ph):
-            new = list(islice(self.codes.first, len(self.ph), None))
-            self.ph = np.concatenate((self.ph, np.fromiter(
-                (_PH_CODE.get(ph, _PH_OTHER) for ph, _ in new), np.int8, len(new))))
+    def __call__(self, timed: list, instant: np.ndarray) -> np.ndarray:
+        """Kind of every timed event (instants by their ph, the rest by category)."""
+        cat = self.codes(map(_cat, timed), len(timed))
+        if len(self.codes.first) > len(self.kind):
+            new = list(islice(self.codes.first, len(self.kind), None))
             self.kind = np.concatenate((self.kind, np.fromiter(
-                (_kind_of(ph, cat) for ph, cat in new), np.int8, len(new))))
-        return self.ph[pair], pair
+                (_kind_of(c) for c in new), np.int8, len(new))))
+        kind = self.kind[cat]
+        kind[instant] = Kind.INSTANT
+        return kind
 
 
-def _kind_of(ph: str, cat: str) -> Kind:
-    if ph in ("i", "I"):
-        return Kind.INSTANT
+def _kind_of(cat: str) -> Kind:
     return CATEGORY_KIND.get(cat.lower(), Kind.OTHER) if cat else Kind.OTHER
 
 
@@ -311,7 +363,7 @@ def _read(holder: list, path: str) -> _Columns:
         raws[lo:lo + CHUNK_EVENTS] = repeat(None, len(part))  # free slices as we go
         events, bad = _decode_chunk(b"[" + b",".join(part) + b"]", path)
         n_bad += bad
-        ph, pair = kinds(events)
+        ph = np.fromiter(map(_code, events), np.int8, len(events))
         out.n_metadata += int(np.count_nonzero(ph == _PH_META))
         flow_rows = np.flatnonzero((ph == _PH_FLOW_START) | (ph == _PH_FLOW_END))
         if len(flow_rows):
@@ -323,7 +375,7 @@ def _read(holder: list, path: str) -> _Columns:
         if k:
             timed = events if k == len(events) else _pick(events, rows)
             del events
-            cols["kind"][pos:pos + k] = kinds.kind[pair[rows]]
+            cols["kind"][pos:pos + k] = kinds(timed, ph[rows] == _PH_INSTANT)
             _read_timed(timed, pos, out)
             del timed
             pos += k
@@ -419,32 +471,41 @@ def _json_error(exc: Exception, path: str) -> TraceFormatError:
     return TraceFormatError(f"{path}: not valid JSON ({msg})")
 
 
-def _decode_chunk(buf: bytes, path: str) -> tuple[list[_Event], int]:
+def _decode_chunk(buf: bytes, path: str) -> tuple[list, int]:
     """Typed structs for one chunk of events; odd events one by one (count of bad ones)."""
     try:
         return _CHUNK_DECODER.decode(buf), 0
     except msgspec.ValidationError:
-        pass  # valid JSON with odd field types: take the slow, per-event path below
+        pass  # valid JSON with odd field types or phases: take the per-event path below
     except msgspec.DecodeError as exc:
         raise _json_error(exc, path) from None
-    events: list[_Event] = []
+    events: list = []
     bad = 0
     for e in msgspec.json.decode(buf):
         if isinstance(e, dict) and not isinstance(e.get("args", {}), dict):
             e = {k: v for k, v in e.items() if k != "args"}
         try:
-            events.append(msgspec.convert(e, _Event, strict=False))
+            events.append(_typed(msgspec.convert(e, _Event, strict=False)))
             continue
         except (msgspec.ValidationError, TypeError):
             pass
         try:  # keep the event, lose only its odd args
             slim = {k: v for k, v in e.items() if k != "args"}
-            events.append(msgspec.convert(slim, _Event, strict=False))
+            events.append(_typed(msgspec.convert(slim, _Event, strict=False)))
             bad += 1
         except (msgspec.ValidationError, TypeError, AttributeError):
             bad += 1
-            events.append(_Event(ph="?"))  # keep the raw count honest
+            events.append(_Other())  # keep the raw count honest
     return events, bad
+
+
+def _typed(e: _Event):
+    """The fast path's class for an event decoded one by one."""
+    cls = _BY_PH.get(e.ph, _Other)
+    if issubclass(cls, _Timed):
+        return cls(cat=e.cat, name=e.name, pid=e.pid, tid=e.tid, ts=e.ts, dur=e.dur,
+                   args=e.args)
+    return cls()
 
 
 class _Interner:
