@@ -106,6 +106,12 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         text = (f"NCCL ran {fmt_us(comm)} ({what}) with only {100 * hidden / max(comm, 1e-9):.0f}% "
                 f"overlapped by compute here ({100 * trace_overlap(t):.0f}% of the possible overlap "
                 f"over the whole trace); {fmt_us(exposed)} exposed")
+        from .graph_break import FORWARD
+        from .signals import rows_named
+        if len(rows_named(t, FORWARD)):
+            text += (" (the model is compiled: keep torch._dynamo.config.optimize_ddp=True so "
+                     "DDPOptimizer splits the graph at bucket boundaries and each bucket's "
+                     "all-reduce starts during backward)")
         if top and ("SendRecv" in top[0][0] or "AllToAll" in top[0][0]):
             # all-to-all (embedding/expert exchange) is not DDP gradient traffic: say so.
             text += (" (mostly all-to-all: overlap it with the dense part, e.g. TorchRec "
