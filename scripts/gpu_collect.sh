@@ -24,27 +24,30 @@ while [ $# -gt 0 ]; do
 done
 case "$DEVICE" in cuda|cpu) ;; *) echo "gpu_collect: --device must be cuda or cpu" >&2; exit 2 ;; esac
 
-# A Python that has torch (with CUDA for --device cuda) and traceap's few dependencies; the
+# A Python that has torch (with CUDA for --device cuda) and everything `traceap` imports; the
 # source tree is used directly, so nothing needs installing on the GPU machine.
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 pick_python() {
   for py in ${PYTHON:-} .venv/bin/python python3 python; do
     command -v "$py" >/dev/null 2>&1 || [ -x "$py" ] || continue
-    if "$py" - "$DEVICE" <<'EOF' >/dev/null 2>&1
-import sys, torch, numpy, msgspec, orjson, typer, rich, yaml
-assert sys.argv[1] != "cuda" or torch.cuda.is_available()
+    if "$py" - "$DEVICE" <<'EOF' 2>"$DEST/python_check.err" >&2
+import sys, torch, traceap.cli
+assert sys.argv[1] != "cuda" or torch.cuda.is_available(), f"torch {torch.__version__}: no CUDA"
 EOF
     then echo "$py"; return 0; fi
+    echo "$py: $(tail -n 1 "$DEST/python_check.err")" >> "$DEST/python_check.txt"
   done
   return 1
 }
+mkdir -p "$DEST"
+rm -f "$DEST/python_check.txt"
 PY=$(pick_python) || {
-  echo "gpu_collect: no Python here has torch$([ "$DEVICE" = cuda ] && echo ' with CUDA') and" \
-       "numpy, msgspec, orjson, typer, rich, pyyaml (set PYTHON=...)" >&2
+  echo "gpu_collect: no Python here can run traceap collect on $DEVICE (set PYTHON=...):" >&2
+  sed 's/^/  /' "$DEST/python_check.txt" >&2
   exit 2
 }
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+rm -f "$DEST/python_check.txt" "$DEST/python_check.err"
 export TRACEAP_PROGRESS=0
-mkdir -p "$DEST"
 PLAN="$DEST/plan.yaml"
 
 if [ "$DEVICE" = cuda ]; then
