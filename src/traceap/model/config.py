@@ -27,13 +27,16 @@ class ModelConfig:
     relation_layers: int = 1      # self-attention layers over windows
     dropout: float = 0.1
     # -- features (paper eq. 3 and 6) -------------------------------------------------------
-    max_events: int = 64          # anchor events kept per window (strided subsample beyond it)
+    max_events: int = 64          # anchor events kept per window (see event_sampling)
+    event_sampling: str = "diverse"  # how to cap long windows: "diverse" or "strided"
     time_vocab: int = 64          # N of eq. 3: quantisation levels of launch delay and duration
     t_min_us: float = 0.5         # T_min of eq. 3 (fixed, so unseen traces quantise alike)
     t_max_us: float = 1e6         # T_max of eq. 3
     max_streams: int = 16         # stream index is the rank of the stream in the trace, capped
     rope_time_scale: float = 64.0  # relative start in [0, 1] is scaled by this for RoPE
     window_summary: bool = True   # beyond the paper: per-window measures added to the CLS token
+    summary_relative: bool = False  # also feed each measure minus its median over the trace
+    name_dropout: float = 0.0     # train-time chance to hide an event's names (unseen models)
     # -- ablations (paper Table 5) ----------------------------------------------------------
     no_event_adapter: bool = False
     no_transformer: bool = False
@@ -107,6 +110,8 @@ class ModelConfig:
         return replace(self, **kw)
 
     def __post_init__(self):
+        if self.event_sampling not in ("diverse", "strided"):
+            raise ValueError("event_sampling must be 'diverse' or 'strided'")
         if self.trace_pool not in ("mean", "topk"):
             raise ValueError("trace_pool must be 'mean' or 'topk'")
         if self.D % self.heads or (self.D // self.heads) % 4:
@@ -116,10 +121,11 @@ class ModelConfig:
 
 
 PRESETS: dict[str, ModelConfig] = {
-    "paper": ModelConfig(),
+    "paper": ModelConfig(summary_relative=True),
     # CPU-sized: trains on the 460 traces of the generated set in minutes on 2 cores.
-    "small": ModelConfig(name="small", d=32, layers=2, heads=4, max_events=32, dropout=0.1,
-                         lr=1e-3, epochs=12, windows=(50, 100, 200)),
+    "small": ModelConfig(name="small", d=32, layers=2, heads=4, max_events=32, dropout=0.0,
+                         lr=1e-3, epochs=12, windows=(50, 100, 200), summary_relative=True,
+                         name_dropout=0.1, trace_pool="topk"),
 }
 
 

@@ -82,11 +82,16 @@ class EventEncoder(nn.Module):
         self.delay = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
         self.duration = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
         self.neck = ConvNeck(cfg.d)
+        self.name_dropout = cfg.name_dropout
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         text = batch["text"]                                   # [U, text_dim], row 0 = no name
-        e_kernel = self.kernel_text(text)[batch["kernel"]]     # [B, N, K, d]
-        e_cpu = self.cpu_text(text)[batch["cpu_op"]]
+        kernel, cpu_op = batch["kernel"], batch["cpu_op"]
+        if self.training and self.name_dropout > 0:  # lean on timing too, not names alone
+            hide = torch.rand(kernel.shape, device=kernel.device) < self.name_dropout
+            kernel, cpu_op = kernel.masked_fill(hide, 0), cpu_op.masked_fill(hide, 0)
+        e_kernel = self.kernel_text(text)[kernel]              # [B, N, K, d]
+        e_cpu = self.cpu_text(text)[cpu_op]
         x = torch.cat([e_kernel, e_cpu, self.delay(batch["delay"]),
                        self.duration(batch["dur"])], dim=-1)  # [B, N, K, 4d]
         b, n, k, c = x.shape

@@ -8,14 +8,17 @@ Per anchor event (kernels, memcpys, memsets starting in the window, in time orde
 Per window: a few scale-free measures from `Windows.stats` (the optional summary added to CLS).
 Per trace: the hardware platform name from deviceProperties.
 
-Long windows are capped at `max_events` anchors by a strided subsample in time order (the
-events at ranks floor(j * n / max_events), j < max_events): it keeps the window's start, end
-and rhythm, is deterministic (same trace, same scores) and bounds the cost per window; the
-true event count still reaches the model through the window summary.
+Long windows are capped at `max_events` anchors (deterministic: same trace, same scores).
+`event_sampling="diverse"` (default) keeps variety: the first occurrence of every distinct
+event name in the window, then second occurrences, and so on, each round in time order, so a
+lone pageable memcpy among 500 GEMMs is kept; the kept events are fed in time order.
+`"strided"` takes the events at ranks floor(j * n / max_events) instead (keeps the rhythm).
+Either way the true event count and busy fractions reach the model through the summary.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -85,7 +88,7 @@ class TraceFeatures:
     def save(self, path: Path) -> None:
         """Write as .npz (atomically)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp.npz")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
         np.savez(tmp, **{f.name: np.asarray(getattr(self, f.name)) for f in fields(self)})
         tmp.replace(path)
 
@@ -103,6 +106,28 @@ def platform_of(trace: Trace) -> str:
     return trace.gpu_name or UNKNOWN_PLATFORM
 
 
+def _diverse_pick(names: np.ndarray, ptr: np.ndarray, count: np.ndarray, k: int) -> np.ndarray:
+    """Positions (into the window-ordered anchors) of at most k anchors per window: first the
+    first occurrence of every distinct name, then second occurrences, and so on, each round
+    in time order; the result is in (window, time) order."""
+    m = len(names)
+    if m == 0:
+        return np.zeros(0, np.int64)
+    win = np.repeat(np.arange(len(count)), count)
+    pos = np.arange(m)
+    by_name = np.lexsort((pos, names, win))                 # group (window, name), time order
+    w_s, n_s = win[by_name], names[by_name]
+    start = np.ones(m, bool)
+    start[1:] = (w_s[1:] != w_s[:-1]) | (n_s[1:] != n_s[:-1])
+    first = np.maximum.accumulate(np.where(start, np.arange(m), 0))
+    occurrence = np.empty(m, np.int64)
+    occurrence[by_name] = np.arange(m) - first              # 0 for a name's first event, ...
+    order = np.lexsort((pos, occurrence, win))              # per window: by round, then time
+    rank = np.empty(m, np.int64)
+    rank[order] = np.arange(m) - (ptr[:-1])[win[order]]
+    return np.flatnonzero(rank < k)
+
+
 def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     """The model inputs for one trace's windows (vectorised; no per-event Python loop)."""
     t = windows.trace
@@ -111,11 +136,12 @@ def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     ptr = windows.anchor_ptr
     count = np.diff(ptr).astype(np.int64)
     kept = np.minimum(count, k)
-    # Strided subsample: slot j of window w takes the anchor of rank floor(j * count / kept).
     win = np.repeat(np.arange(n), kept)
     slot = np.arange(len(win)) - np.repeat(np.cumsum(kept) - kept, kept)
-    src = ptr[win] + (slot * count[win]) // np.maximum(kept[win], 1)
-    r = rows[src]
+    if cfg.event_sampling == "diverse":
+        r = rows[_diverse_pick(t.name[rows], ptr, count, k)]
+    else:  # strided: slot j of window w takes the anchor of rank floor(j * count / kept)
+        r = rows[ptr[win] + (slot * count[win]) // np.maximum(kept[win], 1)]
 
     parent = t.cpu_op[r] if len(r) else np.zeros(0, np.int64)
     k_codes = t.name[r]

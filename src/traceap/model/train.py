@@ -46,7 +46,7 @@ class Example:
 def _feature_key(path: Path, n: int, cfg: ModelConfig) -> str:
     st = path.stat()
     raw = (f"v{FEATURE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{n}|"
-           f"{cfg.max_events}|{cfg.time_vocab}|{cfg.t_min_us}|{cfg.t_max_us}|{cfg.max_streams}")
+           f"{cfg.max_events}|{cfg.event_sampling}|{cfg.time_vocab}|{cfg.t_min_us}|{cfg.t_max_us}|{cfg.max_streams}")
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
@@ -118,8 +118,12 @@ class TrainLog:
 
 def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.ndarray],
         epochs: int | None = None, log: Callable[[str], None] | None = None,
-        max_steps: int | None = None) -> tuple[TraceAPModel, TrainLog]:
-    """Train a fresh model on examples (each with features at every N in cfg.windows)."""
+        max_steps: int | None = None,
+        on_epoch: Callable[[TraceAPModel, "TrainLog"], None] | None = None
+        ) -> tuple[TraceAPModel, TrainLog]:
+    """Train a fresh model on examples (each with features at every N in cfg.windows).
+
+    `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint)."""
     goods = [x for x in examples if x.label == 0]
     bads = [x for x in examples if x.label == 1]
     if not goods or not bads:
@@ -179,6 +183,11 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
                 f"(trace {row.get('trace', float('nan')):.3f}, pattern "
                 f"{row.get('pattern', float('nan')):.3f}) trace acc {row['trace_acc']:.3f} "
                 f"[{row['seconds']:.0f} s]")
+        if on_epoch is not None:
+            model.eval()
+            train_log.seconds = time.perf_counter() - t0
+            train_log.steps = step
+            on_epoch(model, train_log)
         if step >= total:
             break
     train_log.seconds = time.perf_counter() - t0
@@ -223,16 +232,19 @@ def train(dataset: str | os.PathLike, out: str | os.PathLike | None = None,
     if log:
         log(f"featurised {len(entries)} traces at N = {', '.join(map(str, cfg.windows))} "
             f"({len(names)} unique event names) in {feat_s:.0f} s")
-    model, train_log = fit(examples_from(entries, feats), cfg, text_table, log=log)
-    train_log.featurize_seconds = feat_s
-    if out is not None:
+
+    def save(model: TraceAPModel, train_log: TrainLog) -> None:
+        # Written after every epoch, so an interrupted run still leaves its latest model.
         save_model(model, out, text_table, meta={
             "dataset": str(dataset), "n_train": len(entries), "n_good": train_log.n_good,
-            "n_bad": train_log.n_bad, "epochs": cfg.epochs, "steps": train_log.steps,
-            "train_seconds": round(train_log.seconds, 1),
-            "featurize_seconds": round(feat_s, 1),
-            "final": train_log.epochs[-1] if train_log.epochs else {},
+            "n_bad": train_log.n_bad, "epochs": len(train_log.epochs), "steps": train_log.steps,
+            "train_seconds": round(train_log.seconds, 1), "featurize_seconds": round(feat_s, 1),
+            "history": train_log.epochs,
         }, encoder_id=encoder.encoder_id)
+
+    model, train_log = fit(examples_from(entries, feats), cfg, text_table, log=log,
+                           on_epoch=save if out is not None else None)
+    train_log.featurize_seconds = feat_s
     return model, train_log
 
 

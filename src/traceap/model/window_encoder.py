@@ -102,7 +102,8 @@ class WindowEncoder(nn.Module):
         self.cfg = cfg
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         nn.init.trunc_normal_(self.cls, std=0.02)
-        self.summary = nn.Sequential(nn.Linear(summary_dim, dim), nn.GELU(), nn.Linear(dim, dim)) \
+        width = summary_dim * (2 if cfg.summary_relative else 1)
+        self.summary = nn.Sequential(nn.Linear(width, dim), nn.GELU(), nn.Linear(dim, dim)) \
             if cfg.window_summary else None
         self.blocks = nn.ModuleList(
             [] if cfg.no_transformer else
@@ -116,7 +117,10 @@ class WindowEncoder(nn.Module):
         mask = batch["mask"].reshape(b * n, k)
         cls = self.cls.expand(b * n, 1, dim)
         if self.summary is not None:
-            cls = cls + self.summary(batch["summary"]).reshape(b * n, 1, dim)
+            summary = batch["summary"]                                      # [B, N, S]
+            if self.cfg.summary_relative:  # how this window differs from the trace's typical one
+                summary = torch.cat([summary, summary - summary.median(dim=1, keepdim=True).values], -1)
+            cls = cls + self.summary(summary).reshape(b * n, 1, dim)
         x = torch.cat([cls, events.reshape(b * n, k, dim)], dim=1)     # eq. 5
         if self.blocks:
             zero = torch.zeros(b * n, 1, dtype=x.dtype, device=x.device)
