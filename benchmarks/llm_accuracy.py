@@ -55,6 +55,7 @@ def sample_windows(dataset: Path, n_windows: int, per_task: int, seed: int,
             rng.shuffle(pool)
         picked: list[tuple] = []
         order = sorted(pools)
+        rng.shuffle(order)
         while len(picked) < per_task and any(pools.values()):
             for p in order:
                 if pools[p] and len(picked) < per_task:
@@ -72,40 +73,43 @@ def run(args) -> dict:
     backend = OpenAIBackend(args.url, args.llm_model, timeout_s=args.timeout) if args.url else None
     llm = LLMClassifier(backend or "none", max_tokens=args.max_tokens)
     offline = OfflineClassifier()
-    rows, per_window = {}, []
-    for task, picked in samples.items():
-        hits = defaultdict(int)
-        secs = []
-        for e, w, i, truth in picked:
-            off = offline.classify(w, [i], np.zeros(w.n))[0]
-            t0 = time.perf_counter()
-            c = llm.classify(w, [i], np.zeros(w.n))[0]
-            secs.append(time.perf_counter() - t0)
-            rec = llm.records[-1]
-            hits["offline"] += off.pattern == truth
-            hits["llm"] += c.source == "llm" and c.pattern == truth
-            hits["system"] += c.pattern == truth
-            hits["fallback"] += c.source != "llm"
-            per_window.append({"task": task, "trace": e.id, "window": i, "truth": truth,
-                               "offline": off.pattern, "llm": c.pattern if c.source == "llm"
-                               else None, "source": c.source, "seconds": round(secs[-1], 2),
-                               "errors": rec.errors})
-            print(f"  {task:20s} {e.id:28s} w{i:<4d} truth {truth:28s} offline "
-                  f"{str(off.pattern):28s} llm {str(c.pattern) if c.source == 'llm' else '(fallback)':28s}"
-                  f" {secs[-1]:.1f}s", flush=True)
-        n = max(len(picked), 1)
-        rows[task] = {"windows": len(picked), "offline": hits["offline"] / n,
-                      "llm": hits["llm"] / n, "system": hits["system"] / n,
-                      "fallbacks": hits["fallback"], "sec_per_window": float(np.mean(secs or [0]))}
-    tot = max(n_total, 1)
+    # Round-robin over tasks, so that a time budget cut leaves every task sampled alike.
+    queue = [(task, v[k]) for k in range(max((len(v) for v in samples.values()), default=0))
+             for task, v in samples.items() if k < len(v)]
+    per_window: list[dict] = []
+    t_start = time.perf_counter()
+    for task, (e, w, i, truth) in queue:
+        if args.budget_s and time.perf_counter() - t_start > args.budget_s:
+            print(f"time budget of {args.budget_s:.0f} s spent: stopping after "
+                  f"{len(per_window)} windows")
+            break
+        off = offline.classify(w, [i], np.zeros(w.n))[0]
+        t0 = time.perf_counter()
+        c = llm.classify(w, [i], np.zeros(w.n))[0]
+        sec = time.perf_counter() - t0
+        rec = llm.records[-1]
+        per_window.append({"task": task, "trace": e.id, "window": i, "truth": truth,
+                           "offline": off.pattern,
+                           "llm": (c.pattern or "none") if c.source == "llm" else None,
+                           "source": c.source, "seconds": round(sec, 2), "errors": rec.errors,
+                           "reply": rec.replies[-1] if rec.replies else None})
+        print(f"  {task:20s} {e.id:22s} w{i:<3d} truth {truth:27s} offline "
+              f"{str(off.pattern):27s} llm {per_window[-1]['llm'] or '(fallback)':27s} "
+              f"{sec:.1f}s", flush=True)
+
+    def row(rs: list[dict]) -> dict:
+        n = max(len(rs), 1)
+        return {"windows": len(rs),
+                "offline": sum(r["offline"] == r["truth"] for r in rs) / n,
+                "llm": sum(r["llm"] == r["truth"] for r in rs) / n,
+                "system": sum((r["llm"] if r["source"] == "llm" else r["offline"]) == r["truth"]
+                              for r in rs) / n,
+                "fallbacks": sum(r["source"] != "llm" for r in rs),
+                "sec_per_window": float(np.mean([r["seconds"] for r in rs] or [0]))}
+
+    rows = {task: row([r for r in per_window if r["task"] == task]) for task in samples}
+    rows["all"] = row(per_window)
     allw = per_window
-    rows["all"] = {"windows": n_total,
-                   "offline": sum(r["offline"] == r["truth"] for r in allw) / tot,
-                   "llm": sum(r["llm"] == r["truth"] for r in allw) / tot,
-                   "system": sum((r["llm"] if r["source"] == "llm" else r["offline"]) == r["truth"]
-                                 for r in allw) / tot,
-                   "fallbacks": sum(r["source"] != "llm" for r in allw),
-                   "sec_per_window": float(np.mean([r["seconds"] for r in allw] or [0]))}
     by_pattern: dict[str, list[dict]] = defaultdict(list)
     for r in allw:
         by_pattern[r["truth"]].append(r)
@@ -137,7 +141,8 @@ def main() -> None:
     ap.add_argument("--llm-model", help="Model name on the server.")
     ap.add_argument("--model", default="qwen1.5b", help="A fetched model to serve with llama.cpp.")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--budget-s", type=float, default=0, help="Stop after this many seconds.")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--label", default="")
     ap.add_argument("--offline-only", action="store_true", help="Only the offline classifier.")

@@ -264,7 +264,7 @@ def server_url(tmp_path_factory):
 @needs_server
 def test_server_answers_are_validated_and_fixes_are_curated(server_url, windows, flagged):
     idx, s = flagged
-    idx = idx[:2].tolist()
+    idx = idx[:1].tolist()
     backend = OpenAIBackend(server_url)
     clf = LLMClassifier(backend, max_tokens=256)
     calls = clf.classify(windows, idx, s)
@@ -306,10 +306,10 @@ def test_truncated_answer_is_retried_once_then_replaced_by_offline(server_url, w
 @needs_server
 def test_pure_llm_detector_scores_every_window(server_url, sample_trace):
     from traceap.detectors.llm import PureLLMDetector
-    w20 = Windows(sample_trace, 20)
+    w10 = Windows(sample_trace, 10)
     det = PureLLMDetector(url=server_url)
-    s = det.score_windows(w20)
-    assert s.shape == (20,) and np.all((s >= 0) & (s <= 1))
+    s = det.score_windows(w10)
+    assert s.shape == (10,) and np.all((s >= 0) & (s <= 1))
     # Five sub-traces, each asked once and retried at most once.
     assert 5 <= det.calls <= 10
     assert len(det.failures) <= 5

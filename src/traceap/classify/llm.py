@@ -99,9 +99,11 @@ class OpenAIBackend:
                 kwargs["response_format"] = fmt
             try:
                 r = self.client.chat.completions.create(**kwargs)
-            except (oa.BadRequestError, oa.UnprocessableEntityError) as exc:
-                if self.mode is None and i + 1 < len(modes):
-                    continue  # the server does not take this response_format: try the next
+            except oa.APIStatusError as exc:
+                # Servers reject an unknown response_format with 400, 422 or even 500
+                # (llama-cpp-python); while negotiating, try the next way of asking for JSON.
+                if self.mode is None and i + 1 < len(modes) and exc.status_code not in (401, 403, 404):
+                    continue
                 raise BackendError(f"{self.url}: request rejected ({_why(exc)})") from None
             except oa.OpenAIError as exc:
                 raise BackendError(f"{self.url}: {_why(exc)}") from None
@@ -126,6 +128,8 @@ class LlamaCppBackend:
     def __init__(self, model: str, n_ctx: int = 4096, n_threads: int | None = None,
                  temperature: float = 0.0):
         from ..llm_setup import resolve_model
+        # Sleeping OpenMP workers (see llm_setup.server_env); read when llama.cpp loads.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import llama_cpp  # noqa: F401
         except ImportError:

@@ -69,11 +69,11 @@ SYSTEM = (
 ANSWER_SCHEMA: dict = {
     "type": "object",
     "properties": {
-        "evidence": {"type": "string", "maxLength": 400},
+        "evidence": {"type": "string", "maxLength": 300},
         "pattern": {"type": "string", "enum": [*PATTERNS, NONE]},
         "confidence": {"type": "number"},
         "false_alarm": {"type": "boolean"},
-        "fix": {"type": "string", "maxLength": 300},
+        "fix": {"type": "string", "maxLength": 160},
     },
     "required": ["evidence", "pattern", "confidence", "false_alarm", "fix"],
     "additionalProperties": False,
@@ -99,10 +99,10 @@ class Answer:
 class DigestConfig:
     """How much of a window the digest keeps (sized for a 4k-token context)."""
 
-    top_kernels: int = 6
-    top_cpu_ops: int = 6
-    top_annotations: int = 6
-    max_name: int = 80
+    top_kernels: int = 4
+    top_cpu_ops: int = 5
+    top_annotations: int = 4
+    max_name: int = 60
     neighbours: int = 1
 
 

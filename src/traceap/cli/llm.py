@@ -51,12 +51,12 @@ def serve(
 
     Then: traceap analyze TRACE --classifier llm --llm-url http://127.0.0.1:PORT/v1
     """
-    from ..llm_setup import have_llama_server, server_command
+    from ..llm_setup import have_llama_server, server_command, server_env
     if not have_llama_server():
         raise TraceapError("llama-cpp-python[server] is not installed; run scripts/setup_llm.sh")
     cmd = server_command(model, port, n_ctx=n_ctx, threads=threads)
     typer.echo(f"serving {model} at http://127.0.0.1:{port}/v1 (Ctrl-C to stop)", err=True)
     try:
-        raise typer.Exit(subprocess.call(cmd))
+        raise typer.Exit(subprocess.call(cmd, env=server_env()))
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
