@@ -21,7 +21,7 @@ from traceap.classify.base import PatternCall
 from traceap.classify.llm import (BackendError, LLMClassifier, OpenAIBackend,
                                   backend_from_settings)
 from traceap.classify.offline import OfflineClassifier
-from traceap.classify.prompt import (ANSWER_SCHEMA, AnswerError, digest, messages, parse_answer,
+from traceap.classify.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, digest, messages, parse_answer,
                                      parse_scores, score_messages)
 from traceap.classify.redetect import RedetectConfig, RedetectingClassifier, redetect
 from traceap.dataset import PATTERNS
@@ -266,7 +266,8 @@ def test_server_answers_are_validated_and_fixes_are_curated(server_url, windows,
     idx, s = flagged
     idx = idx[:1].tolist()
     backend = OpenAIBackend(server_url)
-    clf = LLMClassifier(backend, max_tokens=256)
+    compact = DigestConfig(top_kernels=2, top_cpu_ops=2, top_annotations=2, neighbours=0)
+    clf = LLMClassifier(backend, max_tokens=256, digest=compact)
     calls = clf.classify(windows, idx, s)
     # llama-cpp-python's server takes json_object + schema (a grammar), not json_schema.
     assert backend.mode == "json_object"
@@ -293,7 +294,8 @@ def test_server_answers_are_validated_and_fixes_are_curated(server_url, windows,
 def test_truncated_answer_is_retried_once_then_replaced_by_offline(server_url, windows, flagged):
     idx, s = flagged
     idx = idx[:1].tolist()
-    clf = LLMClassifier(OpenAIBackend(server_url), max_tokens=5)
+    compact = DigestConfig(top_kernels=2, top_cpu_ops=2, top_annotations=2, neighbours=0)
+    clf = LLMClassifier(OpenAIBackend(server_url), max_tokens=5, digest=compact)
     calls = clf.classify(windows, idx, s)
     rec = clf.records[0]
     assert len(rec.replies) == 2  # first try and one retry, no more
@@ -328,3 +330,37 @@ def test_unreachable_server_is_a_backend_error():
     b = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "m", timeout_s=3)
     with pytest.raises(BackendError):
         b.complete([{"role": "user", "content": "hi"}], ANSWER_SCHEMA, 8)
+
+
+needs_llama = pytest.mark.skipif(
+    not have_llama_server() or model_path("smollm2") is None,
+    reason="llama-cpp-python or the smollm2 model is absent (run: bash scripts/setup_llm.sh)")
+
+
+@needs_llama
+def test_in_process_llama_cpp_backend_from_the_environment(monkeypatch):
+    from traceap.classify.llm import LlamaCppBackend
+    for var in ("TRACEAP_LLM_URL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRACEAP_LLM_MODEL", "smollm2")
+    clf = LLMClassifier.from_env()
+    assert isinstance(clf.backend, LlamaCppBackend) and clf.backend.path.name.startswith("SmolLM2")
+    # The schema becomes a grammar: even a 135M model can only answer in that shape.
+    schema = {"type": "object", "properties": {"slow": {"type": "boolean"}},
+              "required": ["slow"], "additionalProperties": False}
+    text = clf.backend.complete([{"role": "user", "content": "Is a GPU idle 90% of the time "
+                                  "slow? Answer in JSON."}], schema, 24)
+    assert isinstance(json.loads(text)["slow"], bool)
+
+
+def test_analyze_cli_with_an_unreachable_llm_says_so_and_still_reports(sample_trace):
+    from typer.testing import CliRunner
+    from traceap.cli import app
+    from tests.conftest import SAMPLE
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    r = CliRunner().invoke(app, ["analyze", str(SAMPLE), "--detector", "expert", "--classifier",
+                                 "llm", "--llm-url", url, "--llm-model", "m", "--redetect", "1"])
+    assert r.exit_code == 0, r.output
+    assert "by the offline rules" in r.output and "Connection" in r.output
+    r = CliRunner().invoke(app, ["analyze", str(SAMPLE), "--llm-url", url])
+    assert r.exit_code != 0 and "go with --classifier llm" in str(r.exception)
