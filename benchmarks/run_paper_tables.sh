@@ -14,9 +14,9 @@
 #   CLASSIFIER  default offline (llm when a server is configured)
 #   LIMIT       at most this many test traces per split (default: all)
 #   ABLATION_DIR  folder of model checkpoints for Table 5; default benchmarks/out/ablation.
-#               With TRAIN_ABLATION=1 the full model and the three single-switch variants are
-#               trained there first, on a reduced budget so that all four fit in well under an
-#               hour on 2 cores: `traceap train --windows 100 --epochs $EPOCHS (4)
+#               With TRAIN_ABLATION=1 the full model and the seven variants with switches off
+#               (the paper's eight rows) are trained there first, on a reduced budget so that
+#               all eight fit in about half an hour on 2 cores: `traceap train --windows 100 --epochs $EPOCHS (4)
 #               --limit $TRAIN_LIMIT (160) [--ablation ...]`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,12 +35,18 @@ if [ ! -f "$DATASET/manifest.jsonl" ]; then
 fi
 
 if [ "${TRAIN_ABLATION:-0}" = 1 ]; then
+  # The paper's eight rows: every combination of the three module switches.
   mkdir -p "$ABLATION_DIR"
-  for variant in full no-event-adapter no-transformer no-relation; do
-    ckpt="$ABLATION_DIR/${variant//-/_}.pt"
+  for variant in full no-event-adapter no-transformer no-relation \
+                 no-event-adapter+no-transformer no-event-adapter+no-relation \
+                 no-transformer+no-relation no-event-adapter+no-transformer+no-relation; do
+    ckpt="$ABLATION_DIR/$(echo "$variant" | tr -- '-+' '_-').pt"
     [ -f "$ckpt" ] && continue
     args=()
-    [ "$variant" != full ] && args=(--ablation "$variant")
+    if [ "$variant" != full ]; then
+      IFS=+ read -ra switches <<< "$variant"
+      for sw in "${switches[@]}"; do args+=(--ablation "$sw"); done
+    fi
     nice "$TRACEAP" train --dataset "$DATASET" --out "$ckpt" --windows 100 \
       --epochs "${EPOCHS:-4}" --limit "${TRAIN_LIMIT:-160}" --threads 1 "${args[@]}"
   done
