@@ -130,7 +130,7 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
                         "old_nccl": bool(rng.random() < 0.2),
                         # hosts differ a lot: workstation CPUs, shared cloud vCPUs, profiler
                         # options (record_shapes, with_stack) that inflate every op
-                        "host_factor": float(np.clip(rng.lognormal(np.log(1.3), 0.45), 0.7, 4.0))}
+                        "host_factor": float(np.clip(rng.lognormal(np.log(1.6), 0.45), 0.8, 5.0))}
             jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,
                                 int(rng.integers(0, 2**31 - 1)), settings))
             left -= ws

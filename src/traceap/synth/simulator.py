@@ -577,7 +577,7 @@ class _Run:
                         sizes = [layer.params_m * 4e6]
                         if layer.op in ("bn", "ln", "gn", "linear"):
                             sizes = [sizes[0] * 0.5, sizes[0] * 0.5] if layer.op != "linear" else \
-                                [sizes[0], layer.gflop and 4096.0 or 4096.0]
+                                [sizes[0], 4096.0]
                         for nb in sizes:
                             e.idle(bw, e.host(80.0))   # the per-tensor Python grad hook
                             nccl_spans.append(self.allreduce(bw, nb, nccl_stream))
@@ -587,6 +587,7 @@ class _Run:
                     if cfg.ddp:
                         self.simple(bw, "torch::distributed::reducer::mul_out",
                                     ops.elementwise("mul_scalar", "fp32"), layer.params_m * 8)
+                        self.copy_into_bucket(bw, layer.params_m * 4e6)
                         limit = cap0 if n_buckets == 0 else cap
                         if bucket >= limit:
                             if cfg.allreduce_after_backward:
@@ -609,7 +610,18 @@ class _Run:
                 nccl_spans.append(self.allreduce(main, nb, self.nccl_stream))
             e.mark("nccl_compute_no_overlap", compute_done, nccl_spans[-1][1])
         if cfg.ddp:
-            # DDP's finalize: the compute stream waits for the communication stream
+            # DDP's finalize: gradients become views of the reduced buckets, and the compute
+            # stream waits for the communication stream
+            n_par = sum(1 for x in self.layers if x.params_m > 0)
+            for _ in range(min(n_par, 400)):
+                x, t = e.next_ext(), e.clock[main]
+                e.clock[main] += e.host(2.0)
+                for child in ("aten::narrow", "aten::slice", "aten::view"):
+                    e.cpu_event(main, child, e.clock[main], e.host(1.5), e.next_ext())
+                    e.clock[main] += e.host(2.0)
+                e.cpu_event(main, "torch.distributed.ddp.reducer::copy_bucket_to_grad", t,
+                            e.clock[main] - t, x)
+                e.clock[main] += e.host(1.0)
             e.runtime(main, "cudaStreamWaitEvent", e.host(2.0), e.next_ext())
             e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), e.stream_free(self.nccl_stream))
         if cfg.bucket_mb < 2.0 and nccl_spans:
@@ -617,6 +629,16 @@ class _Run:
         if cfg.nccl_on_compute:
             for s, en in nccl_spans:
                 e.mark("nccl_blocks_compute_stream", s, en)
+
+    def copy_into_bucket(self, tid: int, nbytes: float) -> None:
+        """DDP copies each gradient into its flat bucket (gradient_as_bucket_view=False)."""
+        e = self.eng
+        x, t = e.next_ext(), e.clock[tid]
+        e.clock[tid] += e.host(4.0)
+        e.memcpy(tid, "DtoD (Device -> Device)", nbytes, self.cfg.platform.hbm_gbs * 0.4,
+                 COMPUTE_STREAM, x, blocking=False)
+        e.clock[tid] += e.host(2.0)
+        e.cpu_event(tid, "aten::copy_", t, e.clock[tid] - t, x)
 
     def compiled_backward(self, lo: int, hi: int) -> None:
         cfg, e = self.cfg, self.eng
