@@ -1,12 +1,17 @@
 """Fast, forgiving reader of Kineto / Chrome-trace JSON (`.json`, `.json.gz`).
 
 The file is read once; msgspec splits the event list into raw slices of the buffer (no Python
-objects per field), then decodes it chunk by chunk into small typed structs holding only the
-fields we use.  Each chunk becomes slices of numpy columns through C-level `map`s (strings are
-factorised into codes as they stream past) and its structs are dropped before the next chunk,
-so peak memory stays near the size of the file.  The raw bytes are freed as soon as the last
-chunk is decoded.  Call-stack nesting and launch links are vectorised numpy, not per-event
-Python.
+objects per field), then decodes it chunk by chunk into small typed structs, the class picked
+by the event's "ph" (a tagged union): complete events and instants keep only the fields we
+use, flows and metadata are decoded as empty structs and their raw slices kept aside for the
+rare trace that needs flows to link launches.  Each chunk becomes slices of numpy columns
+through C-level `map`s (strings are factorised into codes as they stream past) and its
+structs are dropped before the next chunk, so peak memory stays below twice the file size.
+The raw bytes are freed as soon as the last chunk is decoded.  Events with odd field types
+only send their own chunk down the per-event path.  Call-stack nesting and launch links are
+vectorised numpy, not per-event Python.
+
+Measured in benchmarks/bench_load.py (see benchmarks/README.md).
 """
 
 from __future__ import annotations
