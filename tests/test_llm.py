@@ -21,8 +21,9 @@ from traceap.classify.base import PatternCall
 from traceap.classify.llm import (BackendError, LLMClassifier, OpenAIBackend,
                                   backend_from_settings)
 from traceap.classify.offline import OfflineClassifier
-from traceap.classify.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, digest, messages, parse_answer,
-                                     parse_scores, score_messages)
+from traceap.classify.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, answer_schema,
+                                     digest, messages, parse_answer, parse_scores,
+                                     score_messages, system_prompt)
 from traceap.classify.redetect import RedetectConfig, RedetectingClassifier, redetect
 from traceap.dataset import PATTERNS
 from traceap.detectors.registry import make_detector
@@ -91,6 +92,15 @@ def test_parse_answer_accepts_valid_and_tolerant_forms():
     assert a.pattern == "cpu_bound" and a.confidence == pytest.approx(0.85)
     a = parse_answer(_valid("none", false_alarm="false"))
     assert a.pattern == "none" and a.false_alarm  # "none" always means a false alarm
+
+
+def test_known_anomalous_mode_refuses_none():
+    assert parse_answer(_valid("none", false_alarm=True)).false_alarm
+    with pytest.raises(AnswerError, match="unknown pattern"):
+        parse_answer(_valid("none"), allow_none=False)
+    assert "none" not in answer_schema(False)["properties"]["pattern"]["enum"]
+    assert "known to contain" in system_prompt(False) and '"none"' not in system_prompt(False)
+    assert '"none"' in system_prompt(True)
 
 
 @pytest.mark.parametrize("reply, why", [

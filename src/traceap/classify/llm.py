@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import TraceapError
 from ..windows import Windows
 from .base import PatternCall
-from .prompt import ANSWER_SCHEMA, Answer, AnswerError, DigestConfig, messages, parse_answer
+from .prompt import Answer, AnswerError, DigestConfig, answer_schema, messages, parse_answer
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -198,9 +198,12 @@ class WindowRecord:
 class LLMConfig:
     """Generation budget and retry policy."""
 
-    max_tokens: int = 384
+    max_tokens: int = 256
     retries: int = 1
     digest: DigestConfig = DigestConfig()
+    #: The paper's Table 4 setting: the window is known to be anomalous, only its name is
+    #: asked ("none" is not an answer).  Off in analysis, where false alarms matter.
+    assume_anomalous: bool = False
 
 
 class LLMClassifier:
@@ -210,8 +213,9 @@ class LLMClassifier:
 
     def __init__(self, backend: Backend | str | None = "auto", *, url: str | None = None,
                  model: str | None = None, api_key: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, max_tokens: int = 384, retries: int = 1,
-                 fallback=None, digest: DigestConfig = DigestConfig()):
+                 timeout_s: float = DEFAULT_TIMEOUT_S, max_tokens: int = 256, retries: int = 1,
+                 fallback=None, digest: DigestConfig = DigestConfig(),
+                 assume_anomalous: bool = False):
         if backend == "auto":
             backend = backend_from_settings(url, model, api_key, timeout_s)
         elif backend in ("none", None):
@@ -219,7 +223,7 @@ class LLMClassifier:
         elif isinstance(backend, str):
             raise TraceapError(f"unknown LLM backend {backend!r} (use 'auto', 'none' or an object)")
         self.backend: Backend | None = backend
-        self.config = LLMConfig(max_tokens, retries, digest)
+        self.config = LLMConfig(max_tokens, retries, digest, assume_anomalous)
         if fallback is None:
             from .offline import OfflineClassifier
             fallback = OfflineClassifier()
@@ -267,10 +271,12 @@ class LLMClassifier:
             rec.source = "offline" if self.backend is None else "offline-fallback"
             rec.errors.append(self._down or "no LLM configured")
             return rec
-        msgs = messages(windows, int(w), self.config.digest)
+        allow_none = not self.config.assume_anomalous
+        msgs = messages(windows, int(w), self.config.digest, allow_none)
+        schema = answer_schema(allow_none)
         for attempt in range(self.config.retries + 1):
             try:
-                text = self.backend.complete(msgs, ANSWER_SCHEMA, self.config.max_tokens)
+                text = self.backend.complete(msgs, schema, self.config.max_tokens)
             except BackendError as exc:
                 # The server is unreachable or broken: stop asking for the rest of this run.
                 self._down = str(exc)
@@ -278,7 +284,7 @@ class LLMClassifier:
                 break
             rec.replies.append(text)
             try:
-                rec.answer = parse_answer(text)
+                rec.answer = parse_answer(text, allow_none)
                 break
             except AnswerError as exc:
                 rec.errors.append(f"attempt {attempt + 1}: {exc}")
@@ -286,7 +292,7 @@ class LLMClassifier:
                     {"role": "assistant", "content": text[:2000]},
                     {"role": "user", "content": f"That reply is not valid: {exc}. Answer again "
                                                 "with the JSON object only, using one of the "
-                                                "listed pattern ids or \"none\"."}]
+                                                "listed pattern ids."}]
         rec.seconds = time.perf_counter() - t0
         rec.source = "llm" if rec.answer is not None else "offline-fallback"
         return rec

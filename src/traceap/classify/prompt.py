@@ -5,7 +5,7 @@ keeps what distinguishes the eight anti-patterns: the heaviest kernels and CPU o
 durations and launch delays, GPU idle gaps, memcpys by direction and memory kind with sizes,
 synchronising calls, NCCL kernels with their streams and overlap with compute, annotations
 (DataLoader, torch.compile markers, ProfilerStep), and a one-line summary of the neighbouring
-windows for contrast.  The answer is JSON constrained by `ANSWER_SCHEMA` and checked by
+windows for contrast.  The answer is JSON constrained by `answer_schema` and checked by
 `parse_answer`; anything else is an `AnswerError`.
 """
 
@@ -53,31 +53,54 @@ SIGNATURES: dict[str, str] = {
         "is exposed and the GPU computes nothing during collectives.",
 }
 
-SYSTEM = (
-    "You are an expert in PyTorch performance. You read one time window of a PyTorch "
-    "profiler (Kineto) trace that an anomaly detector flagged, and you name the performance "
-    "anti-pattern it shows. The possible anti-patterns and their signatures:\n"
-    + "\n".join(f"- {p}: {s}" for p, s in SIGNATURES.items())
-    + "\nIf the window shows none of them (normal, busy GPU work), answer pattern \"none\" "
-    "and false_alarm true. Answer with one JSON object only: "
-    '{"evidence": "<the numbers from the window that decide it>", "pattern": "<one of the '
-    'ids above or none>", "confidence": <0..1>, "false_alarm": <true|false>, "fix": "<one '
-    'sentence on how to fix it>"}.'
+_FIELDS = (
+    "Reply with one JSON object with these fields, in this order: "
+    '"evidence": the two or three numbers or event names in the window that decide it; '
+    '"pattern": {choices}; "confidence": a number from 0 to 1; '
+    '"false_alarm": {false_alarm}; "fix": one short sentence on how to fix it.'
 )
 
-#: JSON schema of the answer (evidence first, so a small model states facts before choosing).
-ANSWER_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        "evidence": {"type": "string", "maxLength": 300},
-        "pattern": {"type": "string", "enum": [*PATTERNS, NONE]},
-        "confidence": {"type": "number"},
-        "false_alarm": {"type": "boolean"},
-        "fix": {"type": "string", "maxLength": 160},
-    },
-    "required": ["evidence", "pattern", "confidence", "false_alarm", "fix"],
-    "additionalProperties": False,
-}
+
+def system_prompt(allow_none: bool = True) -> str:
+    """The system prompt: the task, the eight signatures, the answer's fields.
+
+    With `allow_none=False` (the paper's Table 4 setting) the model is told the window holds
+    one of the anti-patterns and must name it.
+    """
+    head = ("You are an expert in PyTorch performance. You read a digest of one time window of "
+            "a PyTorch profiler (Kineto) trace and name the performance anti-pattern it shows. "
+            "The anti-patterns and their signatures:\n"
+            + "\n".join(f"- {p}: {s}" for p, s in SIGNATURES.items()) + "\n")
+    if allow_none:
+        return head + ("If the window shows none of them (a busy GPU doing normal work), use "
+                       'pattern "none" and false_alarm true.\n') + _FIELDS.format(
+            choices='one of the ids above, or "none"',
+            false_alarm="true if the window shows no anti-pattern, else false")
+    return head + "The window is known to contain one of these anti-patterns.\n" + \
+        _FIELDS.format(choices="one of the ids above", false_alarm="false")
+
+
+SYSTEM = system_prompt(True)
+
+
+def answer_schema(allow_none: bool = True) -> dict:
+    """JSON schema of the answer (evidence first, so a small model states facts before it
+    chooses; string lengths bounded so a rambling model still closes the object)."""
+    return {
+        "type": "object",
+        "properties": {
+            "evidence": {"type": "string", "maxLength": 300},
+            "pattern": {"type": "string", "enum": [*PATTERNS, NONE] if allow_none else [*PATTERNS]},
+            "confidence": {"type": "number"},
+            "false_alarm": {"type": "boolean"},
+            "fix": {"type": "string", "maxLength": 160},
+        },
+        "required": ["evidence", "pattern", "confidence", "false_alarm", "fix"],
+        "additionalProperties": False,
+    }
+
+
+ANSWER_SCHEMA: dict = answer_schema(True)
 
 
 class AnswerError(ValueError):
@@ -171,6 +194,71 @@ def _idle_gaps(windows: Windows, w: int) -> tuple[int, float, float]:
     return int(len(big)), float(big.max()) if len(big) else 0.0, float(gaps.sum())
 
 
+_LOADER = re.compile(r"DataLoader.*__next__|dataloader\.py\(\d+\): __next__")
+_SINGLE = re.compile(r"_SingleProcessDataLoaderIter")
+_COMPILE = re.compile(r"Torch-Compiled Region|CompiledFunction|TorchDynamo Cache Lookup")
+_TRITON = re.compile(r"^triton_")
+
+
+def _named(windows: Windows, rows: np.ndarray, rx: re.Pattern) -> np.ndarray:
+    """Rows whose name matches `rx` (the regex runs once per distinct name)."""
+    if not len(rows):
+        return rows
+    t = windows.trace
+    codes, inv = np.unique(t.name[rows], return_inverse=True)
+    hit = np.fromiter((bool(rx.search(t.names[c])) for c in codes), dtype=bool, count=len(codes))
+    return rows[hit[inv]]
+
+
+def key_facts(windows: Windows, w: int) -> list[str]:
+    """The measurements the eight signatures speak of, one line each, for window w."""
+    t = windows.trace
+    width = windows.width_us
+    pct = lambda x: f"{100 * x / width:.0f}% of the window"  # noqa: E731
+    host = windows.rows_in(w, Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
+    out = []
+    loader = _named(windows, host, _LOADER)
+    if len(loader):
+        kind = "single-process" if len(_named(windows, loader, _SINGLE)) else "multi-process"
+        out.append(f"DataLoader __next__ ({kind}): {len(loader)}x, "
+                   f"{pct(_clipped(windows, w, loader).sum())}")
+    else:
+        out.append("DataLoader __next__: none")
+    mc = windows.rows_in(w, Kind.GPU_MEMCPY)
+    h2d = mc[t.copy_kind[mc] == CopyKind.HTOD]
+    d2h = mc[t.copy_kind[mc] == CopyKind.DTOH]
+    pageable = h2d[t.copy_src[h2d] == MemKind.PAGEABLE]
+    rt = windows.rows_in(w, Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
+    sync = rt[t.is_sync[rt]]
+    out.append(f"Memcpy: HtoD {len(h2d)} ({len(pageable)} from pageable memory), DtoH "
+               f"{len(d2h)}, {_mb(float(np.nansum(t.bytes[mc])))}, copies take "
+               f"{pct(_clipped(windows, w, mc).sum())}; sync calls {len(sync)} taking "
+               f"{pct(_clipped(windows, w, sync).sum())}")
+    comp = _named(windows, host, _COMPILE)
+    kernels = windows.rows_in(w, Kind.KERNEL)
+    triton = _named(windows, kernels, _TRITON)
+    out.append(f"torch.compile: {len(comp)} compiled-region events, {len(triton)} triton kernels"
+               if len(comp) or len(triton) else "torch.compile: none")
+    nccl = kernels[t.is_nccl[kernels]]
+    compute = kernels[~t.is_nccl[kernels]]
+    n_gaps, longest, idle = _idle_gaps(windows, w)
+    short = int(np.sum(t.dur[compute] < 10.0)) if len(compute) else 0
+    out.append(f"Compute kernels: {len(compute)}, {short} shorter than 10us; GPU idle "
+               f"{pct(idle)} in {n_gaps} gaps")
+    if len(nccl):
+        same = bool(set(np.unique(t.stream[nccl]).tolist())
+                    & set(np.unique(t.stream[compute]).tolist())) if len(compute) else False
+        ov = _overlap((t.ts[nccl], t.end[nccl]), (t.ts[compute], t.end[compute]))
+        busy = float(_clipped(windows, w, nccl).sum())
+        out.append(f"NCCL: {len(nccl)} kernels, mean {_us(t.dur[nccl].mean())}, "
+                   f"{'on the SAME stream as compute' if same else 'on their own stream'}, "
+                   f"{100 * min(ov / busy, 1.0) if busy > 0 else 0:.0f}% of NCCL time overlapped "
+                   f"by compute")
+    else:
+        out.append("NCCL: none")
+    return out
+
+
 def summary_line(windows: Windows, w: int) -> str:
     """One line per window: GPU busy, kernels, memcpys, NCCL, syncs (for neighbours and the
     pure-LLM baseline)."""
@@ -201,6 +289,7 @@ def digest(windows: Windows, w: int, config: DigestConfig = DigestConfig()) -> s
     n_gaps, longest, idle = _idle_gaps(windows, w)
     out.append(f"GPU busy {100 * (1 - idle / (b - a)):.0f}%, idle {_us(idle)} in {n_gaps} gaps "
                f"over 10us (longest {_us(longest)}).")
+    out.append("Key facts:\n" + "\n".join(f"* {x}" for x in key_facts(windows, w)))
     out.append("Summary: " + summary_line(windows, w) + ".")
 
     kernels = windows.rows_in(w, Kind.KERNEL)
@@ -279,13 +368,14 @@ def digest(windows: Windows, w: int, config: DigestConfig = DigestConfig()) -> s
 
 
 def messages(windows: Windows, w: int, config: DigestConfig = DigestConfig(),
-             hint: str | None = None) -> list[dict]:
+             allow_none: bool = True) -> list[dict]:
     """Chat messages asking the model to classify window w."""
-    user = ("This window was flagged as anomalous by the detector. Which anti-pattern does it "
-            "show, or is it a false alarm?\n\n" + digest(windows, w, config))
-    if hint:
-        user += "\n\n" + hint
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    ask = ("The anomaly detector flagged this window. Which anti-pattern does it show, or is "
+           "it a false alarm?" if allow_none else
+           "This window contains one of the anti-patterns. Which one?")
+    user = ask + "\n\n" + digest(windows, w, config)
+    return [{"role": "system", "content": system_prompt(allow_none)},
+            {"role": "user", "content": user}]
 
 
 # -- the answer ------------------------------------------------------------------------------
@@ -316,8 +406,8 @@ def _bool(x) -> bool:
     raise AnswerError(f"false_alarm must be true or false, not {x!r}")
 
 
-def parse_answer(text: str) -> Answer:
-    """Validate a reply against `ANSWER_SCHEMA`; raise `AnswerError` saying what is wrong."""
+def parse_answer(text: str, allow_none: bool = True) -> Answer:
+    """Validate a reply against `answer_schema`; raise `AnswerError` saying what is wrong."""
     obj = extract_json(text)
     missing = [k for k in ANSWER_SCHEMA["required"] if k not in obj]
     if missing:
@@ -325,7 +415,7 @@ def parse_answer(text: str) -> Answer:
     raw = str(obj["pattern"]).strip()
     pattern = raw.lower()
     pattern = _ALIASES.get(pattern, pattern)
-    if pattern not in PATTERNS and pattern != NONE:
+    if pattern not in PATTERNS and (pattern != NONE or not allow_none):
         raise AnswerError(f"unknown pattern {raw!r}")
     try:
         conf = float(obj["confidence"])
@@ -403,5 +493,5 @@ def parse_scores(text: str, n: int) -> np.ndarray:
 
 
 __all__ = ["ANSWER_SCHEMA", "Answer", "AnswerError", "DigestConfig", "NONE", "SIGNATURES",
-           "SYSTEM", "digest", "extract_json", "messages", "parse_answer", "parse_scores",
+           "SYSTEM", "answer_schema", "digest", "extract_json", "messages", "parse_answer", "parse_scores",
            "score_messages", "score_schema", "summary_line"]
