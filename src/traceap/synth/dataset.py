@@ -130,7 +130,9 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
                         "old_nccl": bool(rng.random() < 0.2),
                         # hosts differ a lot: workstation CPUs, shared cloud vCPUs, profiler
                         # options (record_shapes, with_stack) that inflate every op
-                        "host_factor": float(np.clip(rng.lognormal(np.log(1.6), 0.45), 0.8, 5.0))}
+                        "host_factor": float(np.clip(rng.lognormal(np.log(1.6), 0.45), 0.8, 5.0)),
+                        "fused_adam": bool(rng.random() < 0.3),
+                        "zero_grad_fill": bool(rng.random() < 0.25)}
             jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,
                                 int(rng.integers(0, 2**31 - 1)), settings))
             left -= ws
@@ -158,7 +160,8 @@ def run_config(job: JobPlan, rank: int, strength: float = 1.0) -> RunConfig:
                     t0_us=float(jrng.uniform(1e12, 6e12)) + float(rng.uniform(0, 300)),
                     efficiency=s["efficiency"] * float(rng.uniform(0.97, 1.03)),
                     optimizer=m.optimizer, old_nccl_names=s["old_nccl"],
-                    host_factor=s["host_factor"])
+                    host_factor=s["host_factor"],
+                    extra={"fused_adam": s["fused_adam"], "zero_grad_fill": s["zero_grad_fill"]})
     pat.healthy(cfg, np.random.default_rng([job.seed, 7]))
     prng = np.random.default_rng([job.seed, 11])
     for p_id in job.patterns:

@@ -23,8 +23,9 @@ from .platforms import Platform
 COMPUTE_STREAM = 7
 _COMPUTE_OPS = {"conv", "dwconv", "deconv", "linear", "attn"}
 #: The light view / dtype bookkeeping ops real traces show inside eager ops.
-_BOOKKEEPING = (("aten::empty",), ("aten::view",), ("aten::as_strided", "aten::result_type"),
-                ("aten::empty", "aten::resize_"), ("aten::result_type",), ("aten::view", "aten::empty"))
+_BOOKKEEPING = (("aten::empty", "aten::view"), ("aten::view",), ("aten::as_strided", "aten::result_type"),
+                ("aten::empty", "aten::resize_", "aten::view"), ("aten::result_type", "aten::empty"),
+                ("aten::view", "aten::empty"), ("aten::t", "aten::transpose", "aten::as_strided"))
 _FUSE_NAMES = {"bn": "_native_batch_norm_legit_functional", "relu": "relu", "silu": "silu",
                "gelu": "gelu", "sigmoid": "sigmoid", "add": "add", "mul": "mul",
                "ln": "native_layer_norm", "gn": "native_group_norm", "maxpool": "max_pool2d_with_indices",
@@ -289,7 +290,7 @@ class _Run:
             for layer in self.layers:
                 self.seq += 1
                 # nn.Module.__call__ + the Python of forward(): host time outside any op
-                e.idle(e.main, e.host(14.0))
+                e.idle(e.main, e.host(22.0))
                 for call in ops.forward_ops(layer, self.ctx):
                     self.op(e.main, call, seq=self.seq if cfg.mode == "train" else None)
         if ann:
@@ -433,10 +434,14 @@ class _Run:
             self.op(e.main, OpCall(("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss_forward"),
                                    (Kern(nll, 1.0, True),), 0.0, mb, 16.0))
         else:
-            # task losses: a handful of elementwise + reductions (L1/IoU/focal/MSE terms)
-            for kind in ("sub", "abs", "mean", "mul", "add"):
-                k = ops.elementwise({"sub": "add", "abs": "mul_scalar", "mean": "mean",
-                                     "mul": "mul", "add": "add"}[kind], dt if kind != "mean" else "fp32")
+            # task losses: elementwise + reductions per term (L1 / GIoU / focal / dice / MSE),
+            # vectorised over the batch: dozens of small kernels, no sync
+            terms = 3 if not cfg.model.python_loss else 8
+            for i in range(terms * 6):
+                kind = ("sub", "abs", "mul", "add", "sigmoid", "mean")[i % 6]
+                k = ops.elementwise({"sub": "add", "abs": "mul_scalar", "mean": "mean", "mul": "mul",
+                                     "add": "add", "sigmoid": "sigmoid"}[kind],
+                                    dt if kind != "mean" else "fp32")
                 self.simple(e.main, f"aten::{kind}", k, 4.0 * cfg.batch * 0.05)
             if cfg.model.python_loss:
                 # target assignment per image (matching, masks): a short loop of small ops
@@ -688,11 +693,24 @@ class _Run:
         params_mb = self.cfg.model.params_m * 4.0
         s = e.begin(e.main, f"Optimizer.step#{opt}.step")
         chunks = max(1, math.ceil(self.param_tensors / 110))     # multi_tensor_apply chunking
-        if opt == "AdamW":
+        if opt == "AdamW" and cfg.extra.get("fused_adam", False):
             self.simple(e.main, "aten::_foreach_add_", ops.foreach("add_scalar"), 0.01)  # step count
             self.op(e.main, OpCall(("aten::_fused_adamw_",),
                                    tuple(Kern(ops.foreach("adam"), 1.0 / chunks, True, 512, 64)
                                          for _ in range(chunks)), 0.0, params_mb * 7, 60.0))
+        elif opt == "AdamW":
+            # torch.optim.AdamW's default foreach path (fused=True is opt-in)
+            self.simple(e.main, "aten::_foreach_add_", ops.foreach("add_scalar"), 0.01)
+            for name, kind, mult in (("aten::_foreach_mul_", "mul_scalar", 2),
+                                     ("aten::_foreach_lerp_", "add_list", 3),
+                                     ("aten::_foreach_mul_", "mul_scalar", 2),
+                                     ("aten::_foreach_addcmul_", "add_list", 3),
+                                     ("aten::_foreach_sqrt", "mul_scalar", 2),
+                                     ("aten::_foreach_div_", "mul_scalar", 2),
+                                     ("aten::_foreach_add_", "add_scalar", 2),
+                                     ("aten::_foreach_addcdiv_", "add_list", 4)):
+                self.op(e.main, OpCall((name,), tuple(Kern(ops.foreach(kind), 1.0 / chunks, True, 512, 32)
+                                                      for _ in range(chunks)), 0.0, params_mb * mult, 30.0))
         else:
             for name, kind, mult in (("aten::_foreach_add_", "add_list", 3),
                                      ("aten::_foreach_mul_", "mul_scalar", 2),
@@ -702,7 +720,15 @@ class _Run:
                                                       for _ in range(chunks)), 0.0, params_mb * mult, 30.0))
         e.end(s)
         z = e.begin(e.main, f"Optimizer.zero_grad#{opt}.zero_grad", gpu=False)
-        e.idle(e.main, e.host(20.0 + self.param_tensors * 0.4))    # set_to_none: no kernels
+        if cfg.extra.get("zero_grad_fill", False):
+            # zero_grad(set_to_none=False), older code: one fill kernel per gradient
+            for layer in self.layers:
+                if layer.params_m > 0:
+                    self.op(e.main, OpCall(("aten::zero_", "aten::fill_"),
+                                           (Kern(ops.elementwise("fill", "fp32"), 1.0, True),),
+                                           0.0, layer.params_m * 4, 8.0))
+        else:
+            e.idle(e.main, e.host(20.0 + self.param_tensors * 0.4))    # set_to_none: no kernels
         e.end(z)
 
     def metrics(self) -> None:
@@ -716,6 +742,7 @@ class _Run:
 
     def train_step(self) -> None:
         cfg, e = self.cfg, self.eng
+        e.idle(e.main, e.host(120.0))         # the loop body's own Python (unpacking, meters)
         self.forward()
         self.loss()
         if cfg.model.task in ("image_classification", "action_recognition"):
