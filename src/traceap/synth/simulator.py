@@ -120,7 +120,6 @@ class _Run:
         self.param_tensors = sum(1 for layer in self.layers if layer.params_m > 0) * 2
         self.seq = int(self.rng.integers(100, 5000))
         self.step_index = 0
-        self.ext_compute_free = 0.0
 
     # -- small building blocks ----------------------------------------------------------------
     def op(self, tid: int, call: OpCall, runtime: str = "cudaLaunchKernel",
@@ -304,8 +303,8 @@ class _Run:
         bounds = [0, *cuts, n]
         return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
-    def _compiled_kernels(self, layers: tuple[Layer, ...], backward: bool,
-                          region: int) -> list[tuple[str, OpCall, Kern, str | None]]:
+    def _compiled_kernels(self, layers: tuple[Layer, ...],
+                          backward: bool) -> list[tuple[str, OpCall, Kern, str | None]]:
         """Inductor's schedule for a region: extern conv/GEMM kernels and fused Triton kernels."""
         out: list[tuple[str, OpCall, Kern, str | None]] = []
         run: list[Layer] = []
@@ -345,7 +344,8 @@ class _Run:
         flush()
         return out
 
-    def compiled_region(self, lo: int, hi: int, region: int, n_regions: int) -> None:
+    def compiled_region(self, lo: int, hi: int, region: int) -> None:
+        """One `Torch-Compiled Region`: a cache lookup, then CompiledFunction's launches."""
         cfg, e = self.cfg, self.eng
         t = e.clock[e.main]
         d = e.host(14.0)
@@ -354,7 +354,7 @@ class _Run:
         ann = e.begin(e.main, f"Torch-Compiled Region: {region}/0")
         cf_start, cf_ext = e.clock[e.main], e.next_ext()
         e.clock[e.main] += e.host(25.0)
-        for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], False, region):
+        for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], False):
             dur = ops.kernel_duration_us(k, call, self.ctx, self.eff * 1.1) * e.jit() ** 0.5
             if kind == "triton":
                 e.clock[e.main] += e.host(3.0)
@@ -379,7 +379,7 @@ class _Run:
         for r, (lo, hi) in enumerate(regions):
             if r > 0:
                 self.graph_break_gap(lo)
-            self.compiled_region(lo, hi, r, len(regions))
+            self.compiled_region(lo, hi, r)
 
     def graph_break_gap(self, at_layer: int) -> None:
         """What a graph break costs: the resume in Python, a few eager ops, maybe a sync."""
@@ -652,7 +652,7 @@ class _Run:
         e.clock[bw] += e.host(5.0)
         x1, t1 = e.next_ext(), e.clock[bw]
         e.clock[bw] += e.host(30.0)
-        for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], True, 0):
+        for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], True):
             dur = ops.kernel_duration_us(k, call, self.ctx, self.eff * 1.1) * e.jit() ** 0.5
             if kind == "triton":
                 e.clock[bw] += e.host(3.0)
