@@ -88,3 +88,21 @@ def test_flow_links_and_odd_events_survive_chunk_edges(monkeypatch, tmp_path):
     t = traceap.load(odd)
     assert len(t) == 3
     assert any("1 events with malformed fields" in w for w in t.meta.warnings)  # "not an event"
+
+
+def test_other_phases_are_counted_and_ignored_without_warnings(tmp_path):
+    """Begin/end, counters, async and unknown phases, or no ph at all: raw events, not rows."""
+    x = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}
+    others = [{"ph": "B", "name": "b", "pid": 1, "tid": 1, "ts": 11},
+              {"ph": "E", "pid": 1, "tid": 1, "ts": 12},
+              {"ph": "C", "name": "mem", "pid": 1, "ts": 13, "args": {"bytes": 5}},
+              {"ph": "b", "cat": "async", "name": "a", "id": 3, "pid": 1, "ts": 14},
+              {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "python"}}]
+    odd = [{"ph": "Z", "name": "unknown phase", "pid": 1, "ts": 15},
+           {"name": "no phase", "pid": 1, "ts": 16}]
+    for extra, n_raw in ((others, 6), (others + odd, 8)):
+        p = tmp_path / "phases.json"
+        p.write_text(json.dumps({"traceEvents": [x, *extra]}))
+        t = traceap.load(p)
+        assert len(t) == 1 and t.meta.n_raw_events == n_raw and t.meta.n_metadata == 1
+        assert not any("malformed" in w for w in t.meta.warnings)
