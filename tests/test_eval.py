@@ -404,3 +404,20 @@ def test_ablation_table_from_variant_detectors(dataset):
     assert "(paper Table 5)" in md
     assert "| `model[full]` | ✓ | ✓ | ✓ | 100.00 | 100.00 |" in md
     assert "| `model[no_transformer+no_relation]` | ✓ | – | – |" in md
+
+
+def test_cli_many_missing_traces_are_counted_not_flooded(traceap_cli, tmp_path):
+    root = build(tmp_path / "d", LAYOUT[:2])
+    entries = read_manifest(root)
+    ghosts = [Entry(id=f"ghost{i}", path=f"traces/ghost{i}.json.gz", split="test_seen",
+                    task="image_classification", model="m", platform="p", world_size=1, rank=0,
+                    label="good") for i in range(12)]
+    write_manifest(root, entries + ghosts)
+    p = traceap_cli("--dataset", str(root), "--detectors", "expert", "--windows", "10",
+                    "--classifier", "", "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert sum("ghost" in ln for ln in lines) == 10
+    assert any("and 2 more" in ln for ln in lines)
+    saved = orjson.loads((tmp_path / "o" / "eval.json").read_bytes())["warnings"]
+    assert sum("ghost" in w for w in saved) == 12

@@ -18,6 +18,7 @@ FIT = ("rule", "clustering")
 #: Detectors whose window features depend on the window width: one instance per N.
 PER_N = ("clustering",)
 ABLATION_FLAGS = ("no_event_adapter", "no_transformer", "no_relation")
+MAX_SHOWN_WARNINGS = 10
 
 
 def register(app: typer.Typer) -> None:
@@ -174,8 +175,10 @@ def eval_(
     warnings: list[str] = []
 
     def warn(msg: str) -> None:
+        # All go to eval.json; the terminal gets the first few and a count.
         warnings.append(msg)
-        typer.echo(f"traceap: warning: {msg}", err=True)
+        if len(warnings) <= MAX_SHOWN_WARNINGS:
+            typer.echo(f"traceap: warning: {msg}", err=True)
 
     if not (dataset / "manifest.jsonl").is_file():
         raise TraceapError(f"{dataset}: no manifest.jsonl (not a traceap dataset)")
@@ -197,6 +200,9 @@ def eval_(
 
     result = evaluate(dataset, dets, clfs, config, fit=[n for n in FIT if n in dets],
                       ablation=abl, on_warning=warn)
+    if len(warnings) > MAX_SHOWN_WARNINGS:
+        typer.echo(f"traceap: warning: ... and {len(warnings) - MAX_SHOWN_WARNINGS} more "
+                   f"(--out lists them all in eval.json)", err=True)
     summary = result.summary
     summary["commit"] = commit_of()
     summary["command"] = "traceap " + " ".join(shlex.quote(a) for a in sys.argv[1:])

@@ -58,7 +58,8 @@ def roc_curves(result: EvalResult, out: str | os.PathLike, n: int,
         ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="false positive rate",
                ylabel="true positive rate",
                title=f"{GROUP_TITLES[group]} tasks, N = {n} ({int(y.sum())} / {y.size} positive)")
-        ax.legend(loc="lower right", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path = Path(out) / f"roc_N{n}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
