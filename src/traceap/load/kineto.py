@@ -23,7 +23,7 @@ import re
 import zlib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field as dc_field
-from itertools import chain, count, islice, repeat
+from itertools import count, islice, repeat
 from operator import attrgetter, ne
 from pathlib import Path
 from typing import ClassVar, Union
@@ -65,6 +65,8 @@ _EMPTY_ARGS = _Args()
 
 
 class _Event(msgspec.Struct, gc=False):
+    """Any event, as the per-event path reads it (chunks with odd field types or phases)."""
+
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -176,7 +178,7 @@ _FLOWS_DECODER = msgspec.json.Decoder(list[_Flow], strict=False)
 _code, _cat = attrgetter("code"), attrgetter("cat")
 _thread = attrgetter("pid", "tid")
 _device_stream = attrgetter("args.device", "args.stream")
-_ts, _dur, _name, _id = attrgetter("ts"), attrgetter("dur"), attrgetter("name"), attrgetter("id")
+_ts, _dur, _name = attrgetter("ts"), attrgetter("dur"), attrgetter("name")
 _correlation = attrgetter("args.correlation")
 _external_id = attrgetter("args.external_id")
 _external_id_old = attrgetter("args.external_id_old")
