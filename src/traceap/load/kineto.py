@@ -638,7 +638,7 @@ def _fix_gpu_ids(cols: dict, intern: _Interner) -> None:
 def _nest(cols: dict) -> tuple[np.ndarray, np.ndarray]:
     """Parent row and depth of every CPU-side event, by interval nesting per thread.
 
-    Vectorised: in (thread, start, -dur) order, the depth of an event is the number of longer
+    `cols` rows must be sorted by (ts, -dur), as `_build` leaves them.  Vectorised: in (thread, start, -dur) order, the depth of an event is the number of longer
     events opened before it on its thread minus those already closed at its start; its parent
     is the latest earlier event one level up.
     """
@@ -650,7 +650,8 @@ def _nest(cols: dict) -> tuple[np.ndarray, np.ndarray]:
         return parent, depth
     ts, dur = cols["ts"][rows], cols["dur"][rows]
     pid, tid = cols["pid"][rows], cols["tid"][rows]
-    order = np.lexsort((-dur, ts, tid, pid))
+    # Rows already run in (ts, -dur) order: a stable sort by thread keeps it within threads.
+    order = np.lexsort((tid, pid))
     rows, ts, dur, pid, tid = rows[order], ts[order], dur[order], pid[order], tid[order]
     end = ts + dur
     m = len(rows)
