@@ -93,6 +93,10 @@ class Engine:
         """Host cost of `us` typical-core microseconds on this machine, jittered."""
         return us * self.jit() * self.cpu_scale / self.cpu_speed
 
+    def rt_cost(self, us: float) -> float:
+        """Cost of a CUDA runtime call: driver work, not Python, so no host-slowness factor."""
+        return us * self.jit() / self.cpu_speed
+
     def next_ext(self) -> int:
         self.ext += 1
         return self.ext
@@ -186,7 +190,7 @@ class Engine:
             self.comm_busy = (start, start + gpu_us)
         elif self.comm_busy[0] <= start < self.comm_busy[1]:
             gpu_us *= self.contention
-        rt = self.host(6.3 if runtime != "cuLaunchKernel" else 4.0)
+        rt = self.rt_cost(6.3 if runtime != "cuLaunchKernel" else 4.0)
         rt_dur = (issued - self.clock[tid]) + rt
         ts = self.clock[tid]
         self.corr += 1
@@ -231,9 +235,9 @@ class Engine:
         dur_gpu = 1.8 + nbytes / (gbs * 1e3)
         end = start + dur_gpu
         self.free[stream] = end
-        rt_dur = (issued - ts) + self.host(6.0)
+        rt_dur = (issued - ts) + self.rt_cost(6.0)
         if blocking:
-            rt_dur = max(rt_dur, end - ts + self.host(3.0))
+            rt_dur = max(rt_dur, end - ts + self.rt_cost(3.0))
         self.corr += 1
         corr = self.corr
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": runtime, "pid": self.pid,
@@ -260,7 +264,7 @@ class Engine:
         ts = self.clock[tid]
         dur = 1.5 + nbytes / (gbs * 1e3)
         self.free[stream] = start + dur
-        rt = (issued - ts) + self.host(4.0)
+        rt = (issued - ts) + self.rt_cost(4.0)
         self.corr += 1
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemsetAsync",
                             "pid": self.pid, "tid": tid, "ts": round(ts, 3), "dur": round(rt, 3),
@@ -288,6 +292,6 @@ class Engine:
         else:
             done = self.free.get(stream, t)
             name = "cudaStreamSynchronize"
-        dur = max(done - t, 0.0) + self.host(2.5)
+        dur = max(done - t, 0.0) + self.rt_cost(2.5)
         self.runtime(tid, name, dur, ext)
         return t, t + dur

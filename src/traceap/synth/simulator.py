@@ -136,6 +136,9 @@ class _Run:
             d = e.host(3.5)
             e.cpu_event(tid, child, t, d, e.next_ext())
             e.clock[tid] = t + d + e.host(0.6)
+        if call.extra_children and call.extra_children[0].startswith("aten::empty"):
+            # the caching allocator checks for stream capture when an op allocates its output
+            e.runtime(tid, "cudaStreamIsCapturing", e.rt_cost(0.7), exts[-1])
         if len(call.chain) > 1:
             # TensorIterator / view bookkeeping every real op shows (aten::view, as_strided, ...)
             for child in _BOOKKEEPING[(exts[-1] + len(call.chain)) % len(_BOOKKEEPING)]:
@@ -151,13 +154,13 @@ class _Run:
             if not k.memory_bound:
                 # cuDNN / cuBLAS query the stream and set kernel attributes before launching
                 if "cudnn" in k.name or "xmma" in k.name:
-                    e.runtime(tid, "cudaStreamGetPriority", e.host(0.6), exts[-1])
-                    e.runtime(tid, "cudaDeviceGetStreamPriorityRange", e.host(0.6), exts[-1])
+                    e.runtime(tid, "cudaStreamGetPriority", e.rt_cost(0.6), exts[-1])
+                    e.runtime(tid, "cudaDeviceGetStreamPriorityRange", e.rt_cost(0.6), exts[-1])
                 if e.jit() > 1.0:
-                    e.runtime(tid, "cudaFuncSetAttribute", e.host(1.4), exts[-1])
+                    e.runtime(tid, "cudaFuncSetAttribute", e.rt_cost(1.4), exts[-1])
                 if e.jit() > 1.25:
                     e.runtime(tid, "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
-                              e.host(1.1), exts[-1])
+                              e.rt_cost(1.1), exts[-1])
             dur = ops.kernel_duration_us(k, call, self.ctx, self.eff) * e.jit() ** 0.5
             rt = runtime
             if runtime == "cudaLaunchKernel" and not k.memory_bound and self.cfg.platform.sm_tag == "sm90":
@@ -259,7 +262,7 @@ class _Run:
             e.clock[e.main] += e.host(8.0)
             e.cpu_event(e.main, "aten::empty_strided", e.clock[e.main], e.host(2.0), e.next_ext())
             e.clock[e.main] += e.host(3.0)
-            e.runtime(e.main, "cudaStreamIsCapturing", e.host(0.8), ext)
+            e.runtime(e.main, "cudaStreamIsCapturing", e.rt_cost(0.8), ext)
             if cfg.pin_memory:
                 ts, gs, ge = e.memcpy(e.main, "HtoD (Pinned -> Device)", nb, p.h2d_pinned_gbs,
                                       COMPUTE_STREAM, ext, blocking=False)
@@ -510,8 +513,8 @@ class _Run:
         ann = e.begin(tid, "nccl:all_reduce")
         e.clock[tid] += e.host(40.0)
         if stream != COMPUTE_STREAM:
-            e.runtime(tid, "cudaEventRecord", e.host(2.5), ann.ext)
-            e.runtime(tid, "cudaStreamWaitEvent", e.host(2.0), ann.ext)
+            e.runtime(tid, "cudaEventRecord", e.rt_cost(2.5), ann.ext)
+            e.runtime(tid, "cudaStreamWaitEvent", e.rt_cost(2.0), ann.ext)
         ws = cfg.world_size
         bus = 2 * (ws - 1) / ws * nbytes / (p.nccl_bus_gbs * 1e3)
         # ring latency (2(n-1) steps) + waiting for the slowest peer to arrive
@@ -627,7 +630,7 @@ class _Run:
                 e.cpu_event(main, "torch.distributed.ddp.reducer::copy_bucket_to_grad", t,
                             e.clock[main] - t, x)
                 e.clock[main] += e.host(1.0)
-            e.runtime(main, "cudaStreamWaitEvent", e.host(2.0), e.next_ext())
+            e.runtime(main, "cudaStreamWaitEvent", e.rt_cost(2.0), e.next_ext())
             e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), e.stream_free(self.nccl_stream))
         if cfg.bucket_mb < 2.0 and nccl_spans:
             e.mark("small_nccl_kernels", nccl_spans[0][0], nccl_spans[-1][1])
