@@ -125,3 +125,12 @@ def test_cli_writes_a_dataset_and_rejects_bad_input(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "traces" in r.stderr
+
+
+def test_regenerating_in_place_drops_only_stale_traces(tmp_path):
+    exe = [sys.executable, "-m", "traceap", "synth", "--out", str(tmp_path / "d"), "--seed", "2"]
+    assert subprocess.run(exe + ["--traces", "6"], capture_output=True).returncode == 0
+    assert subprocess.run(exe + ["--traces", "4"], capture_output=True).returncode == 0
+    listed = {e.path for e in read_manifest(tmp_path / "d")}
+    on_disk = {f"traces/{p.name}" for p in (tmp_path / "d" / "traces").iterdir()}
+    assert listed == on_disk and len(listed) == 4

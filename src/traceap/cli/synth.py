@@ -16,6 +16,7 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(1, "--jobs", help="Worker processes."),
     ) -> None:
         """Generate a TorchTraceAP-like dataset of simulated Kineto traces with ground truth."""
+        from ..dataset import read_manifest
         from ..errors import DatasetError
         from ..synth import SynthConfig, generate
 
@@ -25,11 +26,13 @@ def register(app: typer.Typer) -> None:
             raise DatasetError("--jobs must be at least 1")
         if out.exists() and not out.is_dir():
             raise DatasetError(f"{out}: exists and is not a folder")
-        if (out / "manifest.jsonl").exists():
-            # regenerating in place: drop the old traces so no stale file survives
-            for f in (out / "traces").glob("*.pt.trace.json.gz"):
-                f.unlink()
         rep = generate(out, SynthConfig(traces=traces, seed=seed, jobs=jobs))
+        # regenerating in place: each trace was replaced atomically while readers may still be
+        # at work; only now drop the files the new manifest no longer lists
+        keep = {Path(e.path).name for e in read_manifest(out)}
+        for f in (out / "traces").glob("*.pt.trace.json.gz"):
+            if f.name not in keep:
+                f.unlink()
         mix = ", ".join(f"{k}={v}" for k, v in rep.pattern_counts.items())
         typer.echo(f"wrote {rep.n_traces} traces ({rep.n_bad} bad) to {rep.out} in "
                    f"{rep.seconds:.1f} s, {rep.bytes / 2**20:.1f} MiB; splits {rep.split_counts}")
