@@ -195,7 +195,7 @@ def markdown(s: dict, heading: str = "##") -> str:
                   "window); the number of windows in parentheses.",
                   classification_table(s, c)]
         src = s["classification"][c][str(m)].get("sources", {})
-        if src and set(src) != {c}:
+        if any("llm" in k or "fallback" in k for k in src):   # an LLM may have fallen back
             parts.append(f"Who answered (N<sub>w</sub> = {m}): " + ", ".join(
                 f"{k} {v}" for k, v in src.items()) + " windows.")
         parts += [f"Confusion matrix (windows, N<sub>w</sub> = {m}; rows true, columns "
