@@ -11,7 +11,7 @@
 #   OUT         output folder; default benchmarks/results/paper_tables
 #   DETECTORS   default rule,clustering,expert,model (add llm when a server is configured)
 #   WINDOWS     default 50,100,200
-#   CLASSIFIER  default offline (llm when a server is configured)
+#   CLASSIFIER  default offline,offline+model (add llm when a server is configured)
 #   LIMIT       at most this many test traces per split (default: all)
 #   ABLATION_LIMIT  the same for the ablation table (default 20)
 #   ABLATION_DIR  folder of model checkpoints for Table 5; default benchmarks/out/ablation.
@@ -27,7 +27,7 @@ DATASET=${DATASET:-datasets/torchtraceap}
 OUT=${OUT:-benchmarks/results/paper_tables}
 DETECTORS=${DETECTORS:-rule,clustering,expert,model}
 WINDOWS=${WINDOWS:-50,100,200}
-CLASSIFIER=${CLASSIFIER:-offline}
+CLASSIFIER=${CLASSIFIER:-offline,offline+model}
 ABLATION_DIR=${ABLATION_DIR:-benchmarks/out/ablation}
 
 if [ ! -f "$DATASET/manifest.jsonl" ]; then
