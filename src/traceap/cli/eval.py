@@ -123,7 +123,9 @@ def build_ablation(folder: Path) -> dict[str, object]:
         det = make_detector("model", path=f)
         label = _variant_label(det, f)
         out[f"model[{label}]" if label not in out else f"model[{f.stem}]"] = det
-    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "model[full]", kv[0])))
+    # The full model first, then one switch off, two, three (the paper's rows, reversed).
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "model[full]", kv[0].count("+"),
+                                                    kv[0])))
 
 
 def commit_of() -> str | None:
