@@ -25,10 +25,10 @@ class ModelDetector:
 
     name = "model"
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, threads: int | None = 1):
         from ..model.predict import Predictor
         self.path = path
-        self.predictor = Predictor(path)
+        self.predictor = Predictor(path, threads=threads)
         self._last: WeakKeyDictionary = WeakKeyDictionary()
 
     def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "ModelDetector":

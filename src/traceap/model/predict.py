@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,10 +30,29 @@ class Prediction:
         return PATTERNS[i], float(self.patterns[w, i])
 
 
-class Predictor:
-    """A checkpoint ready to score traces (text encoder with the checkpoint's vocabulary)."""
+@contextmanager
+def torch_threads(n: int | None):
+    """Run a block with n torch CPU threads (None: leave as is), restoring the setting after."""
+    if not n:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
-    def __init__(self, checkpoint: Checkpoint | str | os.PathLike | None = None):
+
+class Predictor:
+    """A checkpoint ready to score traces (text encoder with the checkpoint's vocabulary).
+
+    `threads`: torch CPU threads while scoring.  One is the default because the model is small:
+    extra threads buy little and, on a busy machine, cost several times the run time."""
+
+    def __init__(self, checkpoint: Checkpoint | str | os.PathLike | None = None,
+                 threads: int | None = 1):
+        self.threads = threads
         self.checkpoint = checkpoint if isinstance(checkpoint, Checkpoint) else load_model(checkpoint)
         self.model = self.checkpoint.model.eval()
         self.text = TextEncoder(extra=self.checkpoint.text_table)
@@ -51,7 +71,8 @@ class Predictor:
         """Scores and pattern probabilities from precomputed features."""
         names = [str(n) for n in feats.names[1:]]
         table = dict(zip(names, self.text.embed(names))) if names else {}
-        out = self.model(collate([feats], self.model, table))
+        with torch_threads(self.threads):
+            out = self.model(collate([feats], self.model, table))
         return Prediction(out["scores"][0].double().numpy(),
                           torch.sigmoid(out["pattern_logits"][0]).double().numpy())
 
