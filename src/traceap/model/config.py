@@ -124,7 +124,7 @@ PRESETS: dict[str, ModelConfig] = {
     "paper": ModelConfig(summary_relative=True),
     # CPU-sized: trains on the 460 traces of the generated set in minutes on 2 cores.
     "small": ModelConfig(name="small", d=32, layers=2, heads=4, max_events=32, dropout=0.0,
-                         lr=1e-3, epochs=12, windows=(50, 100, 200), summary_relative=True,
+                         lr=1e-3, epochs=8, windows=(50, 100, 200), summary_relative=True,
                          name_dropout=0.1, trace_pool="topk"),
 }
 
