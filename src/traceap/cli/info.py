@@ -11,6 +11,8 @@ from rich.table import Table
 
 from ..info import summarize
 from ..load import load, load_job
+from ..units import fmt_bytes as _fmt_bytes
+from ..units import fmt_us as _fmt_us
 
 
 def register(app: typer.Typer) -> None:
@@ -33,24 +35,6 @@ def info(
     console = Console()
     for s in summaries:
         _print(console, s)
-
-
-def _fmt_us(us) -> str:
-    if us is None:
-        return "-"
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} us"
-
-
-def _fmt_bytes(b: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if b < 1024 or unit == "GB":
-            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
-        b /= 1024
-    return f"{b:.1f} GB"
 
 
 def _print(console: Console, s: dict) -> None:
@@ -85,10 +69,11 @@ def _print(console: Console, s: dict) -> None:
     if s["top_kernels"]:
         table = Table(title="top kernels by GPU time", show_edge=False, title_justify="left")
         for col in ("share", "total", "count", "mean", "kernel"):
-            table.add_column(col, justify="right" if col != "kernel" else "left")
+            table.add_column(col, justify="right" if col != "kernel" else "left",
+                             no_wrap=True, overflow="ellipsis")
         for k in s["top_kernels"]:
             table.add_row(f"{100 * k['share']:.1f}%", _fmt_us(k["total_us"]), str(k["count"]),
-                          _fmt_us(k["mean_us"]), k["name"][:90])
+                          _fmt_us(k["mean_us"]), k["name"])
         console.print(table)
     for w in s["warnings"]:
         console.print(f"  [yellow]warning:[/yellow] {w}")

@@ -14,6 +14,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from ..trace import Kind, Trace, merged_intervals
+from ..units import fmt_bytes, fmt_us  # noqa: F401 - re-exported for the pattern modules
 from ..windows import Windows, covered_time
 
 T = TypeVar("T")
@@ -199,22 +200,3 @@ def rows_in_windows(windows: Windows, rows: np.ndarray, idx) -> np.ndarray:
     hi = np.array([np.searchsorted(ts, windows.edges[b + 1], side=sd)
                    for b, sd in zip(last, hi_side)], dtype=np.int64)
     return np.concatenate([rows[a:b] for a, b in zip(lo, hi)]) if len(lo) else rows[:0]
-
-
-def fmt_us(us: float) -> str:
-    """A duration for humans."""
-    us = float(us)
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us:.0f} us"
-
-
-def fmt_bytes(b: float) -> str:
-    """A size for humans."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(b) < 1024 or unit == "GB":
-            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
-        b /= 1024
-    return f"{b:.1f} GB"
