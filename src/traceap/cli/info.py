@@ -69,8 +69,10 @@ def _print(console: Console, s: dict) -> None:
     if s["top_kernels"]:
         table = Table(title="top kernels by GPU time", show_edge=False, title_justify="left")
         for col in ("share", "total", "count", "mean", "kernel"):
-            table.add_column(col, justify="right" if col != "kernel" else "left",
-                             no_wrap=True, overflow="ellipsis")
+            if col == "kernel":  # long C++ names: one line each, cut with an ellipsis
+                table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=20)
+            else:
+                table.add_column(col, justify="right", no_wrap=True, min_width=len(col) + 2)
         for k in s["top_kernels"]:
             table.add_row(f"{100 * k['share']:.1f}%", _fmt_us(k["total_us"]), str(k["count"]),
                           _fmt_us(k["mean_us"]), k["name"])
