@@ -9,7 +9,7 @@
 #   DATASET     dataset folder (FORMATS.md); default datasets/torchtraceap, generated with
 #               `traceap synth --seed 0` (the 610-trace default) when absent
 #   OUT         output folder; default benchmarks/results/paper_tables
-#   DETECTORS   default rule,clustering,expert,model (add llm when a server is configured)
+#   DETECTORS   default rule,clustering,expert,model,hybrid (add llm when a server is configured)
 #   WINDOWS     default 50,100,200
 #   CLASSIFIER  default offline,offline+model (add llm when a server is configured)
 #   LIMIT       at most this many test traces per split (default: all)
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 TRACEAP=".venv/bin/traceap"
 DATASET=${DATASET:-datasets/torchtraceap}
 OUT=${OUT:-benchmarks/results/paper_tables}
-DETECTORS=${DETECTORS:-rule,clustering,expert,model}
+DETECTORS=${DETECTORS:-rule,clustering,expert,model,hybrid}
 WINDOWS=${WINDOWS:-50,100,200}
 CLASSIFIER=${CLASSIFIER:-offline,offline+model}
 ABLATION_DIR=${ABLATION_DIR:-benchmarks/out/ablation}

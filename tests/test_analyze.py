@@ -68,7 +68,7 @@ def test_ddp_findings_ranked_by_time_lost_with_numbers_and_fixes(ddp_analysis):
 
 def test_default_detector_is_explicit(ddp):
     a = analyze(ddp, n_windows=20)
-    assert a.detector in ("expert", "model")
+    assert a.detector in ("expert", "hybrid")
     assert any(n.startswith("detector:") for n in a.notes)
 
 

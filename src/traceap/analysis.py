@@ -139,8 +139,9 @@ def resolve_detector(detector: Detector | str | None, notes: list[str]) -> Detec
         path = default_model_path()
         if path.exists():
             try:
-                det = make_detector("model")
-                notes.append(f"detector: the trained model ({path.name})")
+                det = make_detector("hybrid")
+                notes.append(f"detector: the trained model ({path.name}) averaged with the "
+                             f"expert rules")
                 return det
             except Exception as exc:  # noqa: BLE001 - a broken checkpoint must not stop analysis
                 notes.append(f"detector: expert rules (the bundled model did not load: {exc})")

@@ -11,9 +11,10 @@ import importlib
 from ..errors import TraceapError
 from .base import Detector
 
-DETECTOR_NAMES = ("expert", "rule", "clustering", "model", "llm")
+DETECTOR_NAMES = ("hybrid", "expert", "rule", "clustering", "model", "llm")
 
 _WHERE = {
+    "hybrid": ("traceap.detectors.hybrid", "HybridDetector"),
     "expert": ("traceap.detectors.expert", "ExpertDetector"),
     "rule": ("traceap.detectors.rule", "RuleDetector"),
     "clustering": ("traceap.detectors.clustering", "ClusteringDetector"),
