@@ -30,8 +30,8 @@ def analyze(
     trace: Path = typer.Argument(..., help="A trace (.json / .json.gz) or a folder of per-rank traces."),
     windows: int = typer.Option(100, "--windows", "-w", help="Number of equal time windows."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.analysis/v1 JSON here ('-' = stdout)."),
-    detector: str | None = typer.Option(None, "--detector", help="expert, rule, clustering, model or llm (default: the bundled model if present, else expert)."),
-    model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model)."),
+    detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model averaged with the expert rules; expert when no model is bundled)."),
+    model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model unless --detector hybrid)."),
     classifier: str = typer.Option("offline", "--classifier", help="offline (expert rules) or llm."),
     llm_url: str | None = typer.Option(None, "--llm-url", help="OpenAI-compatible server for --classifier/--detector llm (else $TRACEAP_LLM_URL / $OPENAI_BASE_URL)."),
     llm_model: str | None = typer.Option(None, "--llm-model", help="Model name on that server; without a server, a fetched model (smollm2, qwen0.5b, qwen1.5b) or .gguf run in-process (else $TRACEAP_LLM_MODEL)."),
@@ -54,11 +54,11 @@ def analyze(
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise TraceapError("--threshold must be between 0 and 1")
     if model is not None:
-        if detector not in (None, "model"):
-            raise TraceapError("--model goes with --detector model")
+        if detector not in (None, "model", "hybrid"):
+            raise TraceapError("--model goes with --detector model or hybrid")
         if not model.exists():
             raise TraceapError(f"{model}: no such model checkpoint")
-        det = make_detector("model", path=str(model))
+        det = make_detector(detector or "model", path=str(model))
     else:
         det = detector
     clf, llm_opts = classifier, {"url": llm_url, "model": llm_model}
