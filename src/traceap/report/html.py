@@ -24,18 +24,8 @@ import orjson
 
 from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
 from ..windows import Windows, covered_time
+from .colors import PATTERN_COLORS
 
-#: One colour per pattern id (Okabe-Ito first: readable by colour-blind readers).
-PATTERN_COLORS = {
-    "single_process_dataloading": "#E69F00",
-    "no_pin_memory": "#56B4E9",
-    "excessive_memcpy": "#009E73",
-    "graph_break": "#CC79A7",
-    "cpu_bound": "#D55E00",
-    "small_nccl_kernels": "#0072B2",
-    "nccl_blocks_compute_stream": "#8F6D00",
-    "nccl_compute_no_overlap": "#6A3D9A",
-}
 UNKNOWN_COLOR = "#7b3294"
 TOP = 3  # kernels / CPU ops per window in the hover
 PROOF_ROWS = 8  # events listed under each finding

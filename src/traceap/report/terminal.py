@@ -14,22 +14,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from ..patterns.signals import fmt_us
+from ..units import fmt_us
+from .colors import TERMINAL_COLORS
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-#: Colours per pattern (same hues as the HTML report, as close as a terminal gets).
-COLORS = {
-    "single_process_dataloading": "#E69F00",
-    "no_pin_memory": "#56B4E9",
-    "excessive_memcpy": "#009E73",
-    "graph_break": "#CC79A7",
-    "cpu_bound": "#D55E00",
-    "small_nccl_kernels": "#0072B2",
-    "nccl_blocks_compute_stream": "#C9A227",
-    "nccl_compute_no_overlap": "#9B6BD0",
-    "straggler": "#FF5555",
-    "rank_imbalance": "#FF8888",
-}
+#: Colours per pattern (the HTML report's hues, as close as a terminal gets).
+COLORS = TERMINAL_COLORS
 UNNAMED = "magenta"
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
