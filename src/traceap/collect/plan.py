@@ -76,10 +76,7 @@ def load_plan(path: str | Path, out: Path | None = None, device: str | None = No
         raise TraceapError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise TraceapError(f"{path}: a plan is a mapping with a 'runs' list")
-    unknown = set(doc) - _TOP_KEYS
-    if unknown:
-        raise TraceapError(f"{path}: unknown key {sorted(unknown)[0]!r}; known: "
-                           + ", ".join(sorted(_TOP_KEYS)))
+    _check_keys(doc, _TOP_KEYS, str(path))
     runs = doc.get("runs")
     if not isinstance(runs, list) or not runs:
         raise TraceapError(f"{path}: 'runs' must be a non-empty list")
@@ -92,10 +89,7 @@ def load_plan(path: str | Path, out: Path | None = None, device: str | None = No
         where = f"{path}: run {n}"
         if not isinstance(run, dict):
             raise TraceapError(f"{where}: each run is a mapping (models, patterns, batch_sizes)")
-        unknown = set(run) - _RUN_KEYS
-        if unknown:
-            raise TraceapError(f"{where}: unknown key {sorted(unknown)[0]!r}; known: "
-                               + ", ".join(sorted(_RUN_KEYS)))
+        _check_keys(run, _RUN_KEYS, where)
         opts = {**base, **{k: run[k] for k in ("steps", "workers", "compile_backend", "split",
                                                "image_size", "task") if k in run}}
         models = _as_list(run.get("models"), "models", where)
@@ -114,6 +108,14 @@ def load_plan(path: str | Path, out: Path | None = None, device: str | None = No
                 cfg.out = Path(out)
             plan.configs.append(cfg)
     return plan
+
+
+def _check_keys(mapping: dict, known: set[str], where: str) -> None:
+    """A typo in a plan is an error, not a silently ignored setting."""
+    unknown = set(mapping) - known
+    if unknown:
+        raise TraceapError(f"{where}: unknown key {sorted(unknown)[0]!r}; known: "
+                           + ", ".join(sorted(known)))
 
 
 def run_plan(plan: Plan, echo: Callable[[str], None] = print,
