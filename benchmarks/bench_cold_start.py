@@ -12,10 +12,12 @@ the import tree (`python -X importtime`) and a stage-by-stage timing in a fresh 
 (load, windows, checkpoint, name cache, featurise, encoder load, tokenise, encode, cache
 write, model forward, rules and findings, terminal).  With --sentence-transformers, the same
 new names go through the previous encoder path (import torch + sentence-transformers, load,
-encode) in a fresh process, for the before/after and an embedding check.
+encode) in a fresh process, for the before/after and an embedding check.  With --baseline-src,
+the five commands also run on another source tree (e.g. `git archive e695373 src | tar -x -C
+/tmp/before`, then --baseline-src /tmp/before/src), interleaved with ours.
 
     nice .venv/bin/python benchmarks/bench_cold_start.py [--trace T] [--repeat 3]
-        [--sentence-transformers] [--json benchmarks/out/bench_cold_start.json]
+        [--sentence-transformers] [--baseline-src DIR] [--json benchmarks/out/bench_cold_start.json]
 """
 
 from __future__ import annotations
@@ -41,17 +43,19 @@ IMPORTS = ("traceap", "numpy", "typer", "rich", "msgspec", "pydantic", "tokenize
            "threadpoolctl", "torch", "transformers", "sentence_transformers", "sklearn", "scipy")
 
 
-def _env(cache: Path) -> dict[str, str]:
+def _env(cache: Path, src: Path = SRC) -> dict[str, str]:
     env = dict(os.environ, TRACEAP_CACHE=str(cache))
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(src)] + [p for p in [env.get("PYTHONPATH")] if p])
     return env
 
 
-def run(args: list[str], cache: Path) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(wall s, CPU s of the child, result) of one `python ...` process."""
+def run(args: list[str], cache: Path, src: Path = SRC
+        ) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(wall s, CPU s of the child, result) of one `python ...` process on source tree `src`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, *args], env=_env(cache), capture_output=True, text=True)
+    res = subprocess.run([sys.executable, *args], env=_env(cache, src), capture_output=True,
+                         text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
@@ -184,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sentence-transformers", action="store_true",
                     help="also time the previous encoder path (needs sentence-transformers)")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="also run the commands on this source tree (a 'src' folder)")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     ap.add_argument("--stages", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--st-child", action="store_true", help=argparse.SUPPRESS)
@@ -198,14 +204,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     cmds = commands(args.trace)
-    wall: dict[str, list[float]] = {k: [] for k in cmds}
-    cpu: dict[str, list[float]] = {k: [] for k in cmds}
+    trees = {"": SRC} | ({"baseline ": args.baseline_src} if args.baseline_src else {})
+    wall: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     for _ in range(args.repeat):
-        with tempfile.TemporaryDirectory() as cache:
-            for name, cmd in cmds.items():  # cold runs first on the empty cache, warm after
-                w, c, _ = run(cmd, Path(cache))
-                wall[name].append(w)
-                cpu[name].append(c)
+        for tag, src in trees.items():
+            with tempfile.TemporaryDirectory() as cache:
+                for name, cmd in cmds.items():  # cold runs first on the empty cache, warm after
+                    w, c, _ = run(cmd, Path(cache), src)
+                    wall.setdefault(tag + name, []).append(w)
+                    cpu.setdefault(tag + name, []).append(c)
         w, c, _ = run(["-c", "pass"], Path(tempfile.gettempdir()))
         wall.setdefault("python -c pass", []).append(w)
         cpu.setdefault("python -c pass", []).append(c)
@@ -213,16 +221,24 @@ def main(argv: list[str] | None = None) -> int:
 
     size = args.trace.stat().st_size / 1e6
     print(f"trace  {args.trace.name} ({size:.2f} MB), {args.repeat} interleaved rounds, medians")
-    print(f"{'command':<18} {'wall s':>8} {'CPU s':>8}")
+    print(f"{'command':<27} {'wall s':>8} {'CPU s':>8}")
     for k, (w, c) in med.items():
-        print(f"{k:<18} {w:8.2f} {c:8.2f}")
+        print(f"{k:<27} {w:8.2f} {c:8.2f}")
     ratios = {}
     for num, den in (("cold analyze", "warm analyze"), ("warm analyze", "info"),
                      ("expert analyze", "info"), ("help", "info")):
         ratios[f"{num} / {den}"] = (med[num][0] / med[den][0], med[num][1] / med[den][1])
+    if args.baseline_src:
+        for name in cmds:
+            ratios[f"{name} / baseline {name}"] = (med[name][0] / med["baseline " + name][0],
+                                                   med[name][1] / med["baseline " + name][1])
+        for num, den in (("cold analyze", "warm analyze"), ("warm analyze", "info")):
+            b = "baseline "
+            ratios[f"{b}{num} / {b}{den}"] = (med[b + num][0] / med[b + den][0],
+                                               med[b + num][1] / med[b + den][1])
     print("ratios (wall, CPU):")
     for k, (w, c) in ratios.items():
-        print(f"  {k:<28} {w:5.2f}x {c:5.2f}x")
+        print(f"  {k:<50} {w:5.2f}x {c:5.2f}x")
 
     imports = import_tree(args.trace)
     print("imports in a cold analyze (cumulative s): " +

