@@ -370,12 +370,15 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     steady = [(s.start_us, s.end_us, s.number) for s in sorted(t.steps, key=lambda x: x.start_us)
               if s.end_us > s.start_us]
     _, _, sources, wsteps = warmup_intervals(t, config)
+    # What the warm-up was made of: each warm-up us to the first source covering it.
     src_us = {}
+    left = code == 0
     for name, (s, e) in sources.items():
         s = np.clip(np.asarray(s, np.float64), lo, hi) - lo
         e = np.clip(np.asarray(e, np.float64), lo, hi) - lo
         ms, me = merged_intervals(s[e > s], e[e > s])
-        inside = _inside(ms, me, mid_pt) & (code == 0)
+        inside = _inside(ms, me, mid_pt) & left
+        left &= ~inside
         if inside.any():
             src_us[name] = float(length[inside].sum())
     steady = [x for x in steady if x[2] not in wsteps]
