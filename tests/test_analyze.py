@@ -31,7 +31,7 @@ FINDING_KEYS = ["pattern", "windows", "start_us", "end_us", "severity", "evidenc
 #: Keys added to v1 (docs/formats_findings.md): after the v1 keys, never instead of them.
 ADDED_KEYS = ["gpu_idle", "step_basis", "severity_rule", "notes"]
 ADDED_FINDING_KEYS = ["title", "time_lost_us", "time_lost_per_step_us", "gain_us", "gain_pct",
-                      "explanation", "numbers"]
+                      "explanation", "numbers", "source"]
 
 
 @pytest.fixture(scope="module")

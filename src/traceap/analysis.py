@@ -70,6 +70,7 @@ class Analysis:
     idle_per_window: dict[str, np.ndarray] = field(default_factory=dict)
     basis: StepBasis | None = None
     threshold: float | None = None
+    severity: SeverityConfig = SEVERITY
 
     def to_json(self) -> dict:
         """The traceap.analysis/v1 object of FORMATS.md: its keys, then the added ones."""
@@ -91,7 +92,7 @@ class Analysis:
         }
         out["gpu_idle"] = gpu_idle_json(self.idle, self.idle_per_window)
         out["step_basis"] = basis_json(self.basis)
-        out["severity_rule"] = severity_json(SEVERITY, self.basis)
+        out["severity_rule"] = severity_json(self.severity, self.basis)
         out["notes"] = list(self.notes)
         return out
 
@@ -238,8 +239,9 @@ def step_basis(trace: Trace, account: IdleAccount) -> StepBasis:
 
 def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
             detector: Detector | str | None = None, classifier: Classifier | str | None = None,
-            threshold: float | None = None) -> Analysis:
-    """Cut a trace into windows, score them, name the pattern of flagged ones, rank findings."""
+            threshold: float | None = None, severity: SeverityConfig = SEVERITY) -> Analysis:
+    """Cut a trace into windows, score them, name the pattern of flagged ones, rank findings
+    (judged by `severity`: the cut-offs of `traceap.findings`)."""
     if n_windows < 1:
         raise TraceapError("the number of windows must be at least 1")
     if threshold is not None and not 0.0 <= threshold <= 1.0:
@@ -263,7 +265,8 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     calls = clf.classify(windows, flagged.tolist(), scores) if len(flagged) else []
     account = idle_mod.measure(t)
     basis = step_basis(t, account)
-    findings, dropped = _findings(windows, calls, REGISTRY, account, basis, det_name, pscores, thr)
+    findings, dropped = _findings(windows, calls, REGISTRY, account, basis, det_name, pscores, thr,
+                                  severity)
     shown = {f.pattern for f in findings}
     by_window: dict[int, PatternCall] = {c.window: c for c in calls}
 
@@ -306,12 +309,13 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
                     windows=results, findings=findings, detector=det_name,
                     pattern_scores=pscores, summary=summarize(t), notes=notes, idle=account,
                     idle_per_window=idle_mod.cause_per_window(windows), basis=basis,
-                    threshold=thr)
+                    threshold=thr, severity=severity)
 
 
 def _findings(windows: Windows, calls: list[PatternCall], registry, account: IdleAccount,
               basis: StepBasis, det_name: str, pscores: dict[str, np.ndarray],
-              threshold: float) -> tuple[list[Finding], list[str]]:
+              threshold: float, severity: SeverityConfig = SEVERITY
+              ) -> tuple[list[Finding], list[str]]:
     """One finding per pattern, judged by its measured time lost; (findings, notes on the
     ones not reported).
 
@@ -333,8 +337,8 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
         mech = idle_mod.MECHANISM_OF_PATTERN[pid]
         lost = float(account.by_mechanism[mech])
         per_step, gain, pct, sev = judge(lost, account.in_steady_steps(mech), basis,
-                                         pat.gain_cap_us(windows, basis.n_steps))
-        if not cs and (pct < SEVERITY.medium_pct or lost <= 0):
+                                         pat.gain_cap_us(windows, basis.n_steps), severity)
+        if not cs and (pct < severity.medium_pct or lost <= 0):
             continue  # the rule's own flags matter only for a large measured cost
         ev = pat.evidence(windows, everywhere, where=idx)
         title = pat.title_for(ev.numbers)
@@ -342,10 +346,10 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
             dropped.append(f"{len(idx)} window(s) named {pid} not reported: no evidence of its "
                            f"mechanism costing GPU time ({fmt_us(lost)} measured)")
             continue
-        if not SEVERITY.reportable(lost, pct):
+        if not severity.reportable(lost, pct):
             dropped.append(f"{pid} not reported: it costs {fmt_us(lost)} of GPU time, "
                            f"{pct:.2f}% of the {basis.unit} (under the "
-                           f"{SEVERITY.min_gain_pct}% floor)")
+                           f"{severity.min_gain_pct}% floor)")
             continue
         if cs:
             best = max(cs, key=lambda c: c.confidence)
@@ -361,7 +365,8 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
             pattern=pid, windows=[int(i) for i in idx], start_us=float(windows.edges[idx[0]]),
             end_us=float(windows.edges[idx[-1] + 1]), severity=sev, evidence=ev.text, fix=fix,
             time_lost_us=lost, title=title, explanation=explanation,
-            time_lost_per_step_us=per_step, gain_us=gain, gain_pct=pct, numbers=ev.numbers))
+            time_lost_per_step_us=per_step, gain_us=gain, gain_pct=pct, numbers=ev.numbers,
+            source="detector" if cs else "idle accounting"))
     for pid in set(groups) - set(registry):  # a classifier may name what the rules do not know
         dropped.append(f"{len(groups[pid])} window(s) named {pid!r} not reported: no rule "
                        f"measures its cost")
@@ -374,7 +379,8 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
 # -- a multi-rank job ---------------------------------------------------------------------
 def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str | None = None,
                 classifier: Classifier | str | None = None, threshold: float | None = None,
-                config: JobConfig = JobConfig()) -> JobAnalysis:
+                config: JobConfig = JobConfig(), severity: SeverityConfig = SEVERITY
+                ) -> JobAnalysis:
     """Analyse every rank of a job (a `Job` or a folder) and compare the ranks.
 
     Copies of one trace are analysed once and reported as copies; traces that claim the same
@@ -402,10 +408,11 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
         names = ", ".join(Path(summaries[i].path).name for i in g)
         notes.append(f"{names} all say they are rank {summaries[g[0]].declared_rank}: not "
                      f"ranks of one job (e.g. two runs), so they are not compared")
-    ranks = [analyze(t, n_windows, det, clf, threshold) for t in track(traces, "analysing ranks")]
+    ranks = [analyze(t, n_windows, det, clf, threshold, severity)
+             for t in track(traces, "analysing ranks")]
     for a in ranks:
         a.notes[:0] = [n for n in notes if n not in a.notes]
-    findings = (cross_rank_findings(summaries, config)
+    findings = (cross_rank_findings(summaries, config, severity)
                 if len(summaries) > 1 and not claims else [])
     return JobAnalysis(path=str(job.path), ranks=ranks, findings=findings, notes=notes,
                        summaries=summaries, copies=copy_paths)

@@ -163,7 +163,7 @@ def cross_rank_findings(summaries: list[RankSummary | Trace], config: JobConfig 
         return Finding(pattern=pattern, windows=[], start_us=p.span_us[0], end_us=p.span_us[1],
                        severity=sev, evidence=evidence, fix=fix, time_lost_us=float(total),
                        title=title, rank=rank, time_lost_per_step_us=per_step, gain_us=gain,
-                       gain_pct=pct, numbers=numbers,
+                       gain_pct=pct, numbers=numbers, source="cross-rank",
                        explanation=("compared across ranks; this time is already in the ranks' "
                                     "own idle accounts (waiting on communication), so job "
                                     "totals do not add it again"))

@@ -78,6 +78,9 @@ class Finding:
     gain_us: float = 0.0
     gain_pct: float = 0.0
     numbers: dict = field(default_factory=dict)
+    #: What reported it: "detector" (flagged windows), "idle accounting" (the pattern's rule
+    #: flags windows and its measured cost reaches the medium cut-off) or "cross-rank".
+    source: str = "detector"
 
     def to_json(self) -> dict:
         """The keys a finding adds to traceap.analysis/v1 (beside the v1 ones)."""
@@ -86,7 +89,7 @@ class Finding:
                                           else round(float(self.time_lost_per_step_us), 1)),
                 "gain_us": round(float(self.gain_us), 1),
                 "gain_pct": round(float(self.gain_pct), 3), "explanation": self.explanation,
-                "numbers": _plain(self.numbers)}
+                "numbers": _plain(self.numbers), "source": self.source}
 
 
 @dataclass(frozen=True)
