@@ -18,8 +18,8 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
                    CUDA-graph creation, module loading (cuModuleLoad, the slow first launch of a
                    kernel under lazy loading), torch.compile / Triton compilation, autotuning,
                    DataLoader worker start-up (a first `__next__` far longer than the others),
-                   and a first profiler step that is both much longer than the others and holds
-                   such calls.  First, because a one-off cost is not the steady state.
+                   and a first profiler step much longer than the others whose extra time such
+                   calls largely cover.  First, because a one-off cost is not the steady state.
  2 communication   an NCCL/RCCL kernel runs while no compute does (exposed communication):
                    on a compute stream (nccl_blocks_compute_stream), small collectives
                    (small_nccl_kernels), any other (nccl_compute_no_overlap).  Before the host
@@ -27,13 +27,16 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
  3 compile_gaps    between two compiled regions of one step (graph_break): eager code, often a
                    data-dependent op (.item(), nonzero) with its copy and sync, so a gap framed
                    by compiled regions is a break before it is a copy.
- 4 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call:
+ 4 data_loading    `DataLoader.__next__` runs on the host (single_process_dataloading): named
+                   host work, so it goes before the copies and syncs around it.
+ 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call:
                    no_pin_memory; other DtoH / small HtoD copies: excessive_memcpy; large pinned
-                   input uploads: no pattern), and the first min(gap, wait) of a GPU gap that
-                   starts when a host-blocking sync returns, where `wait` is how long the host
-                   blocked in that sync: how far ahead of the device it was, so the most a sync
-                   can cost (excessive_memcpy).
- 5 data_loading    `DataLoader.__next__` runs on the host (single_process_dataloading).
+                   input uploads: no pattern), and the GPU gap after a host-blocking sync
+                   (excessive_memcpy): all of it when the sync fetched values to the host (a DtoH
+                   copy ends inside it: .item(), .tolist(), .cpu(): the host then works on what
+                   it fetched, and keeping the values on the GPU removes both), at most the time
+                   the host waited in it for a bare sync (an event/stream/device sync: the wait is
+                   how far ahead of the device the host was, all it can have cost).
  6 launch_bound    a starved gap: the launch of the work that ends it began only after the device
                    had gone idle (cpu_bound).
  7 not_explained   the rest (dependencies on other streams, host work between steps that no
@@ -53,7 +56,7 @@ from .trace import CopyKind, Kind, Trace, merged_intervals
 from .units import fmt_us
 from .windows import Windows, covered_time
 
-CAUSES = ("warmup", "communication", "compile_gaps", "host_copy_sync", "data_loading",
+CAUSES = ("warmup", "communication", "compile_gaps", "data_loading", "host_copy_sync",
           "launch_bound", "not_explained")
 
 CAUSE_TITLES = {
@@ -82,10 +85,10 @@ MECHANISMS = (
     Mechanism("small_nccl", "communication", "small_nccl_kernels"),
     Mechanism("nccl", "communication", "nccl_compute_no_overlap"),
     Mechanism("compile_gaps", "compile_gaps", "graph_break"),
+    Mechanism("data_loading", "data_loading", "single_process_dataloading"),
     Mechanism("pageable_copies", "host_copy_sync", "no_pin_memory"),
     Mechanism("host_copies_syncs", "host_copy_sync", "excessive_memcpy"),
     Mechanism("input_copies", "host_copy_sync", None),
-    Mechanism("data_loading", "data_loading", "single_process_dataloading"),
     Mechanism("launch_bound", "launch_bound", "cpu_bound"),
 )
 NOT_EXPLAINED = len(MECHANISMS)  # the code of idle time no mechanism covers
@@ -117,6 +120,8 @@ class IdleConfig:
     #: A first step this many times the median of the others is warm-up, when it also holds
     #: warm-up calls (a long first step alone may be an injected or real stall).
     first_step_ratio: float = 1.5
+    #: ... and when warm-up calls cover at least this share of its excess over the median.
+    first_step_explained: float = 0.25
     #: The first launch of a kernel taking this long is lazy module loading (HTA: a runtime
     #: call over 50 us is an outlier; steady-state launches take 3-20 us).
     slow_first_launch_us: float = 50.0
@@ -236,8 +241,13 @@ def warmup_intervals(trace: Trace, config: IdleConfig = IdleConfig()
         first, rest = st[0], st[1:]
         dur = first.end_us - first.start_us
         med = float(np.median([x.end_us - x.start_us for x in rest]))
-        holds = np.any((starts < first.end_us) & (ends > first.start_us))
-        if med > 0 and dur >= config.first_step_ratio * med and holds:
+        # The warm-up calls must account for a good part of the extra time, or the long first
+        # step is a stall of its own (a real or injected anti-pattern), not start-up.
+        ms, me = merged_intervals(np.clip(starts, first.start_us, first.end_us),
+                                  np.clip(ends, first.start_us, first.end_us))
+        held = float(np.sum(me - ms))
+        if (med > 0 and dur >= config.first_step_ratio * med
+                and held >= config.first_step_explained * (dur - med)):
             parts["first profiler step"] = (np.array([first.start_us]), np.array([first.end_us]))
             steps.append(first.number)
             starts = np.append(starts, first.start_us)

@@ -4,8 +4,9 @@ Mechanism: `.item()`, `.cpu()`, `.numpy()`, `print(loss)` or building tensors on
 the loop each produce a DtoH/HtoD memcpy and a `cudaStreamSynchronize` (or a synchronous
 `cudaMemcpy`): the host waits for the device to drain, then the device waits for the host to
 launch again.  Time lost = the `host_copy_sync` idle of `traceap.idle` that belongs to this
-pattern: copy time no compute overlaps, and the part of each GPU gap after a sync that the sync
-can have caused (at most the time the host waited in it).  Copies and syncs inside a
+pattern: copy time no compute overlaps, and the GPU gap after each sync that the sync can have
+caused (all of it when the sync fetched values to the host, at most the time the host waited in
+it for a bare event/stream sync).  Copies and syncs inside a
 torch.compile graph break (a data-dependent `.item()`/`nonzero` between compiled regions) are the
 break's, and a trace with only device-to-device copies and free syncs has no finding.  Anchors: TraceLens flags a memcpy direction over 5% of time or over 10
 transfers; nsys-ai flags sync APIs over 1 ms and 2% of GPU time.
@@ -82,27 +83,51 @@ def sync_rows(trace) -> np.ndarray:
     return cached(trace, "sync_rows", make)
 
 
-def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
-    """The price of each host-blocking sync: the first min(gap, wait) of a starved GPU gap that
-    begins as the sync returns, where `wait` is how long the host blocked in the sync.
+def fetch_syncs(trace, tol_us: float) -> np.ndarray:
+    """Per row of `sync_rows`: the sync fetched values to the host (a DtoH copy ends inside it,
+    as with `.item()`, `.tolist()`, `.cpu()` or a synchronous `cudaMemcpy`)."""
+    def make():
+        sync = sync_rows(trace)
+        rows = trace.rows(Kind.GPU_MEMCPY)
+        ends = np.sort(trace.end[rows[trace.copy_kind[rows] == CopyKind.DTOH]])
+        if not len(sync) or not len(ends):
+            return np.zeros(len(sync), dtype=bool)
+        lo = np.searchsorted(ends, trace.ts[sync] - tol_us, side="left")
+        hi = np.searchsorted(ends, trace.end[sync] + tol_us, side="right")
+        return hi > lo
+    return cached(trace, f"fetch_syncs:{tol_us}", make)
 
-    The wait is how far the host ran ahead of the device before it: without the sync the host
-    would have kept that lead, and the gap would have shrunk by at most that much.  The rest of
-    the gap is the host's own time between launches (launch-bound, data loading, ...), which a
-    sync does not cause: 16 event syncs of 3 us do not cost the 8 ms gap that follows them."""
+
+def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
+    """The price of each host-blocking sync: the starved GPU gap that begins as it returns.
+
+    A sync that fetched values to the host is charged the whole gap: the host then works on what
+    it fetched, and keeping the values on the GPU removes the wait and that work.  A bare sync
+    (an event, stream or device sync, nothing fetched) is charged at most the time the host
+    blocked in it: that wait is how far the host ran ahead of the device, the lead it would have
+    kept without the sync.  The rest of such a gap is the host's own time between launches:
+    16 event syncs of 3 us do not cost the 8 ms gap that follows them."""
     def make():
         g0, g1, _ = starved_gaps(trace)
         sync = sync_rows(trace)
-        if not len(g0) or not len(sync):
+        # A DtoH copy whose launch call lasted until the copy ended (pageable DtoH, or a copy
+        # behind other work) blocked the host like a sync, and fetched.
+        copies = trace.rows(Kind.GPU_MEMCPY)
+        copies = copies[(trace.copy_kind[copies] == CopyKind.DTOH) & (trace.launch[copies] >= 0)]
+        calls = trace.launch[copies]
+        blocking = calls[trace.end[calls] >= trace.end[copies] - tol_us]
+        if not len(g0) or not len(sync) + len(blocking):
             return np.zeros(0), np.zeros(0)
-        order = np.argsort(trace.end[sync], kind="stable")
-        ends, waits = trace.end[sync][order], trace.dur[sync][order]
+        rows = np.concatenate((sync, blocking))
+        fetched = np.concatenate((fetch_syncs(trace, tol_us), np.ones(len(blocking), bool)))
+        order = np.argsort(trace.end[rows], kind="stable")
+        ends, waits, fetched = trace.end[rows][order], trace.dur[rows][order], fetched[order]
         j = np.searchsorted(ends, g1, side="right") - 1  # last sync ending before the gap ends
         ok = j >= 0
         jj = np.maximum(j, 0)
         last = np.where(ok, ends[jj], -np.inf)
         hit = ok & (last >= g0 - tol_us)
-        cost = np.minimum(g1 - g0, waits[jj])
+        cost = np.where(fetched[jj], g1 - g0, np.minimum(g1 - g0, waits[jj]))
         return g0[hit], (g0 + cost)[hit]
     return cached(trace, f"sync_bubbles:{tol_us}", make)
 
@@ -178,8 +203,9 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         if callers:
             text += " from " + ", ".join(f"{n} x{c}" for n, c, _ in callers)
         if s["n_sync"]:
-            text += (f"; the syncs cost the GPU {fmt_us(s['bubble_us'])} of idle time after "
-                     f"them (each at most the time the host waited in it)")
+            text += (f"; the GPU then idled {fmt_us(s['bubble_us'])} waiting for the next launch "
+                     f"(a sync that fetched nothing is charged at most the time the host waited "
+                     f"in it)")
         return text, {k: round(v, 1) for k, v in s.items()}
 
     def title_for(self, numbers: dict) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..idle import pattern_lost
+from ..idle import pattern_lost, trace_costs
 from ..trace import CopyKind, Kind, MemKind
 from ..windows import Windows
 from .base import AntiPattern, Measures
@@ -34,8 +34,6 @@ class PinConfig:
     #: A `Host -> Device` copy (kind unknown) counts when its launch blocked this much of it.
     blocking_share: float = 0.8
     unknown_weight: float = 0.7
-    #: Below this share of a window lost to pageable copies, the score shrinks in proportion.
-    cost_gate: float = 0.01
 
 
 def pageable_h2d(trace, config: PinConfig = PinConfig()) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +95,10 @@ For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pi
         # GPU time lost: the device idle while the host is stuck in the call or only the copy
         # runs (the idle account's bucket); copies hidden under compute cost nothing.
         lost = pattern_lost(windows, self.id)
-        score = score * ramp(lost / windows.width_us, 0.0, c.cost_gate)
+        # The host blocks in a pageable copy while the GPU still drains earlier work: the window
+        # shows the mechanism before the GPU pays for it, so only a trace where these copies
+        # never cost the GPU anything has no finding (severity then follows the cost).
+        score = score * trace_costs(t, self.id)
         nbytes = sum_in(windows, t.ts[r], np.nan_to_num(t.bytes[r]))
         n = sum_in(windows, t.ts[r], np.ones(len(r)))
         return {"score": score, "lost_us": lost, "copy_us": copy_us,
