@@ -255,6 +255,12 @@ def warmup_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     return starts, ends, {k: v for k, v in parts.items()}, steps
 
 
+def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
+    """`warmup_intervals`, computed once per trace and config."""
+    from .patterns.signals import cached
+    return cached(trace, f"idle:warmup:{config!r}", lambda: warmup_intervals(trace, config))
+
+
 def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
@@ -267,7 +273,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     from .patterns.small_nccl_kernels import SmallNcclConfig, small_nccl
 
     t = trace
-    w0, w1, _, _ = warmup_intervals(t, config)
+    w0, w1, _, _ = warmup(t, config)
     out = {"warmup": (w0, w1)}
     blk = blocking_nccl(t, BlockConfig())
     sc = SmallNcclConfig()
@@ -379,7 +385,7 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     busy = float(np.sum(be - bs))
     steady = [(s.start_us, s.end_us, s.number) for s in sorted(t.steps, key=lambda x: x.start_us)
               if s.end_us > s.start_us]
-    _, _, sources, wsteps = warmup_intervals(t, config)
+    _, _, sources, wsteps = warmup(t, config)
     # What the warm-up was made of: each warm-up us to the first source covering it.
     src_us = {}
     left = code == 0
@@ -454,17 +460,21 @@ def busy_per_window(windows: Windows) -> np.ndarray:
 def per_step(trace: Trace, config: IdleConfig = IdleConfig()) -> list[dict]:
     """Per profiler step: number, duration, warm-up or not, idle total and by cause."""
     acc = measure(trace, config)
-    out = []
-    for s in sorted(trace.steps, key=lambda x: x.start_us):
-        by = {c: 0.0 for c in CAUSES}
-        for k, mid in enumerate(MECHANISM_IDS):
-            cause = MECHANISMS[k].cause if k < len(MECHANISMS) else "not_explained"
-            by[cause] += acc.time_in(mid, [s.start_us], [s.end_us])
-        out.append({"number": s.number, "dur_us": round(s.end_us - s.start_us, 1),
-                    "warmup": s.number in acc.warmup_steps,
-                    "idle_us": round(sum(by.values()), 1),
-                    "by_cause": {c: round(v, 1) for c, v in by.items()}})
-    return out
+    steps = sorted(trace.steps, key=lambda x: x.start_us)
+    if not steps:
+        return []
+    edges = np.array([x for s in steps for x in (s.start_us, s.end_us)], dtype=np.float64)
+    by = {c: np.zeros(len(steps)) for c in CAUSES}
+    for k, mid in enumerate(MECHANISM_IDS):  # one pass over the segments per mechanism
+        cause = MECHANISMS[k].cause if k < len(MECHANISMS) else "not_explained"
+        sel = acc.seg_code == k
+        f = covered_time(acc.seg_start[sel], acc.seg_end[sel], edges)
+        by[cause] += f[1::2] - f[0::2]
+    return [{"number": s.number, "dur_us": round(s.end_us - s.start_us, 1),
+             "warmup": s.number in acc.warmup_steps,
+             "idle_us": round(float(sum(by[c][i] for c in CAUSES)), 1),
+             "by_cause": {c: round(float(by[c][i]), 1) for c in CAUSES}}
+            for i, s in enumerate(steps)]
 
 
 # -- words ---------------------------------------------------------------------------------------
