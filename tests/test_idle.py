@@ -18,7 +18,7 @@ from traceap.findings import cost_sentence
 from traceap.info import summarize
 from traceap.report.html import render_html
 from traceap.report.terminal import render
-from traceap.trace import CopyKind, Kind, Trace, busy_union, merged_intervals
+from traceap.trace import CopyKind, Kind, Trace, busy_union
 from traceap.units import fmt_us
 from traceap.windows import Windows
 

@@ -21,7 +21,7 @@ from ..idle import pattern_lost
 from ..trace import Kind, merged_intervals
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import (cached, count_in, fmt_us, idle_while, ramp, rows_named, sum_in,
+from .signals import (cached, count_in, fmt_us, ramp, rows_named, sum_in,
                       union_in)
 
 FORWARD = r"^Torch-Compiled Region|^CompiledFunction$"

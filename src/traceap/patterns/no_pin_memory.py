@@ -20,7 +20,7 @@ from ..idle import pattern_lost, trace_costs
 from ..trace import CopyKind, Kind, MemKind
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import cached, fmt_bytes, fmt_us, idle_while, ramp, sum_in, union_in
+from .signals import cached, fmt_bytes, fmt_us, ramp, sum_in, union_in
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,6 @@ def render_html(analysis, trace=None) -> str:
         if is_job:
             body.append(f"<h2>{_e(s.label)}</h2>")
         body.append(s.header())
-        body.append(s.idle_bar())
         body.append(s.timeline(k))
         body.append(f"<h2>Findings ({len(s.findings)})</h2>")
         body.append(s.cards() if s.findings else
@@ -470,9 +469,15 @@ class _RankView:
         out = ['<div class="tiles">'] + [
             f'<div class="tile{" bad" if bad else ""}"><div class="k">{_e(k)}</div>'
             f'<div class="v">{_e(v)}</div></div>' for k, v, bad in tiles] + ["</div>"]
+        out.append(self.idle_bar())  # where the idle time goes, first
         if lost:
-            out.append(_lost_bars(lost))
+            out.append(_lost_bars(lost, self.titles()))
         return "".join(out)
+
+    def titles(self) -> dict[str, str]:
+        """The findings' own titles by pattern (a title says which form the evidence shows)."""
+        return {f.pattern: getattr(f, "title", None) or pattern_title(f.pattern)
+                for f in self.findings}
 
     def idle_tile(self) -> str:
         acc = getattr(self.analysis, "idle", None)
@@ -516,13 +521,13 @@ def _all_patterns(sections: Sequence[_RankView], cross: list) -> set[str]:
     return out
 
 
-def _lost_bars(lost: dict[str, float]) -> str:
+def _lost_bars(lost: dict[str, float], titles: dict[str, str] | None = None) -> str:
     most = max(lost.values()) or 1.0
     rows = ['<div class="lost"><div class="k" style="color:var(--muted);font-size:12px;'
             'text-transform:uppercase">Time lost per pattern</div>']
     for p, us in lost.items():
         rows.append(f'<div class="lost-row"><div><span class="swatch" style="background:'
-                    f'{_color(p)}"></span>{_e(pattern_title(p))}</div><div><div class="lost-bar" '
+                    f'{_color(p)}"></span>{_e((titles or {}).get(p) or pattern_title(p))}</div><div><div class="lost-bar" '
                     f'style="width:{100 * us / most:.1f}%;background:{_color(p)}"></div></div>'
                     f'<div class="n">{_e(_us(us))}</div></div>')
     rows.append("</div>")
