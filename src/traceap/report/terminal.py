@@ -205,6 +205,9 @@ def render_job(job, console: Console | None = None) -> None:
         line.append(f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, {idle}, "
                     f"{len(a.findings)} findings", style="dim")
         console.print(line)
+    for group in getattr(job, "copies", None) or []:
+        console.print(f"  [yellow]{len(group)} inputs are copies of one trace: analysed once, "
+                      f"not compared as ranks[/yellow]")
     totals = getattr(job, "totals", None)
     if totals:
         console.print(f"  [bold]GPU idle, all ranks: {fmt_us(totals['gpu_idle_us'])}[/bold]; "
