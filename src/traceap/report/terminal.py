@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from ..findings import cost_sentence
 from ..units import fmt_us
-from .colors import TERMINAL_COLORS
+from .colors import TERMINAL_CAUSE_COLORS, TERMINAL_COLORS
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 #: Colours per pattern (the HTML report's hues, as close as a terminal gets).
@@ -111,16 +112,53 @@ def _block(console: Console, text: str, indent: int, style: str = "",
             console.print(Text(pad + line, style=style), soft_wrap=True)
 
 
+#: Short cause names for the one-line idle bar (letters stand in for colours in pipes).
+CAUSE_SHORT = {"warmup": ("warm-up", "W"), "communication": ("communication", "C"),
+               "compile_gaps": ("compile gaps", "G"), "host_copy_sync": ("copies/syncs", "H"),
+               "data_loading": ("data loading", "D"), "launch_bound": ("launch-bound", "L"),
+               "not_explained": ("not explained", "?")}
+
+
+def idle_line(account, width: int = 24, letters: bool = False) -> Text:
+    """One line: GPU idle of the span, a bar split by cause, the causes with their time."""
+    from ..idle import CAUSES
+    text = Text("  ")
+    if account is None or account.span_us <= 0:
+        return text.append("GPU idle: no GPU activity", style="dim")
+    span, tot = account.span_us, account.total_us
+    text.append(f"GPU idle {fmt_us(tot)} of {fmt_us(span)} ({100 * tot / span:.0f}%) ", style="bold")
+    by = account.by_cause
+    parts = [("busy", span - tot)] + [(c, by[c]) for c in CAUSES]
+    cells = _apportion([v for _, v in parts], width)
+    for (cause, _), n in zip(parts, cells):
+        ch = "=" if cause == "busy" else (CAUSE_SHORT[cause][1] if letters else "█")
+        text.append(("░" if cause == "busy" and not letters else ch) * n,
+                    style=TERMINAL_CAUSE_COLORS.get(cause, ""))
+    named = sorted(((c, v) for c, v in by.items() if v > 0), key=lambda cv: -cv[1])
+    text.append(" " + ", ".join(f"{CAUSE_SHORT[c][0]} {fmt_us(v)}" for c, v in named), style="dim")
+    return text
+
+
+def _apportion(values: list[float], width: int) -> list[int]:
+    """Integer cell counts summing to `width`, proportional to `values` (largest remainders)."""
+    v = np.maximum(np.asarray(values, dtype=float), 0.0)
+    if v.sum() <= 0:
+        return [0] * len(values)
+    exact = v / v.sum() * width
+    cells = np.floor(exact).astype(int)
+    for i in np.argsort(-(exact - cells))[:width - int(cells.sum())]:
+        cells[i] += 1
+    return cells.tolist()
+
+
 def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -> None:
     """One finding: rank, severity, title, time lost, evidence and fix."""
-    share = f.time_lost_us / span_us if span_us > 0 else 0.0
     head = Text(f"#{f.rank} " if isinstance(f.rank, int) and f.windows else "- ")
     head.append(f"{f.severity.upper():6s} ", style=SEVERITY_STYLE.get(f.severity, ""))
     head.append(f.title, style=f"bold {COLORS.get(f.pattern, '')}".strip())
     head.append(f"  ({f.pattern})", style="dim")
     console.print(head)
-    _block(console, f"time lost {fmt_us(f.time_lost_us)} ({100 * share:.1f}% of the trace)", 4,
-           "bold")
+    _block(console, cost_sentence(f), 4, "bold")
     _block(console, f.evidence, 4)
     if f.explanation:
         _block(console, f.explanation, 4, "dim italic")
@@ -134,6 +172,7 @@ def render(analysis, console: Console | None = None, show_fix: bool = True) -> N
     console = console or Console()
     a = analysis
     _header(console, a)
+    console.print(idle_line(getattr(a, "idle", None), letters=console.no_color or not console.is_terminal))
     width = max(20, min(a.n_windows, (console.width or 100) - 4))
     line = Text("  ")
     strip = timeline(a, width)
@@ -161,9 +200,19 @@ def render_job(job, console: Console | None = None) -> None:
         busy = a.summary.get("gpu_busy_fraction")
         line = Text(f"  rank {r if r is not None else '?':>3} ")
         line.append_text(timeline(a, max(20, min(a.n_windows, (console.width or 100) - 42))))
-        line.append(f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, "
+        acc = getattr(a, "idle", None)
+        idle = f"idle {100 * acc.total_us / acc.span_us:.0f}%" if acc and acc.span_us > 0 else "idle -"
+        line.append(f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, {idle}, "
                     f"{len(a.findings)} findings", style="dim")
         console.print(line)
+    for group in getattr(job, "copies", None) or []:
+        console.print(f"  [yellow]{len(group)} inputs are copies of one trace: analysed once, "
+                      f"not compared as ranks[/yellow]")
+    totals = getattr(job, "totals", None)
+    if totals:
+        console.print(f"  [bold]GPU idle, all ranks: {fmt_us(totals['gpu_idle_us'])}[/bold]; "
+                      f"findings of the ranks: {fmt_us(totals['time_lost_us'])} lost (cross-rank "
+                      f"findings re-explain this time and are not added)")
     if job.findings:
         console.print("\n[bold]across ranks[/bold]")
         span = max((a.span_us[1] - a.span_us[0]) for a in job.ranks)
