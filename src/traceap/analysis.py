@@ -123,6 +123,9 @@ class JobAnalysis:
     copies: list[list[str]] = field(default_factory=list)
     #: Rank files that could not be read or analysed: {"path", "error"} (the others were).
     unreadable: list[dict] = field(default_factory=list)
+    #: How the work ran (where, seconds per rank file, the workers' peak memory); not in the
+    #: JSON, which is the same however the ranks were spread.
+    run: dict = field(default_factory=dict)
 
     @property
     def totals(self) -> dict:
@@ -425,7 +428,11 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     outcomes = [o for _, o in sorted(track(
         run(analyze_rank, list(enumerate(sources)), work, execution, preload=_RANK_PRELOAD),
         "analysing ranks", total=len(sources)), key=lambda io: io[0])]
-    return _assemble_job(path, outcomes, classifier, config, severity)
+    result = _assemble_job(path, outcomes, classifier, config, severity)
+    result.run = {"execution": execution.describe(),
+                  "rank_seconds": [round(o.seconds, 4) for o in outcomes],
+                  "worker_peak_rss_bytes": max(o.peak_rss_bytes for o in outcomes)}
+    return result
 
 
 @dataclass

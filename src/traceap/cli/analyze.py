@@ -135,14 +135,8 @@ def _execution(workers: int, ray: bool, ray_address: str | None, is_job: bool):
     """Where the ranks of a folder are analysed (`traceap.parallel.Execution`)."""
     from ..parallel import Execution
 
-    if workers < 1:
-        raise TraceapError("--workers must be at least 1")
-    address = ray_address if ray_address is not None else ("local" if ray else None)
-    if not is_job and (workers > 1 or address is not None):
+    execution = Execution.from_options(workers, ray, ray_address)
+    if execution.parallel and not is_job:
         raise TraceapError("--workers / --ray spread the ranks of a folder; give a folder of "
                            "per-rank traces")
-    if address is not None:
-        from ..parallel import RAY_MISSING, ray_available
-        if not ray_available():
-            raise TraceapError(RAY_MISSING)
-    return Execution(workers, address)
+    return execution
