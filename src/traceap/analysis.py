@@ -431,6 +431,7 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     result = _assemble_job(path, outcomes, classifier, config, severity)
     result.run = {"execution": execution.describe(),
                   "rank_seconds": [round(o.seconds, 4) for o in outcomes],
+                  "rank_cpu_seconds": [round(o.cpu_seconds, 4) for o in outcomes],
                   "worker_peak_rss_bytes": max(o.peak_rss_bytes for o in outcomes)}
     return result
 
@@ -452,7 +453,8 @@ class RankOutcome:
     #: What a stateful classifier gathered on this rank (re-detection changes, LLM records).
     classifier_state: dict = field(default_factory=dict)
     peak_rss_bytes: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0             # wall, in the worker: reading + summarising + analysing
+    cpu_seconds: float = 0.0         # the worker's CPU time for it
 
 
 class RankWork:
@@ -497,7 +499,7 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
     from .load import load
     from .parallel import peak_rss_bytes
 
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     index, source = item
     loaded = isinstance(source, Trace)
     path = source.meta.path if loaded else str(source)
@@ -513,14 +515,18 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
             from .report.html import trace_details
             a.trace_details = trace_details(a, t)
     except _RANK_ERRORS as exc:
-        return RankOutcome(index, path, error=str(exc) or type(exc).__name__,
+        # The loader's message starts with the path, which the outcome holds already.
+        why = (str(exc) or type(exc).__name__).removeprefix(f"{path}: ")
+        return RankOutcome(index, path, error=why,
                            stage_notes=list(stage_notes), classifier_state=_take_state(clf),
                            peak_rss_bytes=peak_rss_bytes(),
-                           seconds=time.perf_counter() - t_start)
+                           seconds=time.perf_counter() - t_start,
+                           cpu_seconds=time.process_time() - cpu_start)
     finally:
         t = None  # the trace goes now, before the next rank is read
     return RankOutcome(index, path, a, summary, n_warnings, None, list(stage_notes),
-                       _take_state(clf), peak_rss_bytes(), time.perf_counter() - t_start)
+                       _take_state(clf), peak_rss_bytes(), time.perf_counter() - t_start,
+                       time.process_time() - cpu_start)
 
 
 def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: JobConfig,

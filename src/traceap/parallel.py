@@ -59,6 +59,8 @@ PRELOAD = ("traceap.parallel", "traceap.analysis", "traceap.patterns", "traceap.
 _SPEC = "_traceap_spec"
 #: Set only while the forkserver starts: "key:path" of the shared part it should build once.
 _WARM_ENV = "TRACEAP_FORKSERVER_SHARED"
+#: Thread counts of the numeric libraries, set for the workers unless the user set them.
+_THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -229,11 +231,17 @@ def _run_local(task, items, shared, workers: int, preload: Sequence[str]):
         with tempfile.NamedTemporaryFile("wb", prefix="traceap-shared-", delete=False) as fh:
             fh.write(blob)
             warm_file = fh.name
-        os.environ[_WARM_ENV] = f"{key}:{warm_file}"
+        # One BLAS/OpenMP thread per worker when workers fill the cores (as loky does): the
+        # numeric libraries read these when the server imports them.
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        added = {k: threads for k in _THREAD_ENV if k not in os.environ}
+        added[_WARM_ENV] = f"{key}:{warm_file}"
+        os.environ.update(added)
         try:
             forkserver.ensure_running()
         finally:
-            os.environ.pop(_WARM_ENV, None)
+            for k in added:
+                os.environ.pop(k, None)
     pool = ProcessPoolExecutor(min(workers, len(items)), mp_context=ctx, initializer=_install,
                                initargs=(key, blob))
     try:
