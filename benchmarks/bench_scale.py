@@ -188,6 +188,50 @@ def run_case(folder: Path, mode: str, workers: int, windows: int) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+# -- the command, as a user runs it -------------------------------------------------------------------
+def idle_share(seconds: float = 1.0) -> float:
+    """Fraction of the machine's CPU time left idle over the next `seconds` (/proc/stat)."""
+    def read():
+        with open("/proc/stat") as fh:
+            v = [int(x) for x in fh.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    i0, t0 = read()
+    time.sleep(seconds)
+    i1, t1 = read()
+    return (i1 - i0) / max(t1 - t0, 1)
+
+
+def command_check(folder: Path, workers: int, rounds: int, quiet_share: float,
+                  wait_max_s: float) -> dict:
+    """`traceap analyze DIR -q --json OUT` against the same with --workers N: whole commands,
+    interleaved; before each pair, wait (up to `wait_max_s`) until at least `quiet_share` of
+    the CPUs sat idle for a second, so the pair meets a quiet-ish machine."""
+    env = dict(os.environ, TRACEAP_PROGRESS="0")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src")] +
+                                        [p for p in [env.get("PYTHONPATH")] if p])
+    out = {"serial": [], "workers": [], "load_avg": [], "idle_before": []}
+    for _ in range(rounds):
+        deadline = time.time() + wait_max_s
+        idle = idle_share()
+        while idle < quiet_share and time.time() < deadline:
+            time.sleep(5)
+            idle = idle_share()
+        out["idle_before"].append(round(idle, 2))
+        out["load_avg"].append(os.getloadavg()[0])
+        for key, extra in (("serial", []), ("workers", ["--workers", str(workers)])):
+            t = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(folder), "-q",
+                                "--json", os.devnull, *extra], env=env, capture_output=True,
+                               text=True)
+            if p.returncode:
+                raise SystemExit(f"traceap analyze failed:\n{p.stderr[-2000:]}")
+            out[key].append(time.perf_counter() - t)
+    s, w = statistics.median(out["serial"]), statistics.median(out["workers"])
+    out |= {"serial_median_s": s, "workers_median_s": w, "ratio": w / s,
+            "pair_ratios": [b / a for a, b in zip(out["serial"], out["workers"])]}
+    return out
+
+
 # -- the report -------------------------------------------------------------------------------------
 def _mb(b: float) -> str:
     return f"{b / 1e6:.0f} MB"
@@ -260,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=argparse.SUPPRESS)
     ap.add_argument("--ranks", default="8,64,512", help="job sizes (ranks), comma-separated")
     ap.add_argument("--copies", type=int, default=1, help="replays per rank for the job sizes")
-    ap.add_argument("--copies-big", type=int, default=16,
+    ap.add_argument("--copies-big", type=int, default=64,
                     help="replays per rank for the big-rank job (8 ranks) that gives the per-MB "
                          "rates; 0 = skip")
     ap.add_argument("--modes", default="serial,local,ray")
@@ -274,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-min", type=float, default=30,
                     help="wall time the extrapolation sizes the cluster for")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--command-rounds", type=int, default=0,
+                    help="also time the whole `traceap analyze DIR` command, serial against "
+                         "--workers N, this many interleaved rounds on each 8-rank job")
+    ap.add_argument("--quiet-share", type=float, default=0.5,
+                    help="before each command pair, wait for this idle share of the CPUs")
+    ap.add_argument("--wait-max-s", type=float, default=120)
     args = ap.parse_args(argv)
     if args.case:
         folder, mode, workers, windows = args.case
@@ -320,6 +370,17 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {label} | {s['wall_s']:.2f} | {s['wall_s'] / base['wall_s']:.2f} "
                          f"| {s['cpu_s_per_rank']:.3f} | {_mb(s['parent_peak_rss'])} | "
                          f"{_mb(s['worker_peak_rss'])} | {'yes' if same else 'NO'} |")
+        if args.command_rounds and n == 8:
+            chk = command_check(folder, args.workers, args.command_rounds, args.quiet_share,
+                                args.wait_max_s)
+            results["jobs"][-1]["command"] = chk
+            lines.append(
+                f"\nWhole command `traceap analyze DIR -q --json OUT`, {args.command_rounds} "
+                f"interleaved pairs: serial {chk['serial_median_s']:.2f} s, --workers "
+                f"{args.workers} {chk['workers_median_s']:.2f} s (median), ratio "
+                f"**{chk['ratio']:.2f}x** (pairs: "
+                f"{', '.join(f'{r:.2f}' for r in chk['pair_ratios'])}; idle CPU share before "
+                f"each pair {chk['idle_before']}, load average {chk['load_avg']}).")
         if "ray" in summ and summ["ray"]["ray_start_s"] is not None:
             lines.append(f"\nStarting the local Ray instance (not in the times above; "
                          f"`--ray` pays it once per command): {summ['ray']['ray_start_s']:.1f} s.")

@@ -190,7 +190,18 @@ def _ray_call(task: Callable, key: str, blob_ref: list, item: Any) -> Any:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far (Linux/macOS `getrusage`)."""
+    """This process's peak resident memory so far.
+
+    `VmHWM` of /proc/self/status where there is one: unlike `getrusage`'s ru_maxrss, which
+    Linux carries across exec (a fresh `python` started by a big process would report that
+    process's peak), it belongs to this process image alone."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
