@@ -411,6 +411,11 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     from .parallel import Execution, run
     from .progress import track
 
+    # Checked here, once: inside a rank's task these would read as that rank's failure.
+    if n_windows < 1:
+        raise TraceapError("the number of windows must be at least 1")
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise TraceapError("the threshold must be between 0 and 1")
     execution = Execution(workers, ray)
     if isinstance(job, Job):
         if execution.parallel:

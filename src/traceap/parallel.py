@@ -221,7 +221,7 @@ def run(task: Callable[[Any, Any], R], items: Sequence[Any], shared: Any = None,
         return iter(())
     if execution.ray is not None:
         return _run_ray(task, items, shared, execution)
-    if execution.workers > 1 and len(items) > 1:
+    if execution.workers > 1:
         return _run_local(task, items, shared, execution.workers, preload)
     return ((i, task(shared, item)) for i, item in enumerate(items))
 
