@@ -98,6 +98,19 @@ def test_workers_give_the_serial_json_on_the_bundled_job():
     assert parallel.run["worker_peak_rss_bytes"] > 0 and len(parallel.run["rank_seconds"]) == 2
 
 
+def test_what_comes_back_per_rank_is_small_and_does_not_grow_with_the_trace():
+    import pickle
+
+    job = analyze_job(JOB, n_windows=100, detector="expert", workers=2)
+    a = job.ranks[0]
+    assert len(pickle.dumps(a)) < 100_000 and len(pickle.dumps(job.summaries[0])) < 5_000
+    # The idle account's per-segment arrays (O(events)) stayed in the worker; totals came back.
+    assert not a.idle.has_segments and len(a.idle.seg_start) == 0
+    assert a.idle.total_us == pytest.approx(sum(a.idle.by_cause.values()))
+    with pytest.raises(ValueError, match="totals only"):
+        a.idle.time_in("not_explained", [0.0], [1e18])
+
+
 def test_redetection_notes_come_back_from_the_workers_in_rank_order():
     def job(workers):
         det = make_detector("expert")

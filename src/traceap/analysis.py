@@ -519,6 +519,8 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
         if work.for_html:
             from .report.html import trace_details
             a.trace_details = trace_details(a, t)
+        # The parent keeps one result per rank: no arrays that grow with the trace.
+        a.idle = a.idle.totals_only() if a.idle is not None else None
     except _RANK_ERRORS as exc:
         # The loader's message starts with the path, which the outcome holds already.
         why = (str(exc) or type(exc).__name__).removeprefix(f"{path}: ")

@@ -85,8 +85,6 @@ class Execution:
                      ray_address: str | None = None) -> "Execution":
         """From the command line's --workers, --ray and --ray-address (which implies --ray);
         a missing Ray is one clear error, before any work starts."""
-        if workers < 1:
-            raise TraceapError("--workers must be at least 1")
         address = ray_address if ray_address is not None else ("local" if ray else None)
         if address is not None and not ray_available():
             raise TraceapError(RAY_MISSING)
