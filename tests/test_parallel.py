@@ -258,3 +258,19 @@ def test_featurising_in_two_workers_gives_the_same_features(tmp_path):
                 np.testing.assert_array_equal(np.asarray(getattr(a, f.name)),
                                               np.asarray(getattr(b, f.name)))
     assert len(list((tmp_path / "c2" / "features").glob("*.npz"))) == 8
+
+
+def test_cli_unreachable_ray_cluster_is_one_line_not_minutes_of_retries():
+    pytest.importorskip("ray", reason="Ray is not installed")
+    import socket
+
+    with socket.socket() as s:          # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(JOB), "-q",
+                        "--ray-address", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"traceap: error: cannot reach the Ray cluster at 127.0.0.1:{port} "
+        f"([Errno 111] Connection refused)"]

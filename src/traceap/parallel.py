@@ -333,14 +333,16 @@ def ray_session(execution: Execution):
     if ray.is_initialized():
         yield ray
         return
-    # No usage-statistics banner on the terminal of a command-line tool.
+    # No usage-statistics banner and no C++ warnings on the terminal of a command-line tool.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     quiet = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
     try:
         if execution.ray == "local":
             cpus = execution.workers if execution.workers > 1 else os.cpu_count() or 1
             ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
         else:
+            _check_reachable(execution.ray)
             ray.init(address=execution.ray, **quiet)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise TraceapError(f"cannot start or reach Ray at {execution.ray}: "
@@ -349,6 +351,26 @@ def ray_session(execution: Execution):
         yield ray
     finally:
         ray.shutdown()
+
+
+#: Seconds to wait for a cluster's port to answer (Ray itself retries for minutes).
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """A cluster address (HOST:PORT or ray://HOST:PORT) whose port does not answer is one
+    clear error now, instead of `ray.init` retrying for minutes."""
+    import socket
+
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto": Ray finds the running cluster (or says there is none) itself
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)),
+                                 timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise TraceapError(f"cannot reach the Ray cluster at {address} ({exc})") from None
 
 
 def ray_available() -> bool:
