@@ -496,13 +496,13 @@ def render(d: Diff, console=None) -> None:
         style = {"fixed": "green", "better": "green", "new": "red", "worse": "red"}[c.status]
         where = f" (rank {c.rank})" if c.rank is not None else ""
         console.print(f"  [{style}]{c.status:6s}[/{style}] {escape(c.pattern)}{where}: "
-                      f"{escape(c.title)}")
+                      f"{escape(c.title)}", soft_wrap=True)
     for n in dict.fromkeys(b.notes + a.notes):
         where = ("both" if n in b.notes and n in a.notes else
                  "before" if n in b.notes else "after")
-        console.print(f"  [dim]{where}: {escape(n)}[/dim]")
+        console.print(f"  [dim]{where}: {escape(n)}[/dim]", soft_wrap=True)
     style = "bold red" if d.slower else "bold"
-    console.print(f"[{style}]{escape(d.verdict)}[/{style}]")
+    console.print(f"[{style}]{escape(d.verdict)}[/{style}]", soft_wrap=True)
 
 
 def _short(path: str, limit: int = 40) -> str:

@@ -46,7 +46,7 @@ def diff(
             json_out.write_bytes(data)
     console = Console(stderr=str(json_out) == "-")
     if quiet:
-        console.print(d.verdict, markup=False, highlight=False)
+        console.print(d.verdict, markup=False, highlight=False, soft_wrap=True)
     else:
         render(d, console)
     if fail_if_slower is not None:
@@ -55,5 +55,5 @@ def diff(
                                "ProfilerStep annotations); nothing to gate on")
         if d.slower:
             console.print(f"step time grew {d.step_pct:+.1f}%, more than --fail-if-slower "
-                          f"{fail_if_slower:g}%", style="bold red", highlight=False)
+                          f"{fail_if_slower:g}%", style="bold red", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_SLOWER)

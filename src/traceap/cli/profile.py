@@ -52,21 +52,21 @@ def profile(
                         period_s=period, overwrite=overwrite)
     cfg.validate()
     console = _console()
-    console.print(f"[bold]traceap profile[/bold]: recording steps {skip + 1}-{skip + steps} of "
-                  f"`{_quote(command)}` -> {cfg.out}", highlight=False)
-    r = run(command, cfg)
+    r = run(command, cfg, on_start=lambda: console.print(
+        f"[bold]traceap profile[/bold]: recording steps {skip + 1}-{skip + steps} of "
+        f"`{_quote(command)}` -> {cfg.out}", highlight=False, soft_wrap=True))
     how = ("stopped after its trace (--exit-after)" if r.stopped_by_traceap and r.exit_code == 0
            else f"exited with code {r.exit_code}")
     console.print(f"[bold]traceap profile[/bold]: the command {how} after {r.seconds:.1f} s; "
-                  f"{len(r.traces)} trace(s) in {cfg.out}", highlight=False)
+                  f"{len(r.traces)} trace(s) in {cfg.out}", highlight=False, soft_wrap=True)
     for line in describe(r, cfg):
-        console.print(f"  {line}", markup=False, highlight=False)
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     if r.traces and not no_analysis:
         try:
             _analyse(r, cfg, windows, html, console)
         except TraceapError as exc:
             console.print(f"traceap: error: analysing the recording: {exc}", markup=False,
-                          highlight=False)
+                          highlight=False, soft_wrap=True)
     raise typer.Exit(r.exit_code)
 
 
@@ -100,19 +100,19 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
             loading = (f"DataLoader.__next__ {fmt_us(m['dataloader_us_per_step'])} per step "
                        f"({100 * share:.0f}% of the step, on the host)")
         console.print(f"  {who}median step {fmt_us(m['step_us'])}, {loading}",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     if r.cpu_only:
         console.print("  CPU-only recording: no GPU activity was recorded, so the eight GPU "
                       "anti-patterns cannot show here; the step time and the data loading per "
                       "step above are what `traceap diff` compares. Run on a GPU (or "
-                      "--activities cpu,cuda) to see them.", highlight=False)
+                      "--activities cpu,cuda) to see them.", highlight=False, soft_wrap=True)
     if html:
         from ..report.html import write_html
         path = write_html(result, Path(cfg.out) / "report.html",
                           loaded if len(r.traces) > 1 else traces[0])
-        console.print(f"  [dim]HTML report: {path}[/dim]", highlight=False)
+        console.print(f"  [dim]HTML report: {path}[/dim]", highlight=False, soft_wrap=True)
     console.print(f"  [dim]compare with another run: traceap diff {cfg.out} OTHER_DIR[/dim]",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
 
 
 def _console():

@@ -134,8 +134,10 @@ def child_env(cfg: ProfileConfig, state: Path, base: dict | None = None) -> dict
     return env
 
 
-def run(command: list[str], cfg: ProfileConfig) -> ProfileRun:
-    """Run `command` with the recorder switched on; wait for it; gather its traces."""
+def run(command: list[str], cfg: ProfileConfig, on_start=None) -> ProfileRun:
+    """Run `command` with the recorder switched on; wait for it; gather its traces.
+
+    `on_start()` is called once the inputs are checked, just before the command starts."""
     if not command:
         raise TraceapError("give the command to profile after --, e.g. "
                            "traceap profile -- python train.py")
@@ -144,6 +146,8 @@ def run(command: list[str], cfg: ProfileConfig) -> ProfileRun:
     if exe is None:
         raise TraceapError(f"{command[0]}: command not found")
     prepare_out(cfg)
+    if on_start is not None:
+        on_start()
     state = Path(tempfile.mkdtemp(prefix="traceap-profile-"))
     try:
         t0 = time.perf_counter()

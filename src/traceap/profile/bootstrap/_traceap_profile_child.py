@@ -151,8 +151,12 @@ class _Recording:
 
     def __init__(self, ctl: "Controller", source: str, boundary: int):
         import torch
+        import torch.autograd.profiler as autograd_profiler
         from torch.profiler import profile
 
+        if getattr(autograd_profiler, "_is_profiler_enabled", False):
+            # Two profilers cannot run at once; the script's own one wins.
+            raise RuntimeError("the script runs torch.profiler itself; leaving it alone")
         self.ctl, self.source = ctl, source
         self.first = ctl.skip + 1
         self.last = ctl.skip + ctl.steps
@@ -431,6 +435,10 @@ class Controller:
             for rec in (self.rec, self.time_rec):
                 if rec is not None and not rec.finished:
                     rec.stop()  # save the steps recorded so far
+            if self.rec is not None and self.rec.path and self.time_rec is not None \
+                    and self.time_rec.path:
+                os.remove(self.time_rec.path)  # real steps, even partial, beat the fallback
+                self.time_rec = None
         except Exception as exc:  # noqa: BLE001
             self.error = self.error or f"{type(exc).__name__}: {exc}"
         self._write_record()
