@@ -251,7 +251,6 @@ class Controller:
         self._lead_dataset = None
         self._hook = None
         self._next_orig = None
-        self._rank = None
 
     # -- installing -----------------------------------------------------------------------
     def install(self) -> None:
@@ -306,6 +305,9 @@ class Controller:
         if self.timer_on:
             self.timer_on = False
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if threading.current_thread() is threading.main_thread() and \
+                    signal.getsignal(signal.SIGALRM) == self._on_alarm:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)  # SIGALRM is the script's again
 
     def _on_alarm(self, signum, frame) -> None:
         if self.disabled or not self.timer_on:
@@ -323,7 +325,7 @@ class Controller:
             self.alarms += 1
             if self.time_rec is None:
                 if _is_launcher():
-                    self.timer_on = False
+                    self._timer_off()
                     return
                 if self.alarms >= self.start_boundary:
                     self.time_rec = _Recording(self, "time", self.alarms)
@@ -331,7 +333,7 @@ class Controller:
             elif not self.time_rec.advance(self.alarms):
                 rearm = True
             else:
-                self.timer_on = False
+                self._timer_off()
                 self._write_record()
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
