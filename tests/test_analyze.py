@@ -260,6 +260,6 @@ def test_offline_classifier_blends_a_detectors_pattern_head(ddp):
     named = {w.pattern for w in a.windows if w.pattern}
     # cpu_bound windows score 0.85 by rule (0.43 blended) < graph_break's 0.5 from the head.
     assert "graph_break" in named
-    assert any("pattern head" in n for n in a.notes)
+    assert any("model's pattern scores" in n for n in a.notes)
     plain = analyze(ddp, n_windows=100, detector="expert")
     assert "graph_break" not in {w.pattern for w in plain.windows if w.pattern}
