@@ -19,7 +19,9 @@ def collect(
                                 help="Anti-pattern to switch on: 'none' (a clean trace), a "
                                      "pattern id, or ids separated by commas."),
     out: Path = typer.Option(None, "--out", "-o", help="Dataset folder: traces/ and manifest.jsonl."),
-    device: str = typer.Option(None, "--device", help="cuda or cpu (default: cuda when visible)."),
+    device: str = typer.Option(None, "--device", help="cuda or cpu (default: cuda when a GPU "
+                               "is visible, else cpu; a CPU trace has no GPU events, so "
+                               "traceap analyze finds none of the patterns in it)."),
     steps: int = typer.Option(3, help="Profiled (active) steps."),
     batch_size: int = typer.Option(None, "--batch-size", "-b",
                                    help="Batch size (default 32 on a GPU, 8 on the CPU)."),
@@ -50,9 +52,12 @@ def collect(
         typer.echo("patterns: none, " + ", ".join(
             p + (" (GPU)" if p in GPU_ONLY else "") for p in PATTERNS))
         return
+    chosen = device
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if plan is not None:
-        p = load_plan(plan, out=out, device=device)
+        p = load_plan(plan, out=out, device=chosen or (None if torch.cuda.is_available()
+                                                        else "cpu"))
+        _say_device(chosen, p.device)
         res = run_plan(p, echo=typer.echo)
         typer.echo(f"plan: {len(res.recorded)} recorded, {len(res.existing)} already there, "
                    f"{len(res.unavailable)} skipped (not possible here), "
@@ -66,8 +71,27 @@ def collect(
                         steps=steps, batch_size=batch_size, inference=inference, task=task,
                         split=split, image_size=image_size, workers=workers,
                         compile_backend=compile_backend, overwrite=overwrite)
+    cfg.validate()  # a bad option is one line before anything is said or recorded
+    _say_device(chosen, device)
     rec = record(cfg)
     e = rec.entry
     typer.echo(f"recorded {e.id} ({e.label}, {len(e.anomalies)} anomaly intervals) in "
                f"{rec.seconds:.1f} s -> {rec.trace}")
 
+
+
+def _say_device(asked: str | None, device: str) -> None:
+    """Say which device records, and what a CPU recording cannot show (stderr, before the
+    recording starts)."""
+    if device != "cpu":
+        return
+    if asked is None:
+        typer.echo("traceap: no --device given and no CUDA GPU visible: recording on the CPU",
+                   err=True)
+    typer.echo(f"traceap: note: {CPU_NOTE}", err=True)
+
+
+#: What a CPU recording is good for (said by `collect` and, for CPU-only traces, by `analyze`).
+CPU_NOTE = ("a CPU recording has no GPU events, so traceap analyze can find none of the eight "
+            "GPU anti-patterns in it (its labels still test the recorder); record real traces "
+            "on a GPU machine: bash scripts/gpu_collect.sh")
