@@ -76,7 +76,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        """The traceap.analysis/v1 object of FORMATS.md (exactly its keys)."""
+        """The traceap.analysis/v1 object of docs/FORMATS.md (exactly its keys)."""
         return {
             "schema": SCHEMA,
             "trace": self.trace_path,

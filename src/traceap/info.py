@@ -19,7 +19,7 @@ def _f(x) -> float | None:
 
 
 def summarize(trace: Trace, top: int = 10) -> dict:
-    """The `traceap.info/v1` object for one trace (the FORMATS.md keys plus more)."""
+    """The `traceap.info/v1` object for one trace (the docs/FORMATS.md keys plus more)."""
     kind = trace.kind
     counts = Counter(int(k) for k in kind)
     per_kind = {KIND_NAMES[Kind(k)]: c for k, c in sorted(counts.items())}

@@ -15,6 +15,24 @@ import typer
 
 from ..errors import TraceapError
 
+def _flags_without_placeholder() -> None:
+    """Help shows `--quiet` rather than `--quiet <bool>`: recent typer prints the value type of
+    every option, flags included (which take no value), and `--help` itself."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_traceap", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich._traceap = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_placeholder()
+
 app = typer.Typer(
     name="traceap",
     help="Find performance anti-patterns in PyTorch profiler traces, window by window, "

@@ -33,7 +33,7 @@ from ..windows import Windows
 from . import metrics
 
 SCHEMA = "traceap.eval/v1"
-#: Column order of the tables: the paper's Table 3, then the other tasks of FORMATS.md.
+#: Column order of the tables: the paper's Table 3, then the other tasks of docs/FORMATS.md.
 _PAPER_ORDER = SEEN_TASKS + ("pose_estimation", "depth_estimation", "image_generation")
 TASK_ORDER = _PAPER_ORDER + tuple(t for t in TASKS if t not in _PAPER_ORDER)
 #: Split name -> the group it is reported under (the paper's "Seen" and "Unseen").

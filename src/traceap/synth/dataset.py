@@ -1,4 +1,4 @@
-"""The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per FORMATS.md.
+"""The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per docs/FORMATS.md.
 
 Default as in the paper: 610 traces; 460 train (classification, detection, segmentation) and
 150 test with window-level labels, split into test_seen (the same three tasks) and test_unseen
