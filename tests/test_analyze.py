@@ -390,3 +390,20 @@ def test_info_table_fits_and_names_differ(tmp_path):
     assert max(len(ln.rstrip()) for ln in lines) <= 80
     rows = [ln.split("│")[-1].strip() for ln in lines if ln.count("│") == 4]
     assert len(rows) == 10 and len(set(rows)) == 10
+
+
+def test_cli_silences_the_text_encoders_progress_bars():
+    """New event names go through the text encoder, whose weights load with a "Loading
+    weights" bar (transformers' tqdm, switched by huggingface_hub): under the traceap command
+    that switch is off.  (Checked on the switch: loading the encoder end to end takes half a
+    minute on 2 cores; the bar appeared on stderr before.)"""
+    import os
+    pytest.importorskip("huggingface_hub")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    code = ("import traceap.cli\n"
+            "from huggingface_hub.utils import are_progress_bars_disabled\n"
+            "print(are_progress_bars_disabled())\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "True"

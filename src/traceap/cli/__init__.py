@@ -15,6 +15,11 @@ import typer
 
 from ..errors import TraceapError
 
+# Libraries loaded on demand must not draw on stderr: the text encoder's weights load with a
+# "Loading weights" bar (transformers, through huggingface_hub's switch).
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def _flags_without_placeholder() -> None:
     """Help shows `--quiet` rather than `--quiet <bool>`: recent typer prints the value type of
     every option, flags included (which take no value), and `--help` itself."""
