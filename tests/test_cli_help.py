@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import click
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -19,11 +18,12 @@ def _commands() -> list[list[str]]:
     """The argv of every command and sub-command (`[]` is traceap itself)."""
     out: list[list[str]] = []
 
-    def walk(cmd: click.Command, path: list[str]) -> None:
+    def walk(cmd, path: list[str]) -> None:
         out.append(path)
-        if isinstance(cmd, click.Group):
-            for name, sub in cmd.commands.items():
-                walk(sub, path + [name])
+        if hasattr(cmd, "list_commands"):  # a group (typer ships its own click)
+            ctx = type(cmd).context_class(cmd)
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), path + [name])
     walk(typer.main.get_command(app), [])
     return out
 
