@@ -219,3 +219,26 @@ def test_collect_without_device_says_cpu_and_keeps_stderr_clean(tmp_path):
     assert not any("UserWarning" in ln for ln in err), err
     assert len(err) <= 3 and all(ln.startswith("traceap: ") for ln in err), err
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["manifest.jsonl", "traces"]
+
+
+def test_a_stopped_recording_leaves_nothing_behind(tmp_path):
+    """SIGTERM (timeout, a batch system) mid-recording: one line, exit 130, no temporary files."""
+    import signal
+    import time
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRACEAP_PROGRESS": "0"}
+    out = tmp_path / "ds"
+    proc = subprocess.Popen([sys.executable, "-m", "traceap", "collect", "--model", "resnet_tiny",
+                             "--out", str(out), "--device", "cpu", "--steps", "400",
+                             "--batch-size", "2", "--workers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (out / ".collect-tmp").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("traceap: interrupted; nothing of this recording "
+                                            "was kept")
+    assert not (out / ".collect-tmp").exists()
+    assert not list(out.rglob("*.lock"))

@@ -39,7 +39,13 @@ def collect(
     list_models: bool = typer.Option(False, "--list", help="List the models and patterns."),
 ) -> None:
     """Record a real profiler trace, labelled, into a dataset (one recording or a --plan)."""
+    import signal
+
     import torch
+
+    # `timeout`, a batch system or `kill` stop a sweep with SIGTERM: end like Ctrl-C, so the
+    # recording's temporary files are removed and the manifest stays whole.
+    signal.signal(signal.SIGTERM, _interrupt)
 
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
@@ -58,7 +64,10 @@ def collect(
         p = load_plan(plan, out=out, device=chosen or (None if torch.cuda.is_available()
                                                         else "cpu"))
         _say_device(chosen, p.device)
-        res = run_plan(p, echo=typer.echo)
+        try:
+            res = run_plan(p, echo=typer.echo)
+        except KeyboardInterrupt:
+            _stopped("rerun the same command to record the rest")
         typer.echo(f"plan: {len(res.recorded)} recorded, {len(res.existing)} already there, "
                    f"{len(res.unavailable)} skipped (not possible here), "
                    f"{len(res.failed)} failed -> {p.out}")
@@ -73,11 +82,24 @@ def collect(
                         compile_backend=compile_backend, overwrite=overwrite)
     cfg.validate()  # a bad option is one line before anything is said or recorded
     _say_device(chosen, device)
-    rec = record(cfg)
+    try:
+        rec = record(cfg)
+    except KeyboardInterrupt:
+        _stopped("nothing of this recording was kept")
     e = rec.entry
     typer.echo(f"recorded {e.id} ({e.label}, {len(e.anomalies)} anomaly intervals) in "
                f"{rec.seconds:.1f} s -> {rec.trace}")
 
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _stopped(what: str) -> None:
+    """One line for a stopped recording (Ctrl-C or SIGTERM) and the shell's code for it."""
+    typer.echo(f"traceap: interrupted; {what}", err=True)
+    raise typer.Exit(130)
 
 
 def _say_device(asked: str | None, device: str) -> None:
