@@ -54,7 +54,8 @@ ELSEWHERE = {"src/traceap/dataset.py", "src/traceap/patterns/__init__.py"}
 def test_formats_document_exists_and_every_reference_points_at_it():
     assert (REPO / "docs" / "FORMATS.md").is_file()
     for path in [REPO / "README.md", *sorted((REPO / "src").rglob("*.py")),
-                 *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "scripts").glob("*"))]:
+                 *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "scripts").glob("*")),
+                 *sorted((REPO / "benchmarks").glob("*.*"))]:
         if path.relative_to(REPO).as_posix() in ELSEWHERE:
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
