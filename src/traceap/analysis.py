@@ -73,7 +73,7 @@ class Analysis:
     severity: SeverityConfig = SEVERITY
 
     def to_json(self) -> dict:
-        """The traceap.analysis/v1 object of FORMATS.md: its keys, then the added ones."""
+        """The traceap.analysis/v1 object of docs/FORMATS.md: its keys, then the added ones."""
         out = {
             "schema": SCHEMA,
             "trace": self.trace_path,
@@ -208,7 +208,7 @@ def resolve_classifier(classifier: Classifier | str | None, detector: Detector |
     if classifier is None or classifier == "offline":
         head = getattr(detector, "pattern_probabilities", None)
         if head is not None and notes is not None:
-            notes.append("classifier: expert rules blended with the detector's pattern head")
+            notes.append("classifier: expert rules, averaged with the model's pattern scores")
         return make_classifier("offline", pattern_head=head)
     if isinstance(classifier, str):
         return make_classifier(classifier)
