@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/tune_findings.py --dataset datasets/real_injected
     .venv/bin/python benchmarks/tune_findings.py --dataset /tmp/ds --split test_seen  # smoke test
 
-Reads DATASET/manifest.jsonl (FORMATS.md: `split`, `label`, `patterns`), analyses every trace
+Reads DATASET/manifest.jsonl (docs/FORMATS.md: `split`, `label`, `patterns`), analyses every trace
 of the split ONCE with every cut-off at zero (so each candidate finding is seen with its gain in
 % of the step and whether the detector or only the idle accounting reported it), then sweeps the
 cut-offs on those numbers:
@@ -60,7 +60,7 @@ class TraceResult:
 
 
 def read_entries(dataset: Path, split: str) -> list[dict]:
-    """Manifest lines of one split (plain JSON: the keys FORMATS.md guarantees)."""
+    """Manifest lines of one split (plain JSON: the keys docs/FORMATS.md guarantees)."""
     path = dataset / "manifest.jsonl"
     if not path.exists():
         sys.exit(f"tune_findings: {dataset}: no manifest.jsonl")
