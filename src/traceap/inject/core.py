@@ -1,0 +1,288 @@
+"""One output: plan a pattern into a base, replay the physics, move the base's events, emit the
+new ones, label where the GPU waited, validate, encode.
+
+`inject_one(base, pattern, rng)` returns an `Output` (the JSON bytes, the anomalies) or
+raises `Unusable` / `Invalid` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..trace import Kind
+from .dialect import Factory
+from .edit import PH_FLOW_END, PH_FLOW_START, PH_FLOW_STEP, PH_INSTANT, PH_X
+from .mechanisms import MECHANISMS, Base, Plan, Unusable
+from .mechanisms.base import idle_intervals
+from .mechanisms.graph_break import wrap_events
+from .physics import Result, propagate
+from .validate import Columns, anomalies_outside, compare, describe, offenders, span_of
+
+#: GPU idle shorter than this inside a labelled window is launch latency, not waiting (us).
+MIN_GAP_US = 2.0
+#: How far past a block's end its GPU idle may reach: the relaunch latency and first op (us).
+RESUME_PAD_US = 50.0
+#: Plans are re-placed at most this many times after dropping instances that did not show.
+MAX_REPLANS = 3
+
+
+class Invalid(Exception):
+    """The edited trace breaks a structural rule its base kept; it is not written."""
+
+
+@dataclass
+class Output:
+    """One injected trace, ready to write."""
+
+    pattern: str
+    data: bytes
+    anomalies: list            # [(start_us, end_us)] absolute, this pattern
+    world_size: int | None = None
+    n_instances: int = 0
+    notes: list = field(default_factory=list)
+
+
+def flow_binding(base: Base) -> np.ndarray:
+    """For every flow event, the X event on its thread it sits on (-1 when none)."""
+    doc = base.doc
+    cached = getattr(doc, "_flow_bound", None)
+    if cached is not None:
+        return cached
+    n = len(doc.events)
+    bound = np.full(n, -1, np.int64)
+    flows = np.flatnonzero(((doc.ph == PH_FLOW_START) | (doc.ph == PH_FLOW_END) |
+                            (doc.ph == PH_FLOW_STEP)) & np.isfinite(doc.ts))
+    x = np.flatnonzero((doc.ph == PH_X) & np.isfinite(doc.ts))
+    key = doc.thread_key
+    for t in np.unique(key[flows]).tolist():
+        f = flows[key[flows] == t]
+        xr = x[key[x] == t]
+        if not len(xr):
+            continue
+        o = np.lexsort((-np.nan_to_num(doc.dur[xr]), doc.ts[xr]))
+        xr = xr[o]
+        xs = doc.ts[xr]
+        j = np.searchsorted(xs, doc.ts[f], side="left")
+        exact = (j < len(xs))
+        exact[exact] = xs[j[exact]] == doc.ts[f][exact]
+        # a flow sits on the event starting at its time (the outermost one), else on the
+        # latest event started before it
+        j2 = np.searchsorted(xs, doc.ts[f], side="right") - 1
+        pick = np.where(exact, j, j2)
+        ok = pick >= 0
+        bound[f[ok]] = xr[pick[ok]]
+    doc._flow_bound = bound
+    return bound
+
+
+def new_times(base: Base, res: Result) -> tuple[np.ndarray, np.ndarray]:
+    """New absolute (ts, end) of every base event."""
+    doc, tl = base.doc, base.tl
+    t0 = tl.t0
+    ts, end = doc.ts, doc.end
+    new_ts = ts.copy()
+    new_end = end.copy()
+    timed = ((doc.ph == PH_X) | (doc.ph == PH_INSTANT)) & np.isfinite(ts)
+    host = timed & ~doc.is_gpu
+    h = np.flatnonzero(host)
+    s0 = res.host_shift_start(ts[h] - t0)
+    s1 = res.host_shift_end(end[h] - t0)
+    new_ts[h] = ts[h] + s0
+    new_end[h] = end[h] + np.maximum(s1, s0 * 0)
+    # GPU work: where the replay put it
+    ops = tl.op_event
+    new_ts[ops] = res.op_start + t0
+    new_end[ops] = res.op_end + t0
+    # GPU annotations follow the ops of their stream
+    ann = np.flatnonzero(timed & doc.is_gpu & ~doc.is_gpu_work)
+    if len(ann):
+        delta = res.op_start - tl.start
+        for s in np.unique(doc.gpu_stream[ann]).tolist():
+            a = ann[doc.gpu_stream[ann] == s]
+            on = np.flatnonzero(tl.op_stream == s)
+            if not len(on):
+                continue
+            o = on[np.argsort(tl.start[on])]
+            st = tl.start[o]
+            en = tl.end[o]
+            i0 = np.minimum(np.searchsorted(st, ts[a] - t0, side="left"), len(o) - 1)
+            i1 = np.maximum(np.searchsorted(en, end[a] - t0, side="right") - 1, 0)
+            d0 = delta[o][i0]
+            d1 = np.maximum(delta[o][i1], d0)
+            new_ts[a] = ts[a] + d0
+            new_end[a] = end[a] + d1
+    # flows move with the event they sit on
+    bound = flow_binding(base)
+    fl = np.flatnonzero(bound >= 0)
+    b = bound[fl]
+    new_ts[fl] = ts[fl] + (new_ts[b] - ts[b])
+    loose = np.flatnonzero(((doc.ph == PH_FLOW_START) | (doc.ph == PH_FLOW_END)) & (bound < 0)
+                           & np.isfinite(ts))
+    new_ts[loose] = ts[loose] + res.host_shift_start(ts[loose] - t0)
+    # only moved values are rewritten (and rounded as the trace writes times)
+    moved = new_ts != ts
+    new_ts[moved] = _round(doc, new_ts[moved])
+    moved_end = (new_end != end) | moved
+    new_end[moved_end] = _round(doc, new_end[moved_end])
+    new_end = np.maximum(new_end, new_ts)
+    return new_ts, new_end
+
+
+def _round(doc, x: np.ndarray) -> np.ndarray:
+    return np.rint(x) if doc.ts_is_int else np.round(x, 3)
+
+
+def realize(base: Base, plan: Plan) -> tuple:
+    """Place a plan: propagate, drop instances that do not show, emit. Returns everything."""
+    for _ in range(MAX_REPLANS + 1):
+        res = propagate(base.tl, plan.blocks)
+        new_ts, new_end = new_times(base, res)
+        f = Factory(base.doc, base.dialect, base.tl.t0)
+        for inst in plan.instances:
+            inst.spans = inst.emit(f)
+        wrap_events(base, f, plan, new_ts, new_end)
+        kernels = _kernel_spans(base, new_ts, new_end, f)
+        shown = [inst for inst in plan.instances if _label(base, inst, kernels)]
+        if len(shown) == len(plan.instances):
+            return res, new_ts, new_end, f
+        if not shown:
+            raise Unusable("the planted work does not make the GPU wait anywhere (the GPU "
+                           "backlog hides it)")
+        plan.instances = shown
+        for inst in shown:  # placed again: forget resolved times
+            for b in inst.blocks:
+                b.t0 = b.t1 = np.nan
+    raise Unusable("the planted instances kept hiding behind each other")
+
+
+def _kernel_spans(base: Base, new_ts, new_end, f: Factory) -> tuple[np.ndarray, np.ndarray]:
+    """Relative (start, end) of every kernel of the output on the compute device."""
+    doc, tl = base.doc, base.tl
+    dev = base.compute[0]
+    k = np.flatnonzero((doc.kind == Kind.KERNEL) & (doc.ph == PH_X) & (doc.device == dev))
+    s = [new_ts[k] - tl.t0]
+    e = [new_end[k] - tl.t0]
+    for ev, row in zip(f.events, f.rows):
+        if row[0] == Kind.KERNEL and row[3] is not None and row[3][0] == dev:
+            a = float(ev.ts) - tl.t0
+            s.append(np.array([a]))
+            e.append(np.array([a + float(ev.dur)]))
+    return np.concatenate(s), np.concatenate(e)
+
+
+def _label(base: Base, inst, kernels) -> bool:
+    """Fill `inst.intervals` (relative us); False when the GPU did not wait where planted."""
+    ks, ke = kernels
+    if inst.label == "span":
+        # the collective's span, and the compute idle it causes around it (waiting for it to
+        # start behind earlier communication, or for launches its host calls delayed)
+        out = []
+        lo_b = min(b.t0 for b in inst.blocks)
+        for a, b in inst.spans:
+            if b <= a:
+                continue
+            gs, ge = idle_intervals(ks, ke, lo_b, max(b, max(x.t1 for x in inst.blocks)) + RESUME_PAD_US)
+            keep = (ge - gs) >= MIN_GAP_US
+            lo = min([a] + gs[keep].tolist())
+            hi = max([b] + [_extend(g, ks, ke) for g in ge[keep].tolist()])
+            out.append((float(lo), float(hi)))
+        inst.intervals = out
+        return bool(out)
+    if inst.label == "stretch":
+        lo = min(b.t0 for b in inst.blocks)
+        hi = max(b.t1 for b in inst.blocks) + RESUME_PAD_US
+        gs, ge = idle_intervals(ks, ke, lo, hi)
+        keep = (ge - gs) >= MIN_GAP_US
+        gs, ge = gs[keep], ge[keep]
+        if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
+            return False
+        inst.intervals = [(float(gs[0]), float(_extend(ge[-1], ks, ke)))]
+        return True
+    out = []
+    for b in inst.blocks:
+        gs, ge = idle_intervals(ks, ke, b.t0, b.t1 + RESUME_PAD_US)
+        keep = (ge - gs) >= MIN_GAP_US
+        gs, ge = gs[keep], ge[keep]
+        if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
+            return False
+        out.append((float(gs[0]), float(_extend(ge[-1], ks, ke))))
+    inst.intervals = out
+    return True
+
+
+def _extend(t: float, ks: np.ndarray, ke: np.ndarray) -> float:
+    """End of the idle gap that contains t: the next kernel start at or after t."""
+    later = ks[ks >= t - 1e-6]
+    return float(later.min()) if len(later) else t
+
+
+def output_columns(base: Base, new_ts, new_end, f: Factory) -> Columns:
+    """The validator's columns of an output (base events at their new times, then the new)."""
+    doc = base.doc
+    n_new = len(f.events)
+    keys = {k: i for i, k in enumerate(doc.thread_keys)}
+    stream_codes = {k: i for i, k in enumerate(doc.gpu_stream_keys)}
+    flow_codes = {k: i for i, k in enumerate(doc.flow_keys)}
+    intern = doc._intern
+    ph = np.empty(n_new, np.int8)
+    kind = np.empty(n_new, np.int8)
+    ts = np.empty(n_new)
+    dur = np.empty(n_new)
+    thread = np.empty(n_new, np.int64)
+    stream = np.full(n_new, -1, np.int64)
+    corr = np.full(n_new, -1, np.int64)
+    flow = np.full(n_new, -1, np.int64)
+    for j, (ev, (k, p, tkey, skey, c, fkey)) in enumerate(zip(f.events, f.rows)):
+        ph[j], kind[j] = p, k
+        ts[j] = float(ev.ts)
+        dur[j] = float(ev.dur) if ev.dur is not None else np.nan
+        ik = (intern(tkey[0]), intern(tkey[1]))
+        thread[j] = keys.setdefault(ik, len(keys))
+        if skey is not None and k in (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET):
+            stream[j] = stream_codes.setdefault(tuple(skey), len(stream_codes))
+        if k in (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.CUDA_RUNTIME):
+            corr[j] = c
+        if fkey is not None:
+            flow[j] = flow_codes.setdefault(fkey, len(flow_codes))
+    base_stream = np.where(doc.is_gpu_work, doc.gpu_stream, -1)
+    return Columns(
+        ph=np.concatenate((doc.ph, ph)), kind=np.concatenate((doc.kind, kind)),
+        ts=np.concatenate((new_ts, ts)),
+        dur=np.concatenate((np.where(doc.has_dur, new_end - new_ts, np.nan), dur)),
+        thread=np.concatenate((doc.thread_key.astype(np.int64), thread)),
+        stream=np.concatenate((base_stream.astype(np.int64), stream)),
+        correlation=np.concatenate((doc.correlation, corr)),
+        flow=np.concatenate((doc.flow_id, flow)))
+
+
+def base_offenders(base: Base) -> dict:
+    """What the base itself breaks (computed once per base)."""
+    cached = getattr(base, "_offenders", None)
+    if cached is None:
+        cached = offenders(Columns.of(base.doc))
+        base._offenders = cached
+    return cached
+
+
+def inject_one(base: Base, pattern: str, rng: np.random.Generator,
+               extra_anomalies: list | None = None) -> Output:
+    """Plant one pattern into a base; raises `Unusable` or `Invalid` with a reason."""
+    plan = MECHANISMS[pattern].plan(base, rng)
+    res, new_ts, new_end, f = realize(base, plan)
+    t0 = base.tl.t0
+    anomalies = sorted((a + t0, b + t0) for inst in plan.instances for a, b in inst.intervals)
+    cols = output_columns(base, new_ts, new_end, f)
+    problems = describe(compare(offenders(cols), base_offenders(base)))
+    problems += anomalies_outside([{"start_us": a, "end_us": b} for a, b in anomalies],
+                                  span_of(cols))
+    if problems:
+        raise Invalid("; ".join(problems))
+    dur = np.where(base.doc.has_dur, new_end - new_ts, np.nan)
+    data = base.doc.encode(new_ts, dur, f.events, plan.top_changes)
+    ws = (plan.top_changes.get("distributedInfo") or {}).get("world_size")
+    return Output(pattern, data, anomalies, world_size=ws, n_instances=len(plan.instances))
+
+
+__all__ = ["Invalid", "Output", "inject_one", "new_times", "output_columns", "realize"]
