@@ -7,7 +7,7 @@ raises `Unusable` / `Invalid` with a one-line reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +41,16 @@ class Output:
     anomalies: list            # [(start_us, end_us)] absolute, this pattern
     world_size: int | None = None
     n_instances: int = 0
-    notes: list = field(default_factory=list)
+    result: Result | None = None
+    t0: float = 0.0
+
+    def shift_start(self, t: float) -> float:
+        """Where a base time that starts something (absolute us) lies in this output."""
+        return float(t + self.result.host_shift_start(np.array([t - self.t0]))[0])
+
+    def shift_end(self, t: float) -> float:
+        """Where a base time that ends something lies in this output."""
+        return float(t + self.result.host_shift_end(np.array([t - self.t0]))[0])
 
 
 def flow_binding(base: Base) -> np.ndarray:
@@ -78,60 +87,70 @@ def flow_binding(base: Base) -> np.ndarray:
 
 
 def new_times(base: Base, res: Result) -> tuple[np.ndarray, np.ndarray]:
-    """New absolute (ts, end) of every base event."""
+    """New absolute (ts, end) of every base event, rounded as the trace writes times.
+
+    Everything is computed relative to the trace start and rounded there (integer us in
+    2021 traces, ns otherwise), then the start is added back: an absolute epoch time in us
+    (~1.7e15) has no room left for rounding in a double.  Unmoved values are kept as read.
+    """
     doc, tl = base.doc, base.tl
     t0 = tl.t0
-    ts, end = doc.ts, doc.end
-    new_ts = ts.copy()
-    new_end = end.copy()
-    timed = ((doc.ph == PH_X) | (doc.ph == PH_INSTANT)) & np.isfinite(ts)
-    host = timed & ~doc.is_gpu
-    h = np.flatnonzero(host)
-    s0 = res.host_shift_start(ts[h] - t0)
-    s1 = res.host_shift_end(end[h] - t0)
-    new_ts[h] = ts[h] + s0
-    new_end[h] = end[h] + np.maximum(s1, s0 * 0)
-    # GPU work: where the replay put it
+    rel_ts, rel_end = doc.ts - t0, doc.end - t0
+    new_ts, new_end = rel_ts.copy(), rel_end.copy()
+    timed = ((doc.ph == PH_X) | (doc.ph == PH_INSTANT)) & np.isfinite(doc.ts)
+    h = np.flatnonzero(timed & ~doc.is_gpu)
+    # shifts at the trace's resolution, added to times at that resolution: two events that
+    # end at the same written time still end together (float sums ts + dur may not)
+    s0 = _round(doc, res.host_shift_start(rel_ts[h]))
+    s1 = _round(doc, res.host_shift_end(rel_end[h]))
+    new_ts[h] = _round(doc, rel_ts[h]) + s0
+    new_end[h] = _round(doc, rel_end[h]) + s1
+    # GPU work: where the replay put it (its duration kept)
     ops = tl.op_event
-    new_ts[ops] = res.op_start + t0
-    new_end[ops] = res.op_end + t0
+    new_ts[ops] = _round(doc, res.op_start)
+    new_end[ops] = new_ts[ops] + _round(doc, doc.dur[ops])
     # GPU annotations follow the ops of their stream
     ann = np.flatnonzero(timed & doc.is_gpu & ~doc.is_gpu_work)
     if len(ann):
-        delta = res.op_start - tl.start
+        delta = _round(doc, res.op_start) - _round(doc, tl.start)
         for s in np.unique(doc.gpu_stream[ann]).tolist():
             a = ann[doc.gpu_stream[ann] == s]
             on = np.flatnonzero(tl.op_stream == s)
             if not len(on):
                 continue
             o = on[np.argsort(tl.start[on])]
-            st = tl.start[o]
-            en = tl.end[o]
-            i0 = np.minimum(np.searchsorted(st, ts[a] - t0, side="left"), len(o) - 1)
-            i1 = np.maximum(np.searchsorted(en, end[a] - t0, side="right") - 1, 0)
+            i0 = np.minimum(np.searchsorted(tl.start[o], rel_ts[a], side="left"), len(o) - 1)
+            i1 = np.maximum(np.searchsorted(tl.end[o], rel_end[a], side="right") - 1, 0)
             d0 = delta[o][i0]
             d1 = np.maximum(delta[o][i1], d0)
-            new_ts[a] = ts[a] + d0
-            new_end[a] = end[a] + d1
+            new_ts[a] = _round(doc, rel_ts[a]) + d0
+            new_end[a] = _round(doc, rel_end[a]) + d1
     # flows move with the event they sit on
     bound = flow_binding(base)
     fl = np.flatnonzero(bound >= 0)
     b = bound[fl]
-    new_ts[fl] = ts[fl] + (new_ts[b] - ts[b])
+    new_ts[fl] = _round(doc, rel_ts[fl]) + (new_ts[b] - _round(doc, rel_ts[b]))
     loose = np.flatnonzero(((doc.ph == PH_FLOW_START) | (doc.ph == PH_FLOW_END)) & (bound < 0)
-                           & np.isfinite(ts))
-    new_ts[loose] = ts[loose] + res.host_shift_start(ts[loose] - t0)
-    # only moved values are rewritten (and rounded as the trace writes times)
-    moved = new_ts != ts
-    new_ts[moved] = _round(doc, new_ts[moved])
-    moved_end = (new_end != end) | moved
-    new_end[moved_end] = _round(doc, new_end[moved_end])
+                           & np.isfinite(doc.ts))
+    new_ts[loose] = _round(doc, rel_ts[loose]) + _round(doc, res.host_shift_start(rel_ts[loose]))
     new_end = np.maximum(new_end, new_ts)
-    return new_ts, new_end
+    # back to absolute; values that did not move stay exactly as read
+    moved = new_ts != _round(doc, rel_ts)
+    out_ts = np.where(moved, absolute(doc, new_ts, t0), doc.ts)
+    moved_end = (new_end != _round(doc, rel_end)) | moved
+    out_end = np.where(moved_end, absolute(doc, new_end, t0), doc.end)
+    return out_ts, np.maximum(out_end, out_ts)
 
 
 def _round(doc, x: np.ndarray) -> np.ndarray:
     return np.rint(x) if doc.ts_is_int else np.round(x, 3)
+
+
+def absolute(doc, rel: np.ndarray, t0: float) -> np.ndarray:
+    """Relative rounded times -> absolute ones as the trace writes them."""
+    if doc.ts_is_int:
+        return np.rint(rel) + t0  # integers below 2**53: exact
+    return np.round(rel + t0, 3)
 
 
 def realize(base: Base, plan: Plan) -> tuple:
@@ -274,6 +293,9 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
     t0 = base.tl.t0
     anomalies = sorted((a + t0, b + t0) for inst in plan.instances for a, b in inst.intervals)
     cols = output_columns(base, new_ts, new_end, f)
+    lo, hi = span_of(cols)
+    # an idle gap that runs to the end of the trace ends where the trace ends
+    anomalies = [(max(a, lo), min(b, hi)) for a, b in anomalies if min(b, hi) > max(a, lo)]
     problems = describe(compare(offenders(cols), base_offenders(base)))
     problems += anomalies_outside([{"start_us": a, "end_us": b} for a, b in anomalies],
                                   span_of(cols))
@@ -282,7 +304,8 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
     dur = np.where(base.doc.has_dur, new_end - new_ts, np.nan)
     data = base.doc.encode(new_ts, dur, f.events, plan.top_changes)
     ws = (plan.top_changes.get("distributedInfo") or {}).get("world_size")
-    return Output(pattern, data, anomalies, world_size=ws, n_instances=len(plan.instances))
+    return Output(pattern, data, anomalies, world_size=ws, n_instances=len(plan.instances),
+                  result=res, t0=t0)
 
 
 __all__ = ["Invalid", "Output", "inject_one", "new_times", "output_columns", "realize"]

@@ -207,8 +207,13 @@ class Factory:
 
     # times ---------------------------------------------------------------------------------
     def _times(self, t0: float, t1: float) -> tuple:
-        a = self.doc.numbers(np.array([t0 + self.t0, t1 + self.t0]))
-        return a[0], a[1] - a[0] if not self.doc.ts_is_int else int(a[1] - a[0])
+        """(ts, dur) as written, from relative times (rounded relative, like `new_times`)."""
+        if self.doc.ts_is_int:
+            a, b = int(np.rint(t0)), int(np.rint(t1))
+            return a + int(self.t0), max(b - a, 0)
+        a = float(round(round(float(t0), 3) + self.t0, 3))
+        b = float(round(round(float(t1), 3) + self.t0, 3))
+        return a, max(float(round(b - a, 3)), 0.0)
 
     def _add(self, e: Event, kind: Kind, thread, stream=None, corr: int = -1, flow=None,
              ph: int = PH_X) -> Event:

@@ -181,6 +181,13 @@ class Timeline:
         """Blocking calls of the main process: what each waits for and how it returns."""
         names = tr.names_array
         t0 = self.t0
+        if not len(self.op_rows):  # nothing on the GPU: nothing to wait for
+            empty = np.zeros(0)
+            self.sync_event = np.zeros(0, np.int64)
+            self.sync_ts = self.sync_end = self.sync_eps = self.sync_min = empty
+            self.sync_stream = np.zeros(0, np.int64)
+            self.eps_new = DEFAULT_SYNC_RETURN_US
+            return
         rt = np.flatnonzero(np.isin(tr.kind, (Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER))
                             & (tr.pid == self.main_pid))
         by_name = np.array([n in SYNC_CALLS and n not in GPU_SIDE_WAITS for n in tr.names])

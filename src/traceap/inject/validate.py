@@ -73,23 +73,32 @@ def _nesting(c: Columns) -> set:
                           & np.isfinite(c.dur))
     if not len(rows):
         return set()
-    ts, dur = c.ts[rows], np.maximum(c.dur[rows], 0.0)
+    tol = _tol(c.ts[rows])
+    # a range that ends where the next one starts may read back an ulp later: shrink every
+    # range by the tolerance so touching ranges do not count as nested
+    ts, dur = c.ts[rows], np.maximum(c.dur[rows] - tol, 0.0)
     order = np.lexsort((-dur, ts))
     rows = rows[order]
-    cols = {"ts": c.ts[rows], "dur": np.maximum(c.dur[rows], 0.0),
+    cols = {"ts": ts[order], "dur": dur[order],
             "kind": c.kind[rows], "pid": c.thread[rows], "tid": np.zeros(len(rows), np.int64)}
     parent, _ = _nest(cols)
     has = parent >= 0
     end = cols["ts"] + cols["dur"]
     # a range that outlives the range it starts in crosses it
     bad = has.copy()
-    bad[has] = end[has] > end[parent[has]] + _tol(end)
+    bad[has] = end[has] > end[parent[has]] + tol
     return set(rows[bad].tolist())
 
 
 def _tol(x: np.ndarray) -> float:
-    """Float slack: times are written with ns resolution."""
-    return 5e-4
+    """Float slack: ns resolution, or a few ulps where absolute times leave no room for ns.
+
+    A trace clock in us since the epoch (~1.7e12 with ns decimals) keeps ~0.5 ns per ulp,
+    so `ts + dur` read back may land a few ulps past the end that was written.
+    """
+    finite = x[np.isfinite(x)]
+    mag = float(np.abs(finite).max()) if len(finite) else 0.0
+    return max(5e-4, 4 * float(np.spacing(mag)))
 
 
 def _stream_overlap(c: Columns) -> set:

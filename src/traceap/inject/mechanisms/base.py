@@ -104,25 +104,43 @@ class Base:
         return np.flatnonzero(self.doc.trace.parent == row)
 
     def top_rows(self, thread: int) -> np.ndarray:
-        """Rows at the top of a thread's call stacks (or just under its ProfilerStep)."""
+        """Rows at the top of a thread's call stacks (or just under its ProfilerStep).
+
+        Python frames (traces recorded with_stack) wrap everything: they are looked through,
+        not counted as a level.
+        """
         tr = self.doc.trace
         on = self.doc.thread[self.doc.row_event] == thread
-        nesting = np.isin(tr.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION,
-                                    Kind.CUDA_RUNTIME))
-        steps = set(self.step_rows().tolist())
-        par = tr.parent
-        top = on & nesting & ((par < 0) | np.isin(par, list(steps) or [-2]))
-        top &= ~np.isin(np.arange(len(tr)), list(steps) or [-2])
-        # python frames are not natural insertion points (they wrap everything)
-        top &= tr.kind != Kind.PYTHON_FUNCTION
+        nesting = np.isin(tr.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.CUDA_RUNTIME))
+        steps = self.step_rows()
+        par = self.effective_parent()
+        top = on & nesting & ((par < 0) | np.isin(par, steps))
+        top[steps] = False
         return np.flatnonzero(top)
+
+    def effective_parent(self) -> np.ndarray:
+        """Each row's nearest enclosing row that is not a Python frame (-1: none)."""
+        cached = getattr(self, "_eff_parent", None)
+        if cached is not None:
+            return cached
+        tr = self.doc.trace
+        par = tr.parent.astype(np.int64).copy()
+        todo = np.flatnonzero(par >= 0)
+        while len(todo):
+            py = tr.kind[par[todo]] == Kind.PYTHON_FUNCTION
+            todo = todo[py]
+            par[todo] = tr.parent[par[todo]]
+            todo = todo[par[todo] >= 0]
+        self._eff_parent = par
+        return par
 
     def step_spans(self) -> list[tuple[int, float, float, np.ndarray]]:
         """(row, start, end, child rows) of each step, relative us; a pseudo-step when none."""
         tr = self.doc.trace
         out = []
+        par = self.effective_parent()
         for r in self.step_rows().tolist():
-            kids = self.children(r)
+            kids = np.flatnonzero(par == r)
             kids = kids[self.doc.thread[self.doc.row_event[kids]] == self.tl.main_thread]
             kids = kids[tr.kind[kids] != Kind.PYTHON_FUNCTION]
             out.append((r, float(tr.ts[r] - self.tl.t0), float(tr.ts[r] + tr.dur[r] - self.tl.t0),
@@ -275,7 +293,7 @@ def emit_call(f: Factory, base: Base, call: OpCall, thread_key: tuple, memcpy: d
 
 def copy_args(nbytes: float, dur_us: float) -> dict:
     """Args of a memcpy: bytes and the bandwidth they imply (as Kineto writes it)."""
-    return {"bytes": int(nbytes), "memory bandwidth (GB/s)": nbytes / max(dur_us, 1e-3) / 1e3}
+    return {"bytes": int(nbytes), "memory bandwidth (GB/s)": float(nbytes / max(dur_us, 1e-3) / 1e3)}
 
 
 def idle_intervals(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:

@@ -40,8 +40,13 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     tr = base.doc.trace
     main = base.tl.main_thread
     on_main = base.doc.thread[base.doc.row_event] == main
-    ops = np.flatnonzero(on_main & (tr.kind == Kind.CPU_OP)
-                         & ((tr.parent < 0) | (tr.kind[np.maximum(tr.parent, 0)] != Kind.CPU_OP)))
+    # ops called from Python: cpu_ops not inside another cpu_op (a 2021 trace's ProfilerStep
+    # is itself an `Operator`, so steps count as "not inside")
+    par = base.effective_parent()
+    steps = base.step_rows()
+    ops = np.flatnonzero(on_main & (tr.kind == Kind.CPU_OP) & ~np.isin(np.arange(len(tr)), steps)
+                         & ((par < 0) | np.isin(par, steps)
+                            | (tr.kind[np.maximum(par, 0)] != Kind.CPU_OP)))
     starts_all = base.start_rel(ops)
     instances = []
     for _row, lo, hi, _kids in base.steps_or_stretches()[: config.max_instances]:

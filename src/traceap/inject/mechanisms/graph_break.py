@@ -42,7 +42,14 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     steps = base.steps_or_stretches()
     thread = base.main_key
     instances = []
+    parent = base.doc.trace.parent
     for _row, lo, hi, kids in steps[: config.max_instances]:
+        # regions wrap siblings only (ops of one parent: a python frame or the step), so a
+        # region never cuts through a frame; take the parent with the most ops
+        if len(kids):
+            par = parent[kids]
+            vals, counts = np.unique(par, return_counts=True)
+            kids = kids[par == vals[counts.argmax()]]
         if len(kids) < config.min_kids:
             continue
         n_reg = int(min(rng.integers(config.regions[0], config.regions[1] + 1), len(kids)))
