@@ -18,7 +18,7 @@ from .mechanisms import MECHANISMS, Base, Plan, Unusable
 from .mechanisms.base import idle_intervals
 from .mechanisms.graph_break import wrap_events
 from .physics import Result, propagate
-from .validate import Columns, anomalies_outside, compare, describe, offenders, span_of
+from .validate import Columns, Tree, anomalies_outside, compare, describe, offenders, span_of
 
 #: GPU idle shorter than this inside a labelled window is launch latency, not waiting (us).
 MIN_GAP_US = 2.0
@@ -241,9 +241,13 @@ def output_columns(base: Base, new_ts, new_end, f: Factory) -> Columns:
     """The validator's columns of an output (base events at their new times, then the new)."""
     doc = base.doc
     n_new = len(f.events)
-    keys = {k: i for i, k in enumerate(doc.thread_keys)}
-    stream_codes = {k: i for i, k in enumerate(doc.gpu_stream_keys)}
-    flow_codes = {k: i for i, k in enumerate(doc.flow_keys)}
+    codes = getattr(base, "_codes", None)
+    if codes is None:
+        codes = ({k: i for i, k in enumerate(doc.thread_keys)},
+                 {k: i for i, k in enumerate(doc.gpu_stream_keys)},
+                 {k: i for i, k in enumerate(doc.flow_keys)})
+        base._codes = codes
+    keys, stream_codes, flow_codes = (dict(c) for c in codes)
     intern = doc._intern
     ph = np.empty(n_new, np.int8)
     kind = np.empty(n_new, np.int8)
@@ -253,15 +257,17 @@ def output_columns(base: Base, new_ts, new_end, f: Factory) -> Columns:
     stream = np.full(n_new, -1, np.int64)
     corr = np.full(n_new, -1, np.int64)
     flow = np.full(n_new, -1, np.int64)
+    work = {int(Kind.KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET)}
+    linked = work | {int(Kind.CUDA_RUNTIME)}
     for j, (ev, (k, p, tkey, skey, c, fkey)) in enumerate(zip(f.events, f.rows)):
         ph[j], kind[j] = p, k
         ts[j] = float(ev.ts)
         dur[j] = float(ev.dur) if ev.dur is not None else np.nan
         ik = (intern(tkey[0]), intern(tkey[1]))
         thread[j] = keys.setdefault(ik, len(keys))
-        if skey is not None and k in (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET):
+        if skey is not None and k in work:
             stream[j] = stream_codes.setdefault(tuple(skey), len(stream_codes))
-        if k in (Kind.KERNEL, Kind.GPU_MEMCPY, Kind.GPU_MEMSET, Kind.CUDA_RUNTIME):
+        if k in linked:
             corr[j] = c
         if fkey is not None:
             flow[j] = flow_codes.setdefault(fkey, len(flow_codes))
@@ -276,11 +282,12 @@ def output_columns(base: Base, new_ts, new_end, f: Factory) -> Columns:
         flow=np.concatenate((doc.flow_id, flow)))
 
 
-def base_offenders(base: Base) -> dict:
-    """What the base itself breaks (computed once per base)."""
+def base_offenders(base: Base) -> tuple[dict, Tree]:
+    """What the base itself breaks, and its call tree (computed once per base)."""
     cached = getattr(base, "_offenders", None)
     if cached is None:
-        cached = offenders(Columns.of(base.doc))
+        cols = Columns.of(base.doc)
+        cached = (offenders(cols), Tree(cols))
         base._offenders = cached
     return cached
 
@@ -296,12 +303,15 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
     lo, hi = span_of(cols)
     # an idle gap that runs to the end of the trace ends where the trace ends
     anomalies = [(max(a, lo), min(b, hi)) for a, b in anomalies if min(b, hi) > max(a, lo)]
-    problems = describe(compare(offenders(cols), base_offenders(base)))
+    found, tree = base_offenders(base)
+    problems = describe(compare(offenders(cols, tree), found))
     problems += anomalies_outside([{"start_us": a, "end_us": b} for a, b in anomalies],
                                   span_of(cols))
     if problems:
         raise Invalid("; ".join(problems))
-    dur = np.where(base.doc.has_dur, new_end - new_ts, np.nan)
+    doc = base.doc
+    same = (new_ts == doc.ts) & (new_end == doc.end)
+    dur = np.where(doc.has_dur, np.where(same, doc.dur, new_end - new_ts), np.nan)
     data = base.doc.encode(new_ts, dur, f.events, plan.top_changes)
     ws = (plan.top_changes.get("distributedInfo") or {}).get("world_size")
     return Output(pattern, data, anomalies, world_size=ws, n_instances=len(plan.instances),

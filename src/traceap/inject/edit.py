@@ -34,7 +34,27 @@ _TRAILING_INT = re.compile(r"(\d+)\s*$")  # old traces name GPU threads "stream 
 
 
 class Event(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
-    """One trace event, every Chrome-trace top-level key kept; `args` stays raw JSON."""
+    """One trace event with the keys Kineto writes; `args` stays raw JSON.
+
+    Few fields keep encoding fast (each is checked against its default when written);
+    a trace with other Chrome-trace keys is read as `WideEvent`s instead.
+    """
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    id: int | str | None = None
+    bp: str | None = None
+    s: str | None = None
+    args: msgspec.Raw = msgspec.Raw()  # empty = no args key (msgspec omits the default)
+
+
+class WideEvent(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
+    """An event with every top-level key of the Chrome trace format."""
 
     ph: str | None = None
     cat: str | None = None
@@ -56,7 +76,7 @@ class Event(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=F
     bind_id: object = None
     flow_in: bool | None = None
     flow_out: bool | None = None
-    args: msgspec.Raw = msgspec.Raw()  # empty = no args key (msgspec omits the default)
+    args: msgspec.Raw = msgspec.Raw()
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -73,6 +93,7 @@ class _Args(msgspec.Struct, gc=False):
 
 
 _EVENTS = msgspec.json.Decoder(list[Event])
+_WIDE_EVENTS = msgspec.json.Decoder(list[WideEvent])
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _TOP_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _ARGS = msgspec.json.Decoder(list[_Args | None], strict=False)
@@ -114,7 +135,10 @@ class Doc:
                 raw_events = self.top.get("traceEvents")
                 if raw_events is None:
                     raise TraceFormatError(f"{path}: no 'traceEvents' list (not a Kineto trace)")
-            self.events: list[Event] = _EVENTS.decode(raw_events)
+            try:
+                self.events: list = _EVENTS.decode(raw_events)
+            except msgspec.ValidationError:
+                self.events = _WIDE_EVENTS.decode(raw_events)
         except msgspec.ValidationError as exc:
             raise TraceFormatError(f"{path}: an event has a field of an unexpected type or an "
                                    f"unknown key, so it cannot be edited faithfully ({exc})") from None
@@ -190,18 +214,18 @@ class Doc:
         rows = rows[ok]
         parsed = [parsed[j] for j in ok]
         m = len(parsed)
-        get = attrgetter("correlation", "external_id", "external_id_old", "device", "stream",
-                         "bytes", "in_nelems", "group_size")
-        vals = list(zip(*map(get, parsed))) if m else [()] * 8
-        self.correlation[rows] = np.fromiter(vals[0], np.int64, m)
-        ext = np.fromiter(vals[1], np.int64, m)
-        ext_old = np.fromiter(vals[2], np.int64, m)
+        col = {k: list(map(attrgetter(k), parsed)) for k in (
+            "correlation", "external_id", "external_id_old", "device", "stream", "bytes",
+            "in_nelems", "group_size")}
+        self.correlation[rows] = np.fromiter(col["correlation"], np.int64, m)
+        ext = np.fromiter(col["external_id"], np.int64, m)
+        ext_old = np.fromiter(col["external_id_old"], np.int64, m)
         self.external_id[rows] = np.where(ext >= 0, ext, ext_old)
-        self.device[rows] = _ints(vals[3], m)
-        self.stream[rows] = _ints(vals[4], m)
-        self.bytes[rows] = np.fromiter(vals[5], np.float64, m)
-        self.comm_nelems[rows] = np.fromiter(vals[6], np.int64, m)
-        self.comm_group_size[rows] = np.fromiter(vals[7], np.int64, m)
+        self.device[rows] = _ints(col["device"], m)
+        self.stream[rows] = _ints(col["stream"], m)
+        self.bytes[rows] = np.fromiter(col["bytes"], np.float64, m)
+        self.comm_nelems[rows] = np.fromiter(col["in_nelems"], np.int64, m)
+        self.comm_group_size[rows] = np.fromiter(col["group_size"], np.int64, m)
         self._gpu_ids()
 
     def _gpu_ids(self) -> None:
@@ -305,34 +329,73 @@ class Doc:
         return self.row_event[rows]
 
     # -- writing ------------------------------------------------------------------------------
-    def encode(self, ts: np.ndarray, dur: np.ndarray, added: list[Event],
+    @cached_property
+    def _template(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The trace encoded once with fixed-width slots where every ts and dur goes.
+
+        Each ts / dur is written as `_SLOT` bytes of a marker that JSON text never holds
+        (a raw control byte); an output copies this buffer and writes its numbers into the
+        slots, padded with spaces (whitespace after a number is valid JSON).  Returns the
+        buffer, the slot offsets of the events with a ts and with a dur (file order), and the
+        offset of the marker where added events go.
+        """
+        _ = self.trace  # built from the structs' own times before they are replaced
+        ts_mark = msgspec.Raw(b"\x01" * _SLOT)
+        dur_mark = msgspec.Raw(b"\x02" * _SLOT)
+        has_ts = np.isfinite(self.ts)
+        for e, h, d in zip(self.events, has_ts.tolist(), self.has_dur.tolist()):
+            e.ts = ts_mark if h else None
+            e.dur = dur_mark if d else None
+        tail = msgspec.Raw(b"\x03")
+        events = self.events + [tail]
+        if self.top is None:
+            data = _ENC.encode(events)
+        else:
+            top = dict(self.top)
+            top["traceEvents"] = events
+            data = _ENC.encode(top)
+        buf = np.frombuffer(data, np.uint8).copy()
+        ts_at = _slot_starts(buf, 1)
+        dur_at = _slot_starts(buf, 2)
+        at = np.flatnonzero(buf == 3)
+        if len(ts_at) != int(has_ts.sum()) or len(dur_at) != int(self.has_dur.sum()) or len(at) != 1:
+            raise TraceFormatError(f"{self.path}: cannot lay out the trace for editing")
+        return buf, ts_at, dur_at, int(at[0])
+
+    def encode(self, ts: np.ndarray, dur: np.ndarray, added: list,
                top_changes: dict[str, object] | None = None) -> bytes:
-        """The JSON of this trace with base events at `ts`/`dur` and `added` appended."""
-        ev = self.events
-        old_ts, old_dur = self.ts, self.dur
-        changed_ts = np.flatnonzero(~_same(ts, old_ts))
-        changed_dur = np.flatnonzero(~_same(dur, old_dur) & self.has_dur)
-        saved_ts = [ev[i].ts for i in changed_ts.tolist()]
-        saved_dur = [ev[i].dur for i in changed_dur.tolist()]
-        try:
-            for i, v in zip(changed_ts.tolist(), self.numbers(ts[changed_ts])):
-                ev[i].ts = v
-            for i, v in zip(changed_dur.tolist(), self.numbers(dur[changed_dur], dur=True)):
-                ev[i].dur = v
-            events = ev + added if added else ev
-            if self.top is None:
-                return _ENC.encode(events)
-            top: dict = {}
-            for k, v in self.top.items():
-                top[k] = events if k == "traceEvents" else v
-            for k, v in (top_changes or {}).items():
-                top[k] = msgspec.Raw(_ENC.encode(v))
-            return _ENC.encode(top)
-        finally:
-            for i, v in zip(changed_ts.tolist(), saved_ts):
-                ev[i].ts = v
-            for i, v in zip(changed_dur.tolist(), saved_dur):
-                ev[i].dur = v
+        """The JSON of this trace with base events at `ts`/`dur` and `added` appended.
+
+        Values that did not move are written as read; moved ones at the trace's resolution.
+        """
+        buf, ts_at, dur_at, at = self._template
+        out = buf.copy()
+        has_ts = np.isfinite(self.ts)
+        t, t0 = ts[has_ts], self.ts[has_ts]
+        t = np.where(t == t0, t0, self._rounded(t))
+        d, d0 = dur[self.has_dur], self.dur[self.has_dur]
+        d = np.where(d == d0, d0, np.maximum(self._rounded(d), 0.0))
+        _fill(out, ts_at, self._typed(t))
+        _fill(out, dur_at, self._typed(d))
+        extra = _ENC.encode(added)[1:-1] if added else b""
+        if not extra:  # the marker and the comma before it become blanks
+            out[at] = 32
+            if at and out[at - 1] == 44:
+                out[at - 1] = 32
+        mv = memoryview(out)
+        pieces = [mv[:at], extra, mv[at + 1:]] if extra else [mv]
+        if top_changes and self.top is not None:
+            keys = b"".join(b"," + _ENC.encode(k) + b":" + _ENC.encode(v)
+                            for k, v in top_changes.items() if k not in self.top)
+            pieces[-1] = pieces[-1][:-1]  # the document's closing brace
+            pieces += [keys, b"}"]
+        return b"".join(pieces)
+
+    def _rounded(self, x: np.ndarray) -> np.ndarray:
+        return np.rint(x) if self.ts_is_int else np.round(x, 3)
+
+    def _typed(self, x: np.ndarray) -> list:
+        return x.astype(np.int64).tolist() if self.ts_is_int else x.tolist()
 
     def numbers(self, values: np.ndarray, dur: bool = False) -> list:
         """Times as this trace writes them: integer us in old traces, else ns-rounded floats."""
@@ -373,8 +436,29 @@ def _ints(values, m: int) -> np.ndarray:
     return np.array([_int(v) for v in uniq], np.int64)[codes] if m else np.zeros(0, np.int64)
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a == b) | (np.isnan(a) & np.isnan(b))
+#: Width of a ts / dur slot: the longest number text a double takes in JSON is 24 bytes.
+_SLOT = 24
+
+
+def _slot_starts(buf: np.ndarray, marker: int) -> np.ndarray:
+    """Offsets of the runs of `marker` bytes (one per slot)."""
+    m = buf == marker
+    starts = np.flatnonzero(m[1:] & ~m[:-1]) + 1
+    return np.r_[0, starts] if len(m) and m[0] else starts
+
+
+def _fill(buf: np.ndarray, at: np.ndarray, values: list) -> None:
+    """Write numbers into their slots, left-aligned, padded with spaces."""
+    if not len(at):
+        return
+    txt = _ENC.encode(values)[1:-1].split(b",")
+    # S24 truncates silently: a longer text would be cut, so check the longest one
+    cells = np.array(txt, dtype=f"S{_SLOT + 1}")
+    if cells.dtype.itemsize > _SLOT and (cells.view(np.uint8).reshape(len(txt), -1)[:, _SLOT] != 0).any():
+        raise TraceFormatError("a time does not fit its slot")
+    cells = cells.astype(f"S{_SLOT}").view(np.uint8).reshape(len(txt), _SLOT).copy()
+    cells[cells == 0] = 32  # space
+    buf[(at[:, None] + np.arange(_SLOT)).ravel()] = cells.ravel()
 
 
 def write_gz(path: str | os.PathLike, data: bytes) -> None:
@@ -419,4 +503,4 @@ class Added:
         return e
 
 
-__all__ = ["Added", "Doc", "Event", "args_of", "clone", "gz_bytes", "write_gz"]
+__all__ = ["Added", "Doc", "Event", "WideEvent", "args_of", "clone", "gz_bytes", "write_gz"]

@@ -193,43 +193,51 @@ class Timeline:
         by_name = np.array([n in SYNC_CALLS and n not in GPU_SIDE_WAITS for n in tr.names])
         is_sync = by_name[tr.name[rt]] if len(rt) else np.zeros(0, bool)
         # copies whose call outlives the copy: the call blocked on it
-        op_of_rt = {}
+        op_of_rt = np.full(len(tr), -1, np.int64)
         linked = np.flatnonzero(tr.launch[self.op_rows] >= 0)
-        for j in linked:
-            op_of_rt.setdefault(int(tr.launch[self.op_rows[j]]), j)
-        blocking_copy = np.zeros(len(rt), bool)
-        awaited_op = np.full(len(rt), -1)
-        for k, r in enumerate(rt.tolist()):
-            j = op_of_rt.get(r)
-            if j is None:
-                continue
-            awaited_op[k] = j
-            if (tr.kind[self.op_rows[j]] == Kind.GPU_MEMCPY
-                    and tr.ts[r] + tr.dur[r] >= self.end[j] + t0 - 0.5 and self.end[j] + t0 > tr.ts[r]):
-                blocking_copy[k] = True
+        op_of_rt[tr.launch[self.op_rows[linked]][::-1]] = linked[::-1]  # first op per call
+        awaited_op = op_of_rt[rt]
+        has = awaited_op >= 0
+        j = np.where(has, awaited_op, 0)
+        rt_end_rel = tr.ts[rt] + tr.dur[rt] - t0
+        blocking_copy = (has & (tr.kind[self.op_rows[j]] == Kind.GPU_MEMCPY)
+                         & (rt_end_rel >= self.end[j] - 0.5) & (self.end[j] > tr.ts[rt] - t0))
         keep = is_sync | blocking_copy
         rt, awaited_op, is_copy = rt[keep], awaited_op[keep], blocking_copy[keep]
         ts, end = tr.ts[rt] - t0, tr.ts[rt] + tr.dur[rt] - t0
         device_wide = np.array([("Device" in names[tr.name[r]] or "Ctx" in names[tr.name[r]])
                                 for r in rt.tolist()], bool)
-        # what the call waited for, in the base: its own copy, or the op that ended last before it
+        # what the call waited for, in the base: its own copy, or the op (launched before it)
+        # that ended last before the call returned
         by_key = np.argsort(self.key, kind="stable")
-        pref_end = np.maximum.accumulate(self.end[by_key]) if len(by_key) else np.zeros(0)
+        pref_end = np.maximum.accumulate(self.end[by_key])
         n_before = np.searchsorted(self.key[by_key], ts, side="right")
         g = np.where(n_before > 0, pref_end[np.maximum(n_before - 1, 0)], -np.inf)
         stream = np.full(len(rt), -1, np.int64)
-        for k in range(len(rt)):
-            if awaited_op[k] >= 0 and is_copy[k]:
-                stream[k] = self.op_stream[awaited_op[k]]
-                g[k] = self.end[awaited_op[k]]
-            elif not device_wide[k] and n_before[k] > 0:
-                cand = by_key[:n_before[k]]
-                ends = self.end[cand]
-                ok = ends <= end[k] + 1.0
-                if ok.any():
-                    j = cand[ok][np.argmax(ends[ok])]
-                    stream[k] = self.op_stream[j]
-                    g[k] = self.end[j]
+        own = (awaited_op >= 0) & is_copy
+        stream[own] = self.op_stream[awaited_op[own]]
+        g[own] = self.end[awaited_op[own]]
+        # per stream: the last end (among ops launched before the call) not after its return
+        by_end = np.argsort(self.end, kind="stable")
+        best = np.full(len(rt), -np.inf)
+        for s in np.unique(self.op_stream).tolist():
+            on = by_end[self.op_stream[by_end] == s]
+            e_s, k_s = self.end[on], self.key[on]
+            # ops of this stream ended by the call's return, launched before it: the latest
+            # such end is at or below the latest end overall, found by walking back a little
+            idx = np.searchsorted(e_s, end + 1.0, side="right") - 1
+            for _ in range(8):
+                bad = (idx >= 0) & (k_s[np.maximum(idx, 0)] > ts)
+                if not bad.any():
+                    break
+                idx = np.where(bad, idx - 1, idx)
+            ok = idx >= 0
+            cand = np.where(ok, e_s[np.maximum(idx, 0)], -np.inf)
+            better = ~own & ~device_wide & (cand > best)
+            best = np.where(better, cand, best)
+            stream[better] = s
+        pick = ~own & ~device_wide & np.isfinite(best)
+        g[pick] = best[pick]
         waiting = (g >= ts) & (g <= end + 1.0)
         ret = end - g
         eps = float(np.median(ret[waiting])) if waiting.any() else DEFAULT_SYNC_RETURN_US

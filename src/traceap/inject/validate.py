@@ -54,9 +54,22 @@ CHECKS = ("x_numeric", "nesting", "stream_overlap", "launch_link", "duplicate_co
           "duplicate_flow", "flow_on_event")
 
 
-def offenders(c: Columns) -> dict[str, set]:
-    """Per check, the events (indices) that break it."""
-    return {"x_numeric": _x_numeric(c), "nesting": _nesting(c),
+def offenders(c: Columns, tree: "Tree | None" = None) -> dict[str, set]:
+    """Per check, the events (indices) that break it.
+
+    With the `Tree` of the base an edited trace was made from (its events first, at the same
+    indices), nesting is checked in O(n) against the base's call tree, and only the new
+    events go through the nesting pass.
+    """
+    if tree is None:
+        nesting = _nesting(c)
+    else:
+        nesting = tree.nesting(c)
+        if nesting - tree.base_bad:
+            # the fast check is strict (a sibling may legitimately end up inside another, a
+            # zero-length one at a shifted boundary): let the full pass decide
+            nesting = _nesting(c)
+    return {"x_numeric": _x_numeric(c), "nesting": nesting,
             "stream_overlap": _stream_overlap(c), "launch_link": _launch_link(c),
             "duplicate_correlation": _dup_corr(c), "duplicate_flow": _dup_flow(c),
             "flow_on_event": _flow_on_event(c)}
@@ -69,10 +82,21 @@ def _x_numeric(c: Columns) -> set:
 
 
 def _nesting(c: Columns) -> set:
-    rows = np.flatnonzero((c.ph == PH_X) & np.isin(c.kind, _NESTING) & np.isfinite(c.ts)
-                          & np.isfinite(c.dur))
+    return _nesting_rows(c)
+
+
+def _nesting_rows(c: Columns, rows: np.ndarray | None = None) -> set:
+    rows, parent, bad = _parents(c, rows)
+    return set(rows[bad].tolist())
+
+
+def _parents(c: Columns, rows: np.ndarray | None = None):
+    """Nesting rows (sorted as the loader sorts), each one's parent position, and crossings."""
+    if rows is None:
+        rows = np.flatnonzero((c.ph == PH_X) & np.isin(c.kind, _NESTING) & np.isfinite(c.ts)
+                              & np.isfinite(c.dur))
     if not len(rows):
-        return set()
+        return rows, np.zeros(0, np.int64), np.zeros(0, bool)
     tol = _tol(c.ts[rows])
     # a range that ends where the next one starts may read back an ulp later: shrink every
     # range by the tolerance so touching ranges do not count as nested
@@ -87,7 +111,73 @@ def _nesting(c: Columns) -> set:
     # a range that outlives the range it starts in crosses it
     bad = has.copy()
     bad[has] = end[has] > end[parent[has]] + tol
-    return set(rows[bad].tolist())
+    return rows, parent, bad
+
+
+class Tree:
+    """The call tree of a base trace: what its edited copies must still nest as."""
+
+    def __init__(self, base: Columns):
+        rows, parent, bad = _parents(base)
+        self.n = len(base.ts)
+        self.base_bad = set(rows[bad].tolist())
+        ok = ~bad
+        has = (parent >= 0) & ok
+        has[has] &= ok[parent[has]]
+        self.child = rows[has]
+        self.parent = rows[parent[has]]
+        # consecutive siblings (same parent, or both roots of one thread), in start order
+        par_ev = np.where(parent >= 0, rows[np.maximum(parent, 0)], -1 - base.thread[rows])
+        order = np.lexsort((base.ts[rows], par_ev))
+        r, pe = rows[order], par_ev[order]
+        same = pe[1:] == pe[:-1]
+        good = ok[order]
+        pair = same & good[1:] & good[:-1]
+        self.first, self.second = r[:-1][pair], r[1:][pair]
+        # relations the base itself breaks (its quirks, where the nesting pass gets confused)
+        # are the base's offenders, not rules for its copies
+        tol = _tol(base.ts)
+        end = base.ts + np.maximum(base.dur, 0.0)
+        keep = ~((base.ts[self.child] < base.ts[self.parent] - tol)
+                 | (end[self.child] > end[self.parent] + tol))
+        self.child, self.parent = self.child[keep], self.parent[keep]
+        keep = end[self.first] <= base.ts[self.second] + tol
+        self.first, self.second = self.first[keep], self.second[keep]
+
+    def nesting(self, c: Columns) -> set:
+        """Nesting offenders of an edited copy (base events first, new ones after)."""
+        tol = _tol(c.ts[: self.n])
+        end = c.ts + np.maximum(c.dur, 0.0)
+        out = set()
+        bad = (c.ts[self.child] < c.ts[self.parent] - tol) | (end[self.child] > end[self.parent] + tol)
+        out |= set(self.child[bad].tolist())
+        bad = end[self.first] > c.ts[self.second] + tol
+        out |= set(self.second[bad].tolist())
+        new = np.flatnonzero((c.ph[self.n:] == PH_X) & np.isin(c.kind[self.n:], _NESTING)) + self.n
+        if not len(new):
+            return out
+        # the new events, with every base event of their threads that overlaps one of them
+        rows = [new]
+        base_rows = np.flatnonzero((c.ph[: self.n] == PH_X) & np.isin(c.kind[: self.n], _NESTING)
+                                   & np.isfinite(c.ts[: self.n]))
+        for t in np.unique(c.thread[new]).tolist():
+            mine = new[c.thread[new] == t]
+            ms, me = _merge(c.ts[mine], end[mine])
+            b = base_rows[c.thread[base_rows] == t]
+            j = np.searchsorted(ms, end[b], side="left") - 1
+            hit = (j >= 0) & (me[np.maximum(j, 0)] > c.ts[b])
+            rows.append(b[hit])
+        sub = np.concatenate(rows)
+        out |= _nesting_rows(c, sub[np.lexsort((-c.dur[sub], c.ts[sub]))])
+        return out
+
+
+def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], np.maximum.accumulate(e[o])
+    new = np.r_[True, s[1:] > e[:-1]]
+    idx = np.flatnonzero(new)
+    return s[idx], np.r_[e[idx[1:] - 1], e[-1]] if len(idx) else e[:0]
 
 
 def _tol(x: np.ndarray) -> float:
@@ -226,5 +316,5 @@ def validate(trace_or_path, anomalies: list | None = None) -> list[str]:
     return lines
 
 
-__all__ = ["CHECKS", "Columns", "anomalies_outside", "compare", "describe", "offenders",
+__all__ = ["CHECKS", "Columns", "Tree", "anomalies_outside", "compare", "describe", "offenders",
            "span_of", "validate"]
