@@ -362,6 +362,13 @@ class Doc:
             raise TraceFormatError(f"{self.path}: cannot lay out the trace for editing")
         return buf, ts_at, dur_at, int(at[0])
 
+    @cached_property
+    def _slot_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Byte offsets of every cell of every ts / dur slot of the template."""
+        _, ts_at, dur_at, _ = self._template
+        return ((ts_at[:, None] + np.arange(_SLOT)).ravel(),
+                (dur_at[:, None] + np.arange(_SLOT)).ravel())
+
     def encode(self, ts: np.ndarray, dur: np.ndarray, added: list,
                top_changes: dict[str, object] | None = None) -> bytes:
         """The JSON of this trace with base events at `ts`/`dur` and `added` appended.
@@ -369,14 +376,15 @@ class Doc:
         Values that did not move are written as read; moved ones at the trace's resolution.
         """
         buf, ts_at, dur_at, at = self._template
-        out = buf.copy()
+        out = buf  # every slot is overwritten by each output: no copy of the template
         has_ts = np.isfinite(self.ts)
         t, t0 = ts[has_ts], self.ts[has_ts]
         t = np.where(t == t0, t0, self._rounded(t))
         d, d0 = dur[self.has_dur], self.dur[self.has_dur]
         d = np.where(d == d0, d0, np.maximum(self._rounded(d), 0.0))
-        _fill(out, ts_at, self._typed(t))
-        _fill(out, dur_at, self._typed(d))
+        ts_idx, dur_idx = self._slot_index
+        _fill(out, ts_at, t, self._fixed_point, ts_idx)
+        _fill(out, dur_at, d, self._fixed_point, dur_idx)
         extra = _ENC.encode(added)[1:-1] if added else b""
         if not extra:  # the marker and the comma before it become blanks
             out[at] = 32
@@ -389,7 +397,24 @@ class Doc:
                             for k, v in top_changes.items() if k not in self.top)
             pieces[-1] = pieces[-1][:-1]  # the document's closing brace
             pieces += [keys, b"}"]
-        return b"".join(pieces)
+        data = b"".join(pieces)
+        out[at] = 3  # the marker back, for the next output
+        if at and out[at - 1] == 32:
+            out[at - 1] = 44
+        return data
+
+    @cached_property
+    def _fixed_point(self) -> int | None:
+        """Decimals every time of this trace has (0 or 3), or None (then numbers are printed
+        by msgspec, value by value): fixed-point times are printed with numpy arithmetic."""
+        vals = np.concatenate((self.ts[np.isfinite(self.ts)], self.dur[self.has_dur]))
+        if not len(vals) or vals.min() < 0 or vals.max() >= 1e16:
+            return None
+        if self.ts_is_int:
+            return 0 if np.all(vals == np.floor(vals)) else None
+        ip = np.floor(vals)
+        milli = (vals - ip) * 1000.0
+        return 3 if np.all(np.abs(milli - np.rint(milli)) < 1e-3) else None
 
     def _rounded(self, x: np.ndarray) -> np.ndarray:
         return np.rint(x) if self.ts_is_int else np.round(x, 3)
@@ -447,18 +472,67 @@ def _slot_starts(buf: np.ndarray, marker: int) -> np.ndarray:
     return np.r_[0, starts] if len(m) and m[0] else starts
 
 
-def _fill(buf: np.ndarray, at: np.ndarray, values: list) -> None:
+def _fill(buf: np.ndarray, at: np.ndarray, values: np.ndarray, decimals: int | None,
+          index: np.ndarray) -> None:
     """Write numbers into their slots, left-aligned, padded with spaces."""
     if not len(at):
         return
-    txt = _ENC.encode(values)[1:-1].split(b",")
-    # S24 truncates silently: a longer text would be cut, so check the longest one
+    if decimals is None or values.min() < 0 or values.max() >= 1e16:
+        cells = _cells_json(values, decimals)
+    else:
+        cells = _cells_fixed(values, decimals)
+    buf[index] = cells.ravel()
+
+
+_POW10_DESC = 10 ** np.arange(15, -1, -1, dtype=np.int64)  # 1e15 .. 1: values < 2**52
+
+
+def _cells_fixed(values: np.ndarray, decimals: int) -> np.ndarray:
+    """Fixed-point texts (integers, or 3 decimals), right-aligned in (n, _SLOT) bytes.
+
+    Blanks before a number are JSON whitespace like those after it; right-aligning lets
+    every digit be computed by broadcasting, without a loop over positions.
+    """
+    ip = np.floor(values).astype(np.int64)
+    n = len(values)
+    out = np.full((n, _SLOT), 32, np.uint8)
+    if decimals:
+        frac = np.rint((values - ip) * 1000.0).astype(np.int64)
+        carry = frac >= 1000
+        ip[carry] += 1
+        frac[carry] -= 1000
+        out[:, -4] = 46  # "."
+        out[:, -3] = 48 + frac // 100
+        out[:, -2] = 48 + (frac // 10) % 10
+        out[:, -1] = 48 + frac % 10
+    # digits of two 8-digit halves in int32 (int64 division is the slow part)
+    hi = (ip // 100_000_000).astype(np.int32)
+    lo = (ip % 100_000_000).astype(np.int32)
+    end = _SLOT - (4 if decimals else 0)
+    for half, p_at in ((hi, end - 16), (lo, end - 8)):
+        out[:, p_at:p_at + 8] = 48 + (half[:, None] // _POW8[None, :]) % 10
+    # blank the leading zeros (keep one "0" for zero)
+    shown = ip[:, None] >= _POW10_DESC[None, :]
+    shown[:, -1] = True
+    block = out[:, end - 16:end]
+    block[~shown] = 32
+    return out
+
+
+_POW8 = (10 ** np.arange(7, -1, -1)).astype(np.int32)
+
+
+def _cells_json(values: np.ndarray, decimals: int | None) -> np.ndarray:
+    """Texts as msgspec writes each value (any float), as an (n, _SLOT) byte array."""
+    vals = values.astype(np.int64).tolist() if decimals == 0 else values.tolist()
+    txt = _ENC.encode(vals)[1:-1].split(b",")
+    # S25 first: a text longer than the slot would be cut silently by S24
     cells = np.array(txt, dtype=f"S{_SLOT + 1}")
     if cells.dtype.itemsize > _SLOT and (cells.view(np.uint8).reshape(len(txt), -1)[:, _SLOT] != 0).any():
         raise TraceFormatError("a time does not fit its slot")
     cells = cells.astype(f"S{_SLOT}").view(np.uint8).reshape(len(txt), _SLOT).copy()
     cells[cells == 0] = 32  # space
-    buf[(at[:, None] + np.arange(_SLOT)).ravel()] = cells.ravel()
+    return cells
 
 
 def write_gz(path: str | os.PathLike, data: bytes) -> None:
