@@ -86,8 +86,8 @@ def flow_binding(base: Base) -> np.ndarray:
     return bound
 
 
-def new_times(base: Base, res: Result) -> tuple[np.ndarray, np.ndarray]:
-    """New absolute (ts, end) of every base event, rounded as the trace writes times.
+def new_times(base: Base, res: Result) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New absolute (ts, end) and dur of every base event, rounded as the trace writes times.
 
     Everything is computed relative to the trace start and rounded there (integer us in
     2021 traces, ns otherwise), then the start is added back: an absolute epoch time in us
@@ -139,7 +139,12 @@ def new_times(base: Base, res: Result) -> tuple[np.ndarray, np.ndarray]:
     out_ts = np.where(moved, absolute(doc, new_ts, t0), doc.ts)
     moved_end = (new_end != _round(doc, rel_end)) | moved
     out_end = np.where(moved_end, absolute(doc, new_end, t0), doc.end)
-    return out_ts, np.maximum(out_end, out_ts)
+    # durations from relative times (an absolute difference loses ns at 1e12 us); events that
+    # only moved keep theirs exactly
+    stretched = np.abs((new_end - new_ts) - (_round(doc, rel_end) - _round(doc, rel_ts))) > 1e-6
+    dur = np.where(stretched, _round(doc, new_end - new_ts), doc.dur)
+    dur[ops] = doc.dur[ops]
+    return out_ts, np.maximum(out_end, out_ts), dur
 
 
 def _round(doc, x: np.ndarray) -> np.ndarray:
@@ -157,7 +162,7 @@ def realize(base: Base, plan: Plan) -> tuple:
     """Place a plan: propagate, drop instances that do not show, emit. Returns everything."""
     for _ in range(MAX_REPLANS + 1):
         res = propagate(base.tl, plan.blocks)
-        new_ts, new_end = new_times(base, res)
+        new_ts, new_end, new_dur = new_times(base, res)
         f = Factory(base.doc, base.dialect, base.tl.t0)
         for inst in plan.instances:
             inst.spans = inst.emit(f)
@@ -165,7 +170,8 @@ def realize(base: Base, plan: Plan) -> tuple:
         kernels = _kernel_spans(base, new_ts, new_end, f)
         shown = [inst for inst in plan.instances if _label(base, inst, kernels)]
         if len(shown) == len(plan.instances):
-            return res, new_ts, new_end, f
+            _add_caused_idle(base, plan.instances, new_ts, new_end)
+            return res, new_ts, new_end, new_dur, f
         if not shown:
             raise Unusable("the planted work does not make the GPU wait anywhere (the GPU "
                            "backlog hides it)")
@@ -174,6 +180,73 @@ def realize(base: Base, plan: Plan) -> tuple:
             for b in inst.blocks:
                 b.t0 = b.t1 = np.nan
     raise Unusable("the planted instances kept hiding behind each other")
+
+
+#: A gap between base kernels that grew by more than this (us) is waiting the plant caused
+#: (the replay reproduces an untouched stretch to ~2 us: rounding and launch jitter).
+MIN_GROWTH_US = 20.0
+
+
+def _base_gaps(base: Base) -> tuple[np.ndarray, np.ndarray]:
+    """Base kernels of the compute device, and the idle gap each one ends in the base (0 if
+    it starts while other work runs).  Computed once per base."""
+    cached = getattr(base, "_gaps", None)
+    if cached is None:
+        doc = base.doc
+        k = np.flatnonzero((doc.kind == Kind.KERNEL) & (doc.ph == PH_X)
+                           & (doc.device == base.compute[0]))
+        cached = (k, _gap_before(doc.ts[k], doc.end[k]))
+        base._gaps = cached
+    return cached
+
+
+def _gap_before(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per interval: the idle time just before it, if it starts a busy stretch (else 0)."""
+    o = np.argsort(s, kind="stable")
+    reach = np.maximum.accumulate(e[o])
+    gap = np.zeros(len(s))
+    gap[o[1:]] = np.maximum(s[o[1:]] - reach[:-1], 0.0)
+    return gap
+
+
+def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
+    """Label the idle a plant caused away from where it was planted.
+
+    A stall the backlog hid still delays the host, so the next step's work starts later
+    and the GPU waits there; that wait is the plant's too.  It is found as the growth of the
+    idle gap before each base kernel, compared with the base, and given to the instance
+    planted last before it.
+    """
+    k, base_gap = _base_gaps(base)
+    if not len(k) or not instances:
+        return
+    t0 = base.tl.t0
+    out_gap = _gap_before(new_ts[k], new_end[k])
+    grown = np.flatnonzero(out_gap - base_gap > MIN_GROWTH_US)
+    if not len(grown):
+        return
+    starts = sorted(((min(b.t0 for b in inst.blocks), inst) for inst in instances),
+                    key=lambda x: x[0])
+    firsts = np.array([s for s, _ in starts])
+    for i in grown.tolist():
+        b = new_ts[k[i]] - t0
+        a = b - (out_gap[i] - base_gap[i])
+        if any(x <= a + 1e-6 and b <= y + 1e-6 for inst in instances for x, y in inst.intervals):
+            continue
+        j = int(np.searchsorted(firsts, a + 1e-6, side="right")) - 1
+        if j >= 0:
+            starts[j][1].intervals.append((float(a), float(b)))
+
+
+def _union(intervals: list) -> list:
+    """Overlapping or touching intervals merged (input sorted by start)."""
+    out: list = []
+    for a, b in intervals:
+        if out and a <= out[-1][1] + 1e-6:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _kernel_spans(base: Base, new_ts, new_end, f: Factory) -> tuple[np.ndarray, np.ndarray]:
@@ -237,7 +310,7 @@ def _extend(t: float, ks: np.ndarray, ke: np.ndarray) -> float:
     return float(later.min()) if len(later) else t
 
 
-def output_columns(base: Base, new_ts, new_end, f: Factory) -> Columns:
+def output_columns(base: Base, new_ts, new_dur, f: Factory) -> Columns:
     """The validator's columns of an output (base events at their new times, then the new)."""
     doc = base.doc
     n_new = len(f.events)
@@ -275,7 +348,7 @@ def output_columns(base: Base, new_ts, new_end, f: Factory) -> Columns:
     return Columns(
         ph=np.concatenate((doc.ph, ph)), kind=np.concatenate((doc.kind, kind)),
         ts=np.concatenate((new_ts, ts)),
-        dur=np.concatenate((np.where(doc.has_dur, new_end - new_ts, np.nan), dur)),
+        dur=np.concatenate((np.where(doc.has_dur, new_dur, np.nan), dur)),
         thread=np.concatenate((doc.thread_key.astype(np.int64), thread)),
         stream=np.concatenate((base_stream.astype(np.int64), stream)),
         correlation=np.concatenate((doc.correlation, corr)),
@@ -296,10 +369,10 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
                extra_anomalies: list | None = None) -> Output:
     """Plant one pattern into a base; raises `Unusable` or `Invalid` with a reason."""
     plan = MECHANISMS[pattern].plan(base, rng)
-    res, new_ts, new_end, f = realize(base, plan)
+    res, new_ts, new_end, new_dur, f = realize(base, plan)
     t0 = base.tl.t0
-    anomalies = sorted((a + t0, b + t0) for inst in plan.instances for a, b in inst.intervals)
-    cols = output_columns(base, new_ts, new_end, f)
+    anomalies = _union(sorted((a + t0, b + t0) for inst in plan.instances for a, b in inst.intervals))
+    cols = output_columns(base, new_ts, new_dur, f)
     lo, hi = span_of(cols)
     # an idle gap that runs to the end of the trace ends where the trace ends
     anomalies = [(max(a, lo), min(b, hi)) for a, b in anomalies if min(b, hi) > max(a, lo)]
@@ -309,10 +382,7 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
                                   span_of(cols))
     if problems:
         raise Invalid("; ".join(problems))
-    doc = base.doc
-    same = (new_ts == doc.ts) & (new_end == doc.end)
-    dur = np.where(doc.has_dur, np.where(same, doc.dur, new_end - new_ts), np.nan)
-    data = base.doc.encode(new_ts, dur, f.events, plan.top_changes)
+    data = base.doc.encode(new_ts, new_dur, f.events, plan.top_changes)
     ws = (plan.top_changes.get("distributedInfo") or {}).get("world_size")
     return Output(pattern, data, anomalies, world_size=ws, n_instances=len(plan.instances),
                   result=res, t0=t0)

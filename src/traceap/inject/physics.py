@@ -34,6 +34,10 @@ GPU_SIDE_WAITS = frozenset({"cudaStreamWaitEvent", "hipStreamWaitEvent"})
 #: Return latency of a blocking call after the GPU work it waits for ends, when the trace has
 #: no waiting call to measure it on (CUDA sync return latency is a few us on A100/H100).
 DEFAULT_SYNC_RETURN_US = 3.0
+#: An op "waited" when it started this much after both its launch and its stream (us) ...
+WAIT_SLACK_US = 2.0
+#: ... and another stream's op had ended at most this long before (us): the event latency.
+WAIT_MATCH_US = 15.0
 #: Launch latency of new GPU work when the trace gives no better number (empty-queue launch
 #: latency of cudaLaunchKernel is ~5-10 us on recent NVIDIA GPUs: HTA's kernel-launch stats).
 DEFAULT_LAUNCH_LATENCY_US = 6.0
@@ -142,6 +146,9 @@ class Timeline:
         self.order = order
         self.start, self.dur, self.end = start, dur, start + dur
         self.L = L
+        #: the launch time an op is moved by: its runtime call's, or (unlinked) its start
+        #: minus the smallest launch latency
+        self.L_eff = L_eff
         self.key = key
         pid_of_launch = np.full(len(rows), -1, np.int64)
         pid_of_launch[linked] = tr.pid[launch[linked]]
@@ -149,6 +156,7 @@ class Timeline:
         self.main_pid = int(doc.thread_pid[self.main_thread]) if self.main_thread >= 0 else -1
         self.by_main = (pid_of_launch == self.main_pid) | ~linked
         self._syncs(tr)
+        self._waits()
         self.compute_stream = self._compute_stream()
 
     def _main_thread(self) -> int:
@@ -165,6 +173,57 @@ class Timeline:
             cpu = doc.row_event[np.flatnonzero(tr.kind == Kind.CPU_OP)]
             return int(np.bincount(doc.thread[cpu]).argmax()) if len(cpu) else -1
         return int(np.bincount(doc.thread[ev]).argmax())
+
+    def _waits(self) -> None:
+        """Ops that waited for work on another stream (an event wait the trace does not show).
+
+        An op that started well after both its launch and its stream's previous op, right
+        when an op of another stream ended, waited for that op (cudaStreamWaitEvent: DDP's
+        all-reduce waits for the gradients, the optimizer for the all-reduce).  When that op
+        moves, this one moves with it.
+        """
+        n = len(self.start)
+        self.dep = np.full(n, -1, np.int64)
+        self.dep_gap = np.zeros(n)
+        self.lat = np.full(n, self.lat_min)
+        if n < 2:
+            return
+        by = np.lexsort((self.start, self.op_stream))
+        prev_end = np.full(n, -np.inf)
+        same = self.op_stream[by[1:]] == self.op_stream[by[:-1]]
+        run = np.maximum.accumulate(self.end[by])  # stream-local below: masked by `same`
+        for s in np.unique(self.op_stream).tolist():
+            on = by[self.op_stream[by] == s]
+            pe = np.maximum.accumulate(self.end[on])
+            prev_end[on[1:]] = pe[:-1]
+        del same, run
+        launch_ok = np.where(np.isfinite(self.L), self.L + self.lat_min, -np.inf)
+        expected = np.maximum(launch_ok, prev_end)
+        # An op that started when its launch allowed (not queued behind its stream) keeps its
+        # own launch latency when it moves; a queued one can start as soon as the smallest
+        # latency allows once the queue before it is gone.
+        lat_own = self.start - self.L
+        launch_bound = np.isfinite(lat_own) & (prev_end < self.start - 1.0)
+        self.lat = np.where(launch_bound, np.maximum(lat_own, self.lat_min), self.lat_min)
+        waited = np.flatnonzero(self.start - expected > WAIT_SLACK_US)
+        if not len(waited):
+            return
+        best = np.full(len(waited), -np.inf)
+        who = np.full(len(waited), -1, np.int64)
+        for s in np.unique(self.op_stream).tolist():
+            on = np.flatnonzero(self.op_stream == s)
+            on = on[np.argsort(self.end[on], kind="stable")]
+            e = self.end[on]
+            j = np.searchsorted(e, self.start[waited] + 0.5, side="right") - 1
+            ok = (j >= 0) & (self.op_stream[waited] != s)
+            cand = np.where(ok, e[np.maximum(j, 0)], -np.inf)
+            better = cand > best
+            best = np.where(better, cand, best)
+            who = np.where(better, on[np.maximum(j, 0)], who)
+        hit = (who >= 0) & (self.start[waited] - best <= WAIT_MATCH_US)
+        self.dep[waited[hit]] = who[hit]
+        self.dep_gap[waited[hit]] = self.start[waited[hit]] - best[hit]
+        self.lat[waited[hit]] = self.lat_min  # its start is explained by the other stream
 
     def _compute_stream(self) -> int:
         """The stream that runs most non-NCCL kernel time (-1 when there is none)."""
@@ -313,9 +372,12 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
     sync_ts = tl.sync_ts[sy].tolist() + [np.inf]
     block_T = [b.T for b in blocks] + [np.inf]
     bi = si = 0
-    lat = tl.lat_min
     main = tl.by_main
-    start_l, dur_l, L_l = tl.start.tolist(), tl.dur.tolist(), tl.L.tolist()
+    start_l, dur_l, L_l = tl.start.tolist(), tl.dur.tolist(), tl.L_eff.tolist()
+    dep_l, gap_l, lat_l = tl.dep.tolist(), tl.dep_gap.tolist(), tl.lat.tolist()
+    done = np.zeros(n, bool)
+    done[order[:first]] = True
+    done_l = done.tolist()
     stream_l = tl.op_stream.tolist()
     keys_l = key.tolist() + [np.inf]
     order_l = order.tolist()
@@ -362,8 +424,8 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
         s = stream_l[i]
         b0 = start_l[i]
         Li = L_l[i]
-        if main[i] and Li == Li:  # launched by the main process: its launch moved by `shift`
-            c = Li + shift + lat
+        if main[i]:  # launched by the main process: its launch moved by `shift`
+            c = Li + shift + lat_l[i]
             if c > b0:
                 b0 = c
         prev = last_end.get(s)
@@ -373,6 +435,12 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
             bb = barrier.pop(s)
             if bb > b0:
                 b0 = bb
+        j = dep_l[i]
+        if j >= 0 and done_l[j]:  # it waited for another stream's op: it still does
+            c = op_end[j] + gap_l[i]
+            if c > b0:
+                b0 = c
+        done_l[i] = True
         op_start[i] = b0
         e = b0 + dur_l[i]
         op_end[i] = e
