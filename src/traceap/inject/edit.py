@@ -100,6 +100,10 @@ _ARGS = msgspec.json.Decoder(list[_Args | None], strict=False)
 _ONE_ARGS = msgspec.json.Decoder(_Args | None, strict=False)
 _ENC = msgspec.json.Encoder()
 
+#: Kinds whose args feed columns (the rest keep their args raw and undecoded).
+_ARGS_KINDS = (Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER, Kind.KERNEL, Kind.GPU_MEMCPY,
+               Kind.GPU_MEMSET, Kind.GPU_USER_ANNOTATION)
+
 #: Phase codes of the `ph` column.
 PH_X, PH_INSTANT, PH_FLOW_START, PH_FLOW_STEP, PH_FLOW_END, PH_META, PH_OTHER = range(7)
 _PH = {"X": PH_X, "i": PH_INSTANT, "I": PH_INSTANT, "s": PH_FLOW_START, "t": PH_FLOW_STEP,
@@ -192,7 +196,12 @@ class Doc:
         self.bytes = np.full(n, _NAN)
         self.comm_nelems = np.full(n, -1, np.int64)
         self.comm_group_size = np.full(n, -1, np.int64)
-        rows = np.flatnonzero((self.ph == PH_X) | (self.ph == PH_INSTANT))
+        # args matter for runtime calls and GPU events (correlation, device, stream, bytes)
+        # and for collectives' cpu ops (message size); the rest stay raw, undecoded
+        comm = np.array([nm.startswith(("record_param_comms", "nccl:", "c10d::")) for nm in self.names],
+                        bool)
+        wanted = np.isin(self.kind, _ARGS_KINDS) | (comm[self.name] if len(self.names) else False)
+        rows = np.flatnonzero(((self.ph == PH_X) | (self.ph == PH_INSTANT)) & wanted)
         lens = np.fromiter(map(len, map(_get["args"], self.events)), np.int64, n)
         rows = rows[lens[rows] > 1]  # "{}" and absent args carry nothing
         raws = [self.events[i].args for i in rows.tolist()]
@@ -357,9 +366,10 @@ class Doc:
         buf = np.frombuffer(data, np.uint8).copy()
         ts_at = _slot_starts(buf, 1)
         dur_at = _slot_starts(buf, 2)
-        at = np.flatnonzero(buf == 3)
-        if len(ts_at) != int(has_ts.sum()) or len(dur_at) != int(self.has_dur.sum()) or len(at) != 1:
+        at = np.array([data.rfind(b"\x03")])
+        if len(ts_at) != int(has_ts.sum()) or len(dur_at) != int(self.has_dur.sum()) or at[0] < 0:
             raise TraceFormatError(f"{self.path}: cannot lay out the trace for editing")
+        self._held = {}
         return buf, ts_at, dur_at, int(at[0])
 
     @cached_property
@@ -376,15 +386,14 @@ class Doc:
         Values that did not move are written as read; moved ones at the trace's resolution.
         """
         buf, ts_at, dur_at, at = self._template
-        out = buf  # every slot is overwritten by each output: no copy of the template
+        out = buf  # the template is reused: only slots whose value changes are rewritten
         has_ts = np.isfinite(self.ts)
         t, t0 = ts[has_ts], self.ts[has_ts]
         t = np.where(t == t0, t0, self._rounded(t))
         d, d0 = dur[self.has_dur], self.dur[self.has_dur]
         d = np.where(d == d0, d0, np.maximum(self._rounded(d), 0.0))
-        ts_idx, dur_idx = self._slot_index
-        _fill(out, ts_at, t, self._fixed_point, ts_idx)
-        _fill(out, dur_at, d, self._fixed_point, dur_idx)
+        self._refill(out, ts_at, t, "ts")
+        self._refill(out, dur_at, d, "dur")
         extra = _ENC.encode(added)[1:-1] if added else b""
         if not extra:  # the marker and the comma before it become blanks
             out[at] = 32
@@ -402,6 +411,18 @@ class Doc:
         if at and out[at - 1] == 32:
             out[at - 1] = 44
         return data
+
+    def _refill(self, out: np.ndarray, at: np.ndarray, values: np.ndarray, key: str) -> None:
+        """Write the slots whose value differs from what the buffer holds now."""
+        held = self._held.get(key)
+        change = slice(None) if held is None else np.flatnonzero(values != held)
+        if held is not None and not len(change):
+            return
+        sel = at[change]
+        _fill(out, sel, values[change], self._fixed_point,
+              (sel[:, None] + np.arange(_SLOT)).ravel() if held is not None
+              else self._slot_index[0 if key == "ts" else 1])
+        self._held[key] = values.copy()
 
     @cached_property
     def _fixed_point(self) -> int | None:
@@ -466,10 +487,21 @@ _SLOT = 24
 
 
 def _slot_starts(buf: np.ndarray, marker: int) -> np.ndarray:
-    """Offsets of the runs of `marker` bytes (one per slot)."""
-    m = buf == marker
-    starts = np.flatnonzero(m[1:] & ~m[:-1]) + 1
-    return np.r_[0, starts] if len(m) and m[0] else starts
+    """Offsets of the runs of `marker` bytes (one per slot).
+
+    Every run of _SLOT bytes holds exactly one offset that is a multiple of _SLOT: sample
+    those, then step back to the run's start (slots never touch: text separates them).
+    """
+    hit = np.flatnonzero(buf[::_SLOT] == marker) * _SLOT
+    if not len(hit):
+        return hit
+    lead = np.zeros(len(hit), np.int64)
+    alive = np.ones(len(hit), bool)
+    for j in range(1, _SLOT):
+        alive &= buf[np.maximum(hit - j, 0)] == marker
+        alive &= hit - j >= 0
+        lead += alive
+    return hit - lead
 
 
 def _fill(buf: np.ndarray, at: np.ndarray, values: np.ndarray, decimals: int | None,
@@ -505,21 +537,21 @@ def _cells_fixed(values: np.ndarray, decimals: int) -> np.ndarray:
         out[:, -3] = 48 + frac // 100
         out[:, -2] = 48 + (frac // 10) % 10
         out[:, -1] = 48 + frac % 10
-    # digits of two 8-digit halves in int32 (int64 division is the slow part)
-    hi = (ip // 100_000_000).astype(np.int32)
-    lo = (ip % 100_000_000).astype(np.int32)
+    # 16 integer digits as four 4-digit groups, each looked up in a table of "0000".."9999"
     end = _SLOT - (4 if decimals else 0)
-    for half, p_at in ((hi, end - 16), (lo, end - 8)):
-        out[:, p_at:p_at + 8] = 48 + (half[:, None] // _POW8[None, :]) % 10
+    block = out[:, end - 16:end]
+    x = ip
+    for g in range(3, -1, -1):
+        block[:, 4 * g:4 * g + 4] = _DIGITS4[x % 10_000]
+        x = x // 10_000
     # blank the leading zeros (keep one "0" for zero)
     shown = ip[:, None] >= _POW10_DESC[None, :]
     shown[:, -1] = True
-    block = out[:, end - 16:end]
-    block[~shown] = 32
+    out[:, end - 16:end] = np.where(shown, block, np.uint8(32))
     return out
 
 
-_POW8 = (10 ** np.arange(7, -1, -1)).astype(np.int32)
+_DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10_000)), np.uint8).reshape(10_000, 4)
 
 
 def _cells_json(values: np.ndarray, decimals: int | None) -> np.ndarray:
