@@ -53,8 +53,9 @@ class NaturalConfig:
     sync_step_share: float = 0.05
     #: Graph breaks: >= 200 us between consecutive compiled regions, >= half of it idle.
     break_gap_us: float = 200.0
-    #: Launch-bound GPU: in a step >= 1 ms, >= 50% of it idle in gaps ended by a kernel that
-    #: started within 20 us of its own launch (the GPU waited for the host).
+    #: Launch-bound GPU: in a step >= 1 ms (after the first, of two or more), >= 50% of it
+    #: idle in gaps ended by a kernel that started within 20 us of its own launch (the GPU
+    #: waited for the host).
     launch_bound_share: float = 0.5
     launch_bound_slack_us: float = 20.0
     min_step_us: float = 1000.0
@@ -234,7 +235,9 @@ def _graph_breaks(c: _Context, cfg: NaturalConfig):
 def _launch_bound(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     k = c.compute_k[np.argsort(tr.ts[c.compute_k], kind="stable")]
-    if len(k) < 2 or not c.steps:
+    # a single step cannot tell a launch-bound model from warm-up (first calls, allocator,
+    # cuDNN autotuning): only traces with a steady state after their first step are labelled
+    if len(k) < 2 or len(c.steps) < 2:
         return
     lat = tr.launch_delay[k]
     waited = np.isfinite(lat) & (lat <= cfg.launch_bound_slack_us)
