@@ -9,7 +9,6 @@ the same bytes; 2021 and AMD traces keep their dialect.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import shutil
 import subprocess

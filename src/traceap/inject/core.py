@@ -16,7 +16,6 @@ from .dialect import Factory
 from .edit import PH_FLOW_END, PH_FLOW_START, PH_FLOW_STEP, PH_INSTANT, PH_X
 from .mechanisms import MECHANISMS, Base, Plan, Unusable
 from .mechanisms.base import idle_intervals
-from .mechanisms.graph_break import wrap_events
 from .physics import Result, propagate
 from .validate import Columns, Tree, anomalies_outside, compare, describe, offenders, span_of
 
@@ -236,6 +235,15 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
         j = int(np.searchsorted(firsts, a + 1e-6, side="right")) - 1
         if j >= 0:
             starts[j][1].intervals.append((float(a), float(b)))
+
+
+def wrap_events(base: Base, f: Factory, plan: Plan, new_ts, new_end) -> None:
+    """cpu_op ranges over runs of base rows (`Instance.wrap`), at the rows' new times."""
+    thread = base.main_key
+    for inst in plan.instances:
+        for a, b, name in inst.wrap or ():
+            ea, eb = base.doc.row_event[a], base.doc.row_event[b]
+            f.host(Kind.CPU_OP, name, new_ts[ea] - base.tl.t0, new_end[eb] - base.tl.t0, thread)
 
 
 def _union(intervals: list) -> list:

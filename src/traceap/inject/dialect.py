@@ -9,6 +9,7 @@ what the trace is (2021-style `Operator`/`Runtime`/`Kernel` categories or today'
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -186,8 +187,6 @@ class Factory:
         self._corr = ids["correlation"]
         self._ext = ids["external_id"]
         self._py = _max_python_id(self.doc)
-        self._rf = _max_arg(self.doc, "Record function id")
-        self._evidx = _max_arg(self.doc, "Ev Idx")
 
     # ids -----------------------------------------------------------------------------------
     def new_ext(self) -> int:
@@ -229,15 +228,8 @@ class Factory:
         ts, dur = self._times(t0, t1)
         a = {k: v for k, v in args_of(tmpl).items() if k in _KEEP_ARGS.get(kind, ())} if tmpl else {}
         if kind != Kind.PYTHON_FUNCTION:
+            # the profiler's own bookkeeping ids ("Record function id", "Ev Idx") are left out
             a["External id"] = self.new_ext() if ext is None else ext
-            if tmpl is not None:
-                ta = args_of(tmpl)
-                if "Record function id" in ta:
-                    self._rf += 1
-                    a["Record function id"] = self._rf
-                if "Ev Idx" in ta:
-                    self._evidx += 1
-                    a["Ev Idx"] = self._evidx
         a.update(args or {})
         pid, tid = thread_key
         cat = self.dialect.cats.get(kind, "cpu_op")
@@ -308,27 +300,16 @@ class Factory:
         self._add(f, Kind.OTHER, (op.pid, op.tid), flow=(f_t.cat, corr), ph=PH_FLOW_END)
 
 
+_PYTHON_ID = re.compile(rb'"Python id":\s*(\d+)')
+
+
 def _max_python_id(doc: Doc) -> int:
+    """The largest "Python id" of the trace's python_function frames (0 without any)."""
     rows = np.flatnonzero(doc.kind == Kind.PYTHON_FUNCTION)
-    best = 0
-    for r in rows.tolist()[-2000:]:  # ids grow with time: the last frames hold the largest
-        v = args_of(doc.events[r]).get("Python id")
-        if isinstance(v, int) and v > best:
-            best = v
-    return best + 1_000_000 if len(rows) > 2000 else best
-
-
-def _max_arg(doc: Doc, key: str) -> int:
-    rows = np.flatnonzero((doc.kind == Kind.CPU_OP) | (doc.kind == Kind.USER_ANNOTATION))
-    best = 0
-    needle = key.encode()
-    for r in rows.tolist()[-500:]:
-        raw = doc.events[r].args
-        if needle in bytes(raw):
-            v = args_of(doc.events[r]).get(key)
-            if isinstance(v, int) and v > best:
-                best = v
-    return best + 1_000_000 if best else 0
+    if not len(rows):
+        return 0
+    blob = b"".join(bytes(doc.events[r].args) for r in rows.tolist())
+    return max((int(m) for m in _PYTHON_ID.findall(blob)), default=0)
 
 
 __all__ = ["Dialect", "Factory", "dialect_of"]

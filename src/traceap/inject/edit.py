@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
 from pathlib import Path
@@ -597,16 +596,4 @@ def clone(template: Event, **changes) -> Event:
     return out
 
 
-@dataclass
-class Added:
-    """Events an edit adds, with their columns (for validation and labels) beside the structs."""
-
-    events: list[Event] = field(default_factory=list)
-
-    def add(self, e: Event) -> Event:
-        """Append one event and return it."""
-        self.events.append(e)
-        return e
-
-
-__all__ = ["Added", "Doc", "Event", "WideEvent", "args_of", "clone", "gz_bytes", "write_gz"]
+__all__ = ["Doc", "Event", "WideEvent", "args_of", "clone", "gz_bytes", "write_gz"]

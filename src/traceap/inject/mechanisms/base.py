@@ -197,7 +197,8 @@ class Instance:
     label: str = "idle"
     #: Each labelled interval must hold at least this much GPU idle, or the instance is dropped.
     min_idle_us: float = 50.0
-    #: Base rows to wrap in annotations once they have moved (graph_break's compiled regions).
+    #: (first row, last row, name): cpu_op ranges over runs of base rows, placed once those
+    #: rows have moved (graph_break's compiled regions).
     wrap: list | None = None
     spans: list = field(default_factory=list)
     intervals: list = field(default_factory=list)

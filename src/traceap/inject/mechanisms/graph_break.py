@@ -64,7 +64,7 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
                     else None)
             lookup = block.add(Busy(rng.uniform(*config.lookup_us)))
             breaks.append((block, eager, sync, lookup))
-        region_rows = [(r[0], r[-1]) for r in runs]
+        region_rows = [(r[0], r[-1], f"Torch-Compiled Region: {k}/0") for k, r in enumerate(runs)]
 
         def emit(f: Factory, breaks=breaks, region_rows=region_rows):
             spans = []
@@ -83,16 +83,3 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable(f"no step has {config.min_kids} or more top-level ops to compile in pieces")
     return Plan(PATTERN, instances)
-
-
-def wrap_events(base: Base, f: Factory, plan_: Plan, new_ts, new_end) -> None:
-    """`Torch-Compiled Region` annotations over each run of ops, at the runs' new times."""
-    thread = base.main_key
-    for inst in plan_.instances:
-        runs = inst.wrap
-        if not runs:
-            continue
-        for k, (a, b) in enumerate(runs):
-            ea, eb = base.doc.row_event[a], base.doc.row_event[b]
-            f.host(Kind.CPU_OP, f"Torch-Compiled Region: {k}/0", new_ts[ea] - base.tl.t0,
-                   new_end[eb] - base.tl.t0, thread)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...trace import Kind
 from ..dialect import Factory
 from ..physics import Barrier
 from .base import (ALLREDUCE_HOST_US, Base, Block, Busy, Instance, Plan, Unusable, collective,
