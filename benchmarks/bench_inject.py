@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import traceap  # noqa: E402
 from traceap.dataset import PATTERNS  # noqa: E402
 from traceap.inject.core import Invalid, inject_one  # noqa: E402
-from traceap.inject.edit import Doc, gz_bytes  # noqa: E402
+from traceap.inject.edit import Doc  # noqa: E402
 from traceap.inject.mechanisms import Base, Unusable  # noqa: E402
 from traceap.inject.natural import natural_anomalies  # noqa: E402
 
@@ -57,7 +57,7 @@ def inject_all(path: Path) -> dict:
         except (Unusable, Invalid) as exc:
             sizes[p] = f"skipped: {exc}"
             continue
-        sizes[p] = len(gz_bytes(out.data))
+        sizes[p] = len(out.gz)
     return sizes
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from isal import isal_zlib
 
 from ..trace import Kind
 from .dialect import Factory
@@ -33,15 +34,20 @@ class Invalid(Exception):
 
 @dataclass
 class Output:
-    """One injected trace, ready to write."""
+    """One injected trace, ready to write (`gz`: the gzip bytes `traceap inject` writes)."""
 
     pattern: str
-    data: bytes
+    gz: bytes
     anomalies: list            # [(start_us, end_us)] absolute, this pattern
     world_size: int | None = None
     n_instances: int = 0
     result: Result | None = None
     t0: float = 0.0
+
+    @property
+    def data(self) -> bytes:
+        """The trace's JSON."""
+        return isal_zlib.decompress(self.gz, 47)
 
     def shift_start(self, t: float) -> float:
         """Where a base time that starts something (absolute us) lies in this output."""
@@ -390,9 +396,9 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
                                   span_of(cols))
     if problems:
         raise Invalid("; ".join(problems))
-    data = base.doc.encode(new_ts, new_dur, f.events, plan.top_changes)
+    gz = base.doc.encode_gz(new_ts, new_dur, f.events, plan.top_changes)
     ws = (plan.top_changes.get("distributedInfo") or {}).get("world_size")
-    return Output(pattern, data, anomalies, world_size=ws, n_instances=len(plan.instances),
+    return Output(pattern, gz, anomalies, world_size=ws, n_instances=len(plan.instances),
                   result=res, t0=t0)
 
 

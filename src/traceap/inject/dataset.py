@@ -23,7 +23,7 @@ from ..dataset import MANIFEST, PATTERNS, SPLITS, TASKS, Anomaly, Entry, encode_
 from ..errors import DatasetError, TraceapError, TraceFormatError
 from ..load import read_bytes
 from .core import Invalid, inject_one
-from .edit import Doc, gz_bytes, write_gz
+from .edit import Doc, gz_bytes, write_file
 from .mechanisms import Base, Unusable
 from .natural import natural_anomalies
 
@@ -238,7 +238,7 @@ def inject_base(path: Path, bid: str, config: InjectConfig, out: Path) -> tuple[
             anomalies += [Anomaly(a, b, p) for a, b, p in moved if b > a]
             anomalies.sort(key=lambda x: (x.start_us, x.end_us))
             pats = [pattern] + [p for p in nat_patterns if p != pattern]
-            write_gz(out / "traces" / f"{eid}.pt.trace.json.gz", o.data)
+            write_file(out / "traces" / f"{eid}.pt.trace.json.gz", o.gz)
             entries.append(entry(eid, world_size=o.world_size or ws, rank=rank, label="bad",
                                  patterns=pats, anomalies=anomalies, source="injected",
                                  notes=f"{pattern} planted {o.n_instances}x into {path.name} "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-from isal import igzip
+from isal import igzip, isal_zlib
 
 from ..errors import TraceFormatError
 from ..load import read_bytes
@@ -380,12 +380,28 @@ class Doc:
 
     def encode(self, ts: np.ndarray, dur: np.ndarray, added: list,
                top_changes: dict[str, object] | None = None) -> bytes:
-        """The JSON of this trace with base events at `ts`/`dur` and `added` appended.
+        """The JSON of this trace with base events at `ts`/`dur` and `added` appended."""
+        return b"".join(self.encode_pieces(ts, dur, added, top_changes))
+
+    def encode_gz(self, ts: np.ndarray, dur: np.ndarray, added: list,
+                  top_changes: dict[str, object] | None = None) -> bytes:
+        """`encode`, gzipped as `write_gz` does, without joining the pieces first."""
+        c = isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)
+        parts = [c.compress(p) for p in self.encode_pieces(ts, dur, added, top_changes)]
+        return b"".join(parts) + c.flush()
+
+    def encode_pieces(self, ts: np.ndarray, dur: np.ndarray, added: list,
+                      top_changes: dict[str, object] | None = None) -> list:
+        """The JSON as a few byte pieces; they view a buffer the next call rewrites.
 
         Values that did not move are written as read; moved ones at the trace's resolution.
         """
         buf, ts_at, dur_at, at = self._template
         out = buf  # the template is reused: only slots whose value changes are rewritten
+        if out[at] != 3:  # the previous output blanked the marker: put it back
+            out[at] = 3
+            if at and out[at - 1] == 32:
+                out[at - 1] = 44
         has_ts = np.isfinite(self.ts)
         t, t0 = ts[has_ts], self.ts[has_ts]
         t = np.where(t == t0, t0, self._rounded(t))
@@ -405,22 +421,20 @@ class Doc:
                             for k, v in top_changes.items() if k not in self.top)
             pieces[-1] = pieces[-1][:-1]  # the document's closing brace
             pieces += [keys, b"}"]
-        data = b"".join(pieces)
-        out[at] = 3  # the marker back, for the next output
-        if at and out[at - 1] == 32:
-            out[at - 1] = 44
-        return data
+        return pieces
 
     def _refill(self, out: np.ndarray, at: np.ndarray, values: np.ndarray, key: str) -> None:
         """Write the slots whose value differs from what the buffer holds now."""
         held = self._held.get(key)
-        change = slice(None) if held is None else np.flatnonzero(values != held)
-        if held is not None and not len(change):
+        change = None if held is None else np.flatnonzero(values != held)
+        if change is not None and not len(change):
             return
-        sel = at[change]
-        _fill(out, sel, values[change], self._fixed_point,
-              (sel[:, None] + np.arange(_SLOT)).ravel() if held is not None
-              else self._slot_index[0 if key == "ts" else 1])
+        if change is None or len(change) > len(at) // 2:  # most move: write every slot
+            _fill(out, at, values, self._fixed_point, self._slot_index[0 if key == "ts" else 1])
+        else:
+            sel = at[change]
+            _fill(out, sel, values[change], self._fixed_point,
+                  (sel[:, None] + np.arange(_SLOT)).ravel())
         self._held[key] = values.copy()
 
     @cached_property
@@ -568,9 +582,14 @@ def _cells_json(values: np.ndarray, decimals: int | None) -> np.ndarray:
 
 def write_gz(path: str | os.PathLike, data: bytes) -> None:
     """Write gzip bytes (ISA-L level 1, mtime 0: same input, same bytes), atomically."""
+    write_file(path, gz_bytes(data))
+
+
+def write_file(path: str | os.PathLike, data: bytes) -> None:
+    """Write bytes atomically (a reader never sees half a trace)."""
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_bytes(igzip.compress(data, 1, mtime=0))
+    tmp.write_bytes(data)
     os.replace(tmp, p)
 
 
@@ -596,4 +615,4 @@ def clone(template: Event, **changes) -> Event:
     return out
 
 
-__all__ = ["Doc", "Event", "WideEvent", "args_of", "clone", "gz_bytes", "write_gz"]
+__all__ = ["Doc", "Event", "WideEvent", "args_of", "clone", "gz_bytes", "write_file", "write_gz"]
