@@ -8,10 +8,13 @@ replays the trace in launch order with these rules:
 
 * host: every host event at or after T moves by the time the block took; events spanning T
   are stretched (the shift is one non-decreasing step function per process);
-* GPU: an op starts at max(its original start, its launch + the trace's smallest observed
-  launch latency, the end of the previous op on its stream, any barrier) -- so a stall moves
-  only work launched after it, work already queued drains first, and new work on a stream
-  delays what follows it;
+* GPU: an op starts at max(its original start, its launch + its launch latency, the end of
+  the previous op on its stream, the end of the other-stream op it waited for + the same
+  gap, any barrier) -- so a stall moves only work launched after it, work already queued
+  drains first, and new work on a stream delays what follows it.  An op that was
+  launch-bound keeps its own latency, a queued one gets the trace's smallest; an op that
+  started right when another stream's op ended waited for it (an event wait the trace does
+  not show) and still does.  Untouched stretches replay to ~2 us;
 * blocking calls (device/stream/event syncs, copies that outlive their call) end when the
   GPU work they wait for ends; that is where a GPU delay reaches the host again.  The host
   shift never shrinks: a stall hidden by a long wait is not modelled, which is why mechanisms
@@ -189,14 +192,11 @@ class Timeline:
         if n < 2:
             return
         by = np.lexsort((self.start, self.op_stream))
-        prev_end = np.full(n, -np.inf)
-        same = self.op_stream[by[1:]] == self.op_stream[by[:-1]]
-        run = np.maximum.accumulate(self.end[by])  # stream-local below: masked by `same`
+        prev_end = np.full(n, -np.inf)  # latest end of the ops before it on its stream
         for s in np.unique(self.op_stream).tolist():
             on = by[self.op_stream[by] == s]
             pe = np.maximum.accumulate(self.end[on])
             prev_end[on[1:]] = pe[:-1]
-        del same, run
         launch_ok = np.where(np.isfinite(self.L), self.L + self.lat_min, -np.inf)
         expected = np.maximum(launch_ok, prev_end)
         # An op that started when its launch allowed (not queued behind its stream) keeps its
