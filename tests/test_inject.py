@@ -282,11 +282,14 @@ def test_amd_trace_keeps_its_dialect(bases, outputs):
     assert any(e.name.startswith("ncclDevKernel_Generic") for e in _new_events(doc, f))
 
 
-def test_new_ids_are_unique(outputs):
-    for (_path, p), (_o, f) in outputs.items():
-        doc = Doc(f)
-        rt = doc.correlation[(doc.kind == Kind.CUDA_RUNTIME) & (doc.correlation >= 0)]
-        assert len(np.unique(rt)) == len(rt) or p is None
+def test_base_without_an_insertion_point_is_skipped_with_a_reason(tmp_path):
+    """A 7-event slice with one kernel has no step to compile in pieces: one line says so."""
+    base = Base.of(Doc(DATA / "backward_thread.json.gz"), "backward_thread.json.gz")
+    with pytest.raises(Unusable, match="compile in pieces"):
+        inject_one(base, "graph_break", np.random.default_rng(0))
+    rep = build([DATA / "backward_thread.json.gz"], tmp_path / "ds", InjectConfig(patterns=("graph_break",)))
+    assert rep.skipped == ["skip backward_thread.json.gz graph_break: no step has 4 or more "
+                           "top-level ops to compile in pieces"]
 
 
 # -- natural labels ---------------------------------------------------------------------------
