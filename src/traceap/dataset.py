@@ -26,7 +26,7 @@ PATTERNS = (
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
 )
-SPLITS = ("train", "test_seen", "test_unseen")
+SPLITS = ("train", "validation", "test_seen", "test_unseen")
 TASKS = ("image_classification", "object_detection", "image_segmentation", "image_generation",
          "depth_estimation", "pose_estimation", "action_recognition", "other")
 SEEN_TASKS = ("image_classification", "object_detection", "image_segmentation")
@@ -58,6 +58,8 @@ class Entry(msgspec.Struct, omit_defaults=True):
     source: str | None = None
     notes: str | None = None
     job: str | None = None
+    #: For injected traces: the file name of the real trace they were made from.
+    base: str | None = None
 
     @property
     def is_bad(self) -> bool:

@@ -37,7 +37,7 @@ SCHEMA = "traceap.eval/v1"
 _PAPER_ORDER = SEEN_TASKS + ("pose_estimation", "depth_estimation", "image_generation")
 TASK_ORDER = _PAPER_ORDER + tuple(t for t in TASKS if t not in _PAPER_ORDER)
 #: Split name -> the group it is reported under (the paper's "Seen" and "Unseen").
-GROUPS = {"test_seen": "seen", "test_unseen": "unseen", "train": "train"}
+GROUPS = {"test_seen": "seen", "test_unseen": "unseen", "train": "train", "validation": "validation"}
 
 
 @dataclass(frozen=True)

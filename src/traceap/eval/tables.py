@@ -32,7 +32,7 @@ PATTERN_SHORT = {
     "graph_break": "GB", "cpu_bound": "CPU", "small_nccl_kernels": "SNK",
     "nccl_blocks_compute_stream": "NBS", "nccl_compute_no_overlap": "NNO", NO_PATTERN: "none",
 }
-GROUP_TITLES = {"seen": "Seen", "unseen": "Unseen", "train": "Train"}
+GROUP_TITLES = {"seen": "Seen", "unseen": "Unseen", "train": "Train", "validation": "Validation"}
 
 
 def pct(x: float | None, digits: int = 2) -> str:
