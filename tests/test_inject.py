@@ -372,6 +372,38 @@ def test_cli_inject_and_label(small_inputs, tmp_path):
     assert p.returncode == 0 and "single_process_dataloading" in p.stdout
 
 
+def test_split_plan_puts_each_project_in_one_split(tmp_path):
+    """A benchmark split by source: each project folder lands in the split the plan names,
+    with that split's copies; an unplanned base is skipped with a line; two splits claiming
+    one base is an error."""
+    from traceap.inject.dataset import SplitPlan
+    src = tmp_path / "src"
+    for proj, f in (("projA", V100), ("projB", MI250), ("projC", PARTICLE)):
+        (src / proj).mkdir(parents=True)
+        shutil.copy(f, src / proj / f.name)
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text("splits:\n  train: ['projA/*']\n  validation: ['projB/*']\n"
+                         "copies:\n  train: 2\n")
+    plan = SplitPlan.read(plan_file)
+    rep = build([src], tmp_path / "ds", InjectConfig(patterns=("single_process_dataloading",)),
+                plan=plan)
+    entries = read_manifest(tmp_path / "ds")
+    by_base = {}
+    for e in entries:
+        by_base.setdefault(e.base, set()).add(e.split)
+    assert by_base == {V100.name: {"train"}, MI250.name: {"validation"}}
+    train = [e for e in entries if e.split == "train" and e.source == "injected"]
+    assert sorted(e.id.rsplit("__", 1)[1] for e in train) == ["c0", "c1"]
+    assert any("projC" in line and "no split" in line for line in rep.skipped)
+    plan_file.write_text("splits:\n  train: ['projA/*']\n  validation: ['*.json.gz']\n")
+    with pytest.raises(DatasetError, match="two splits"):
+        build([src], tmp_path / "ds2", InjectConfig(patterns=("cpu_bound",)),
+              plan=SplitPlan.read(plan_file))
+    plan_file.write_text("splits:\n  nonsense: ['projA/*']\n")
+    with pytest.raises(DatasetError, match="unknown split"):
+        SplitPlan.read(plan_file)
+
+
 def test_dataset_splits_include_validation(tmp_path):
     assert "validation" in SPLITS
     from traceap.dataset import Entry, write_manifest

@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same bytes."),
         jobs: int = typer.Option(1, "--jobs", min=1, help="Bases processed in parallel processes."),
         split: str = typer.Option("test_unseen", "--split", help="Split written in the manifest for every trace."),
-        task: str = typer.Option("other", "--task", help="Task written in the manifest (FORMATS.md task ids)."),
+        split_plan: Path | None = typer.Option(None, "--split-plan",
+                                               help="YAML: split -> globs of base paths (by project folder), and copies per split; overrides --split (see benchmarks/real_splits.yaml)."),
+        task: str = typer.Option("other", "--task", help="Task written in the manifest (docs/FORMATS.md task ids)."),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="Write into a non-empty folder that is not a previous inject output."),
     ) -> None:
@@ -29,13 +31,15 @@ def register(app: typer.Typer) -> None:
         point are skipped with one line each.
         """
         from ..dataset import PATTERNS
-        from ..inject.dataset import InjectConfig, build
+        from ..inject.dataset import InjectConfig, SplitPlan, build
 
         chosen = PATTERNS if patterns.strip() in ("", "all") else tuple(
             p.strip() for p in patterns.split(",") if p.strip())
         config = InjectConfig(patterns=chosen, copies=copies, seed=seed, jobs=jobs, split=split,
                               task=task, overwrite=overwrite)
-        rep = build([str(t) for t in traces], out, config, log=lambda line: typer.echo(line, err=True))
+        plan = SplitPlan.read(split_plan) if split_plan is not None else None
+        rep = build([str(t) for t in traces], out, config, log=lambda line: typer.echo(line, err=True),
+                    plan=plan)
         counts = rep.counts()
         bases = counts.get("good", 0) + counts.get("natural", 0)
         mix = ", ".join(f"{p}={counts[p]}" for p in PATTERNS if p in counts)
@@ -43,6 +47,11 @@ def register(app: typer.Typer) -> None:
                    f"{rep.seconds:.1f} s ({counts.get('good', 0)} good, "
                    f"{counts.get('natural', 0)} with natural anomalies); skipped {len(rep.skipped)}")
         typer.echo(f"injected per pattern: {mix or 'none'}")
+        if plan is not None:
+            per = {}
+            for e in rep.entries:
+                per[e.split] = per.get(e.split, 0) + 1
+            typer.echo("per split: " + ", ".join(f"{k}={v}" for k, v in per.items()))
 
     @app.command()
     def label(

@@ -8,13 +8,14 @@ so the same seed gives the same bytes whatever the order or the number of jobs.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
 import time
 import zlib
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,53 @@ class InjectConfig:
             raise DatasetError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
 
 
+@dataclass(frozen=True)
+class SplitPlan:
+    """Which split each base goes to, by where it came from (a benchmark split by source).
+
+    `splits` maps a split name to glob patterns matched against a base's path relative to the
+    input folder it was found in (e.g. ``"facebookresearch__param/*"``: a project folder), or
+    against its file name; `copies` optionally gives a split its own number of copies.  A base
+    matched by no split is skipped with one line; one matched by two is an error.
+    """
+
+    splits: dict
+    copies: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "SplitPlan":
+        """Read a YAML plan: ``{splits: {split: [globs]}, copies: {split: k}}``."""
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise DatasetError(f"{path}: cannot read the split plan ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
+            raise DatasetError(f"{path}: a split plan needs a 'splits' mapping (split: [globs])")
+        unknown = set(data) - {"splits", "copies"}
+        if unknown:
+            raise DatasetError(f"{path}: unknown key {sorted(unknown)[0]!r} in the split plan")
+        splits = {str(k): [str(g) for g in (v or [])] for k, v in data["splits"].items()}
+        copies = {str(k): int(v) for k, v in (data.get("copies") or {}).items()}
+        for name in list(splits) + list(copies):
+            if name not in SPLITS:
+                raise DatasetError(f"{path}: unknown split {name!r}; choose from {', '.join(SPLITS)}")
+        if any(k < 1 for k in copies.values()):
+            raise DatasetError(f"{path}: copies must be at least 1")
+        return cls(splits, copies)
+
+    def split_of(self, rel: str) -> str | None:
+        """The split of a base (relative path with '/' separators), None when unplanned."""
+        name = rel.rsplit("/", 1)[-1]
+        hits = [s for s, globs in self.splits.items()
+                if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in globs)]
+        if len(hits) > 1:
+            raise DatasetError(f"{rel}: in two splits of the plan ({hits[0]}, {hits[1]}): a "
+                               f"base, family or project must sit in one split only")
+        return hits[0] if hits else None
+
+
 @dataclass
 class InjectReport:
     """What a run wrote and what it skipped (one line each)."""
@@ -93,6 +141,23 @@ def find_traces(inputs: list) -> list[Path]:
     if not files:
         raise TraceFormatError("no trace files (*.json, *.json.gz) in the given paths")
     return files
+
+
+def relative_names(inputs: list, files: list[Path]) -> list[str]:
+    """Each file's path relative to the input folder it was found in ('/'-separated); a file
+    named directly is its own name."""
+    roots = [Path(i) for i in inputs if Path(i).is_dir()]
+    out = []
+    for f in files:
+        rel = f.name
+        for r in roots:
+            try:
+                rel = f.relative_to(r).as_posix()
+                break
+            except ValueError:
+                continue
+        out.append(rel)
+    return out
 
 
 def base_ids(files: list[Path]) -> list[str]:
@@ -139,17 +204,36 @@ def prepare_out(out: Path, overwrite: bool) -> set[str]:
 
 
 def build(inputs: list, out: str | os.PathLike, config: InjectConfig = InjectConfig(),
-          log=None) -> InjectReport:
-    """Inject every pattern into every base trace of `inputs` and write the dataset at `out`."""
+          log=None, plan: SplitPlan | None = None) -> InjectReport:
+    """Inject every pattern into every base trace of `inputs` and write the dataset at `out`.
+
+    With a `plan`, each base goes to the split its source is planned in (with that split's
+    copies); otherwise every base goes to `config.split`."""
     t_start = time.perf_counter()
     out = Path(out)
     files = find_traces(inputs)
+    report = InjectReport(out)
+    configs = [config] * len(files)
+    if plan is not None:
+        rels = relative_names(inputs, files)
+        where = [plan.split_of(r) for r in rels]
+        for r, w in zip(rels, where):
+            if w is None:
+                report.skipped.append(f"skip {r}: in no split of the plan")
+                if log:
+                    log(report.skipped[-1])
+        keep = [i for i, w in enumerate(where) if w is not None]
+        files = [files[i] for i in keep]
+        configs = [replace(config, split=where[i], copies=plan.copies.get(where[i], config.copies))
+                   for i in keep]
+        if not files:
+            raise DatasetError("the split plan matches none of the given traces")
     previous = prepare_out(out, config.overwrite)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     ids = base_ids(files)
     explicit = {str(Path(i)) for i in inputs if not Path(i).is_dir()}
-    jobs = [(str(f), bid, config, str(out), str(f) in explicit) for f, bid in zip(files, ids)]
-    report = InjectReport(out)
+    jobs = [(str(f), bid, cfg, str(out), str(f) in explicit)
+            for f, bid, cfg in zip(files, ids, configs)]
     if config.jobs > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=config.jobs) as pool:
             results = list(pool.map(_one_base_safe, jobs))
@@ -170,6 +254,7 @@ def build(inputs: list, out: str | os.PathLike, config: InjectConfig = InjectCon
     (out / MARKER).write_text(json.dumps({
         "schema": SCHEMA, "seed": config.seed, "copies": config.copies,
         "patterns": list(config.patterns), "split": config.split,
+        "plan": None if plan is None else {"splits": plan.splits, "copies": plan.copies},
         "bases": [f.name for f in files]}, indent=1) + "\n")
     keep = {Path(e.path).name for e in report.entries}
     for name in previous - keep:  # written by an earlier inject run, no longer listed
@@ -246,5 +331,5 @@ def inject_base(path: Path, bid: str, config: InjectConfig, out: Path) -> tuple[
     return entries, lines
 
 
-__all__ = ["InjectConfig", "InjectReport", "MARKER", "base_ids", "build", "find_traces",
-           "inject_base", "prepare_out"]
+__all__ = ["InjectConfig", "InjectReport", "MARKER", "SplitPlan", "base_ids", "build",
+           "find_traces", "inject_base", "prepare_out", "relative_names"]
