@@ -12,7 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 import traceap
-from traceap.analysis import Analysis, JobAnalysis, analyze, analyze_job, cross_rank_findings
+from traceap.analysis import Analysis, JobAnalysis, analyze, analyze_job
+from traceap.crossrank import cross_rank_findings, rank_summary
+from traceap.findings import SEVERITY
 from traceap.cli import app
 from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall
@@ -26,6 +28,10 @@ from .conftest import DATA, SAMPLE, needs_shared, shared_trace_files
 V1_KEYS = ["schema", "trace", "n_windows", "span_us", "windows", "findings"]
 WINDOW_KEYS = ["index", "start_us", "end_us", "score", "flagged", "pattern", "confidence"]
 FINDING_KEYS = ["pattern", "windows", "start_us", "end_us", "severity", "evidence", "fix"]
+#: Keys added to v1 (docs/formats_findings.md): after the v1 keys, never instead of them.
+ADDED_KEYS = ["gpu_idle", "step_basis", "severity_rule", "notes"]
+ADDED_FINDING_KEYS = ["title", "time_lost_us", "time_lost_per_step_us", "gain_us", "gain_pct",
+                      "explanation", "numbers", "source"]
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +44,18 @@ def ddp_analysis(ddp) -> Analysis:
     return analyze(ddp, detector="expert")
 
 
-def test_analysis_json_is_exactly_formats_v1(ddp_analysis):
+def test_analysis_json_keeps_formats_v1_and_adds_keys(ddp_analysis):
     j = orjson.loads(orjson.dumps(ddp_analysis.to_json()))
-    assert list(j) == V1_KEYS and j["schema"] == "traceap.analysis/v1"
+    assert list(j) == V1_KEYS + ADDED_KEYS and j["schema"] == "traceap.analysis/v1"
     assert j["n_windows"] == 100 == len(j["windows"])
     assert all(list(w) == WINDOW_KEYS for w in j["windows"])
-    assert all(list(f) == FINDING_KEYS for f in j["findings"])
+    assert all(list(f) == FINDING_KEYS + ADDED_FINDING_KEYS for f in j["findings"])
+    assert set(j["gpu_idle"]["by_cause"]) == {"warmup", "communication", "compile_gaps",
+                                              "host_copy_sync", "data_loading", "launch_bound",
+                                              "not_explained"}
+    for f in j["findings"]:  # 3 profiler steps: per-step figures and gains of the step
+        assert f["time_lost_per_step_us"] == pytest.approx(f["time_lost_us"] / 3, rel=0.02)
+        assert f["gain_pct"] >= SEVERITY.min_gain_pct and f["numbers"]["time_lost_us"] > 0
     assert j["windows"][0]["start_us"] == j["span_us"][0]
     assert abs(j["windows"][-1]["end_us"] - j["span_us"][1]) < 1e-3
     for w in j["windows"]:
@@ -54,11 +66,17 @@ def test_analysis_json_is_exactly_formats_v1(ddp_analysis):
         assert all(j["windows"][i]["pattern"] == f["pattern"] for i in f["windows"])
 
 
-def test_ddp_findings_ranked_by_time_lost_with_numbers_and_fixes(ddp_analysis):
+def test_ddp_findings_ranked_by_gain_with_numbers_and_fixes(ddp_analysis):
     f = ddp_analysis.findings
-    assert [x.pattern for x in f][:2] == ["cpu_bound", "nccl_compute_no_overlap"]
+    assert [x.pattern for x in f] == ["cpu_bound", "nccl_compute_no_overlap"]
     assert [x.rank for x in f] == list(range(1, len(f) + 1))
-    assert all(a.time_lost_us >= b.time_lost_us for a, b in zip(f, f[1:]))
+    assert all(a.gain_pct >= b.gain_pct for a, b in zip(f, f[1:]))
+    # The issue's complaint: 16 event syncs of 51 us in all blamed for an 8 ms gap, under a
+    # title about host<->device copies on a trace with only device-to-device copies.
+    assert "excessive_memcpy" not in {x.pattern for x in f}
+    # Severity follows the share of the step each fix gains, by the one rule.
+    assert all(x.severity == SEVERITY.severity(x.gain_pct) for x in f)
+    assert f[0].severity == "high" and f[0].gain_pct > 50  # the GPU waits for the host
     for x in f:
         assert any(ch.isdigit() for ch in x.evidence) and "window" in x.evidence
         assert x.fix and x.title and x.start_us < x.end_us
@@ -101,9 +119,24 @@ class _Everything(Classifier):
                 for w in window_indices]
 
 
+def test_default_and_expert_detectors_agree_on_the_large_measured_costs(ddp, ddp_analysis):
+    """The issue: the default detector named two LOW findings and the expert rules a HIGH
+    CPU-bound one.  A large measured cost is reported whichever detector flags the windows."""
+    a = analyze(ddp)
+    big = lambda an: {(f.pattern, f.severity, round(f.time_lost_us)) for f in an.findings  # noqa: E731
+                      if f.severity != "low"}
+    assert big(a) == big(ddp_analysis)
+
+
 def test_custom_classifier_is_used(ddp):
     a = analyze(ddp, n_windows=50, detector="expert", classifier=_Everything())
-    assert {f.pattern for f in a.findings} == {"cpu_bound"}
+    cpu = next(f for f in a.findings if f.pattern == "cpu_bound")
+    assert cpu.windows == a.flagged.tolist()  # every flagged window, as the classifier said
+    # Exposed NCCL costs 5.9% of each step and its rule flags windows: reported from the idle
+    # accounting even though the classifier named none of them.
+    other = [f for f in a.findings if f.pattern != "cpu_bound"]
+    assert [f.pattern for f in other] == ["nccl_compute_no_overlap"]
+    assert "idle-time accounting" in other[0].explanation and other[0].severity != "low"
     assert make_classifier("offline").name == "offline"
     with pytest.raises(TraceapError):
         make_classifier("oracle")
@@ -124,7 +157,7 @@ def test_cli_analyze_writes_json_and_prints_findings(tmp_path):
                             "--detector", "expert"])
     assert r.exit_code == 0, r.output
     j = orjson.loads(out.read_bytes())
-    assert list(j) == V1_KEYS and j["n_windows"] == 50
+    assert list(j)[:len(V1_KEYS)] == V1_KEYS and j["n_windows"] == 50
     assert "CPU-bound" in r.output and "time lost" in r.output and "fix:" in r.output
     assert "A100" in r.output
 
@@ -154,7 +187,7 @@ def test_cli_job_folder(tmp_path):
     assert r.exit_code == 0, r.output
     j = orjson.loads(out.read_bytes())
     assert j["schema"] == "traceap.analysis/v1+job" and len(j["ranks"]) == 2
-    assert all(list(rk) == V1_KEYS for rk in j["ranks"])
+    assert all(list(rk)[:len(V1_KEYS)] == V1_KEYS for rk in j["ranks"])
     assert "rank 0" in r.output and "rank 1" in r.output
 
 
@@ -173,13 +206,16 @@ def _slower(trace: Trace, factor: float, rank: int) -> Trace:
 
 
 def test_straggler_found_only_when_a_rank_is_slower(ddp):
-    same = cross_rank_findings([ddp, _slower(ddp, 1.0, 1)])
+    # A copy of one trace is not a second rank: nothing to compare.
+    assert cross_rank_findings([rank_summary(ddp), rank_summary(_slower(ddp, 1.0, 1))]) == []
+    same = cross_rank_findings([ddp, _slower(ddp, 1.001, 1)])
     assert not [f for f in same if f.pattern == "straggler"]
-    slow = cross_rank_findings([ddp, _slower(ddp, 1.5, 1), _slower(ddp, 1.0, 2)])
+    slow = cross_rank_findings([ddp, _slower(ddp, 1.5, 1), _slower(ddp, 1.001, 2)])
     st = [f for f in slow if f.pattern == "straggler"]
     # Kernels 1.5x longer overlap more, so the busy union grows by less than 50%.
     assert len(st) == 1 and st[0].rank == 1 and "rank 1 computes" in st[0].evidence
-    assert st[0].time_lost_us > 0 and st[0].severity == "high"
+    assert st[0].time_lost_us > 0 and st[0].severity == SEVERITY.severity(st[0].gain_pct)
+    assert st[0].time_lost_per_step_us == pytest.approx(st[0].time_lost_us / 3)
     # The DDP sample exposes its all-reduces on every rank: a job-wide finding.
     assert any(f.pattern == "nccl_compute_no_overlap" and f.rank is None for f in same)
 
@@ -211,7 +247,7 @@ def test_no_crash_on_any_shared_trace_and_quiet_traces_stay_quiet():
         a = analyze(path, n_windows=50, detector="expert")
         assert len(a.windows) == 50
         j = a.to_json()
-        assert list(j) == V1_KEYS
+        assert list(j)[:len(V1_KEYS)] == V1_KEYS
         if any(q in path.name for q in QUIET):
             assert sum(w["flagged"] for w in j["windows"]) <= 2, path.name
 
@@ -256,10 +292,163 @@ class _HeadDetector:
 
 
 def test_offline_classifier_blends_a_detectors_pattern_head(ddp):
-    a = analyze(ddp, n_windows=100, detector=_HeadDetector())
-    named = {w.pattern for w in a.windows if w.pattern}
+    det = _HeadDetector()
+    w = Windows(ddp, 100)
+    clf = make_classifier("offline", pattern_head=det.pattern_probabilities)
+    flagged = np.flatnonzero(det.score_windows(w) >= 0.5)
+    calls = clf.classify(w, flagged.tolist(), det.score_windows(w))
     # cpu_bound windows score 0.85 by rule (0.43 blended) < graph_break's 0.5 from the head.
-    assert "graph_break" in named
-    assert any("pattern head" in n for n in a.notes)
-    plain = analyze(ddp, n_windows=100, detector="expert")
-    assert "graph_break" not in {w.pattern for w in plain.windows if w.pattern}
+    assert "graph_break" in {c.pattern for c in calls}
+    # ... but a name without a measured cost never becomes a finding (a weak checkpoint's
+    # "0 us lost, 0 of 0 kernels" finding must not show), and its windows stay unnamed.
+    a = analyze(ddp, n_windows=100, detector=det)
+    assert any("model's pattern scores" in n for n in a.notes)
+    assert "graph_break" not in {f.pattern for f in a.findings}
+    assert "graph_break" not in {x.pattern for x in a.windows if x.pattern}
+    assert any("graph_break not reported" in n for n in a.notes)
+    assert all(f.time_lost_us > 0 and f.numbers.get("time_lost_us", 0) > 0 for f in a.findings)
+
+
+# -- a newcomer's first hour: options, output folders, notes ----------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--windows", "100000"], "--windows must be between 1 and 5000"),
+    (["--classifier", "bogus"], "unknown classifier 'bogus'"),
+    (["--detector", "bogus"], "unknown detector 'bogus'"),
+])
+def test_cli_rejects_bad_options_before_loading(monkeypatch, args, message):
+    import importlib
+    loader = importlib.import_module("traceap.load")
+
+    def never(*a, **k):
+        raise AssertionError("the trace was loaded before the options were checked")
+    monkeypatch.setattr(loader, "load", never)
+    monkeypatch.setattr(loader, "load_job", never)
+    r = runner.invoke(app, ["analyze", str(SAMPLE), *args])
+    assert isinstance(r.exception, TraceapError) and message in str(r.exception)
+    assert "\n" not in str(r.exception)
+
+
+def test_cli_creates_missing_output_folders_and_says_so(tmp_path):
+    out = tmp_path / "new" / "deeper" / "a.json"
+    page = tmp_path / "reports" / "r.html"
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(SAMPLE), "--detector",
+                        "expert", "--windows", "20", "--json", str(out), "--html", str(page)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert out.is_file() and page.is_file()
+    said = [ln for ln in p.stderr.splitlines() if "created folder" in ln]
+    assert said == [f"traceap: created folder {out.parent} for the analysis JSON",
+                    f"traceap: created folder {page.parent} for the HTML report"]
+    # an existing folder is used silently
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(SAMPLE), "--detector",
+                        "expert", "--windows", "20", "--json", str(out), "-q"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "created" not in p.stderr
+
+
+def test_cli_job_folder_shows_the_duplicate_rank_warning(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    for name in ("a", "b"):  # the same rank twice: a copy-paste a user can make
+        (job / f"{name}.pt.trace.json.gz").write_bytes(
+            (DATA / "dlrm_job" / "worker0.pt.trace.json.gz").read_bytes())
+    r = runner.invoke(app, ["analyze", str(job), "--detector", "expert", "--windows", "20"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "rank 0: trace warning: duplicate rank ids in job" in flat
+    # identical files are one trace given twice: analysed once and said so
+    assert "2 inputs are copies of one trace" in flat
+
+
+def test_cli_cpu_only_trace_points_to_a_gpu_recording():
+    r = runner.invoke(app, ["analyze", str(DATA / "cpu_only_zoology.json.gz"), "--detector",
+                            "expert"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "CPU-only trace" in flat and "bash scripts/gpu_collect.sh" in flat
+
+
+# -- what people read: 80 columns, pipes, no colour ----------------------------------------------
+def _plain(render_fn, obj, width=80) -> list[str]:
+    import io
+
+    from rich.console import Console
+    buf = io.StringIO()
+    render_fn(obj, Console(file=buf, width=width, color_system=None, force_terminal=False))
+    return buf.getvalue().splitlines()
+
+
+def test_terminal_report_fits_80_columns_and_reads_without_colour(ddp):
+    from traceap.report.terminal import LETTERS, render
+    a = analyze(ddp, n_windows=50, detector="expert")
+    lines = _plain(render, a)
+    code = set()
+    for f in a.findings:
+        code |= {ln.strip() for ln in f.fix.splitlines() if ln.startswith("    ")}
+    for ln in lines:
+        # only a line of code with no comment to move may stay longer than the terminal
+        assert len(ln) <= 80 or ln.strip() in code, ln
+    # the row under the timeline: each flagged window's letter, in its own column
+    strip = next(i for i, ln in enumerate(lines) if set(ln.strip()) <= set("▁▂▃▄▅▆▇█")
+                 and ln.strip())
+    marks = lines[strip + 1][2:].ljust(50)
+    for w in a.windows:
+        want = LETTERS.get(w.pattern, "?") if w.flagged else " "
+        assert marks[w.index] == want, (w.index, w.pattern)
+    assert any(LETTERS[a.findings[0].pattern] in m for m in marks)
+    # each finding names its letter, and the legend spells the letters out
+    assert f"[{LETTERS[a.findings[0].pattern]}] {a.findings[0].title[:20]}" in "\n".join(lines)
+    assert f"{LETTERS[a.findings[0].pattern]} {a.findings[0].pattern}" in "\n".join(lines)
+    # the header keeps each field on one line
+    assert any("GPU busy" in ln and "%" in ln.split("GPU busy")[1] for ln in lines)
+
+
+def test_terminal_words_not_jargon(ddp):
+    from traceap.report.terminal import render
+    a = analyze(ddp, n_windows=100)          # the default: rules and the trained model
+    text = "\n".join(_plain(render, a))
+    assert "blended" not in text and "learned pattern head" not in text
+    assert "rules and model agree" in text or "together" in text
+
+
+def test_long_kernel_names_cut_in_the_middle_never_read_alike(ddp):
+    from traceap.report.terminal import shorten_names
+    names = sorted({ddp.names[c] for c in np.unique(ddp.name[ddp.rows(Kind.KERNEL)])})
+    assert len(names) > 20
+    for width in (24, 40, 60):
+        short = shorten_names(names, width)
+        assert len(set(short)) == len(set(names))            # two kernels never read the same
+        cut = [s for s, n in zip(short, names) if s != n]
+        assert cut and all(len(s) <= width and "\u2026" in s for s in cut)
+    # names that differ only past the first `width` characters keep their difference
+    a = "void at::native::elementwise_kernel<128, 4, Functor<float, " + "x" * 40 + "Add>>(int)"
+    b = a.replace("Add>>", "Mul>>")
+    sa, sb = shorten_names([a, b], 30)
+    assert sa != sb and len(sa) <= 30
+
+
+def test_info_table_fits_and_names_differ(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "traceap", "info", str(SAMPLE)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(ln.rstrip()) for ln in lines) <= 80
+    rows = [ln.split("│")[-1].strip() for ln in lines if ln.count("│") == 4]
+    assert len(rows) == 10 and len(set(rows)) == 10
+
+
+def test_cli_silences_the_text_encoders_progress_bars():
+    """New event names go through the text encoder, whose weights load with a "Loading
+    weights" bar (transformers' tqdm, switched by huggingface_hub): under the traceap command
+    that switch is off.  (Checked on the switch: loading the encoder end to end takes half a
+    minute on 2 cores; the bar appeared on stderr before.)"""
+    import os
+    pytest.importorskip("huggingface_hub")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    code = ("import traceap.cli\n"
+            "from huggingface_hub.utils import are_progress_bars_disabled\n"
+            "print(are_progress_bars_disabled())\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "True"

@@ -86,6 +86,10 @@ def test_header_shows_gpu_steps_utilisation_and_time_lost(trace, analysis):
     assert f"{s['gpu_busy_fraction'] * 100:.0f}%" in text
     assert f">{s['n_profiler_steps']} \u00b7 " in text  # "3 · 222.4 ms each"
     assert "Time lost per pattern" in text
+    # Where the idle time goes, above the timeline, in the terminal's and the JSON's numbers.
+    assert text.index("Where the GPU's idle time goes") < text.index('class="timeline"')
+    from traceap.units import fmt_us
+    assert f"GPU idle <b>{fmt_us(analysis.idle.total_us)}</b>" in text
     for f in analysis.findings:
         assert REGISTRY[f.pattern].title.replace("<", "&lt;").replace(">", "&gt;") in text
 
@@ -104,8 +108,13 @@ def test_a_card_per_finding_with_evidence_events_and_fix_code(trace, analysis):
             "<", "&lt;").replace(">", "&gt;") in card
 
 
-def test_memcpy_finding_lists_the_copies_in_its_windows(trace, analysis):
+def test_memcpy_finding_lists_the_copies_in_its_windows(trace):
     from traceap.report.html import proof_events
+
+    from .test_patterns import syncing_ddp
+    # The sample's copies are device-to-device (no host copy finding): make them `.cpu()`s.
+    trace = syncing_ddp(trace)
+    analysis = analyze(trace, n_windows=100, detector="expert")
     f = next(f for f in analysis.findings if f.pattern == "excessive_memcpy")
     spans = [(analysis.windows[w].start_us, analysis.windows[w].end_us) for w in f.windows]
     caption, rows = proof_events(trace, f, spans)
@@ -421,6 +430,17 @@ def test_browser_draws_the_timeline_without_errors(browser, analysis, tmp_path):
     # The clipboard answers asynchronously.
     assert browser.poll(f"document.querySelector('#r0-f{k} .fix button.copy').textContent",
                         "copied")
+    # The idle bar above the timeline: a cause's part opens the finding its time belongs to.
+    browser.js("document.querySelectorAll('.card.flash').forEach(c => c.classList.remove('flash'))")
+    part = "a.idle-part[data-cause='launch_bound']"
+    card = browser.js(f"document.querySelector(\"{part}\").getAttribute('href')")[1:]
+    assert card == f"r0-f{[f.pattern for f in analysis.findings].index('cpu_bound')}"
+    browser.click(part)
+    assert browser.js(f"document.getElementById('{card}').classList.contains('flash')")
+    width = browser.js(f"document.querySelector(\"{part}\").getBoundingClientRect().width")
+    bar = browser.js("document.querySelector('.idle-bar').getBoundingClientRect().width")
+    acc = analysis.idle
+    assert width / bar == pytest.approx(acc.by_cause["launch_bound"] / acc.span_us, abs=0.01)
     assert browser.errors() == []
 
 

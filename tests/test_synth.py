@@ -6,14 +6,19 @@ import hashlib
 import subprocess
 import sys
 
+import pytest
+
 import traceap
 from traceap.dataset import PATTERNS, read_manifest, trace_path, window_labels
+from traceap.errors import DatasetError
 from traceap.synth import SynthConfig, generate, plan, split_counts
-from traceap.synth.dataset import simulate_job
+from traceap.synth.dataset import planned_files, simulate_job
 from traceap.synth.models import all_models
 from traceap.synth.platforms import PLATFORMS
 from traceap.synth.simulator import RunConfig, simulate
 from traceap.windows import Windows
+
+from .conftest import DATA
 
 
 def _digest(folder) -> dict[str, str]:
@@ -120,6 +125,11 @@ def test_cli_writes_a_dataset_and_rejects_bad_input(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "wrote 4 traces" in r.stdout
+    # the splits as a table: a header, one row per split with good and bad, a total
+    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines()
+            if line.startswith("  ")}
+    assert rows["split"] == ["traces", "good", "bad"] and rows["total"][0] == "4"
+    assert {"train", "test_seen", "test_unseen"} <= set(rows)
     assert len(read_manifest(tmp_path / "d")) == 4
     r = subprocess.run(exe + ["synth", "--out", str(tmp_path / "e"), "--traces", "1"],
                        capture_output=True, text=True)
@@ -130,7 +140,60 @@ def test_cli_writes_a_dataset_and_rejects_bad_input(tmp_path):
 def test_regenerating_in_place_drops_only_stale_traces(tmp_path):
     exe = [sys.executable, "-m", "traceap", "synth", "--out", str(tmp_path / "d"), "--seed", "2"]
     assert subprocess.run(exe + ["--traces", "6"], capture_output=True).returncode == 0
-    assert subprocess.run(exe + ["--traces", "4"], capture_output=True).returncode == 0
+    (tmp_path / "d" / "my_notes.txt").write_text("mine")
+    # the same settings again: regenerated in place, same bytes
+    before = _digest(tmp_path / "d")
+    assert subprocess.run(exe + ["--traces", "6"], capture_output=True).returncode == 0
+    assert _digest(tmp_path / "d") == before
+    # other settings: refused, nothing touched ...
+    r = subprocess.run(exe + ["--traces", "4"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--overwrite" in r.stderr
+    assert _digest(tmp_path / "d") == before
+    # ... unless --overwrite: the stale traces of the previous run go, the user's file stays
+    assert subprocess.run(exe + ["--traces", "4", "--overwrite"], capture_output=True).returncode == 0
     listed = {e.path for e in read_manifest(tmp_path / "d")}
     on_disk = {f"traces/{p.name}" for p in (tmp_path / "d" / "traces").iterdir()}
     assert listed == on_disk and len(listed) == 4
+    assert (tmp_path / "d" / "my_notes.txt").read_text() == "mine"
+
+
+def _collected_dataset(folder):
+    """A dataset of one real trace, as `traceap collect` would leave it."""
+    from traceap.dataset import Entry, write_manifest
+    (folder / "traces").mkdir(parents=True)
+    real = folder / "traces" / "resnet-train-clean.pt.trace.json.gz"
+    real.write_bytes((DATA / "kineto2021_v100.json.gz").read_bytes())
+    write_manifest(folder, [Entry(id="resnet-train-clean", path=f"traces/{real.name}",
+                                  split="test_seen", task="image_classification", model="resnet",
+                                  platform="V100", world_size=1, rank=0, label="good",
+                                  source="collected")])
+    return real
+
+
+def test_synth_never_deletes_a_collected_dataset(tmp_path):
+    ds = tmp_path / "collected"
+    real = _collected_dataset(ds)
+    before = _digest(ds)
+    with pytest.raises(DatasetError, match="not a traceap synth output"):
+        generate(ds, SynthConfig(traces=4, seed=1))
+    assert _digest(ds) == before
+    # --overwrite writes beside it: the real trace stays byte for byte, its manifest is kept
+    rep = generate(ds, SynthConfig(traces=4, seed=1), overwrite=True)
+    assert real.read_bytes() == (DATA / "kineto2021_v100.json.gz").read_bytes()
+    kept = ds / "manifest.before-synth.jsonl"
+    assert [e.source for e in read_manifest(kept)] == ["collected"]
+    assert any("kept" in n for n in rep.notes)
+    assert len(read_manifest(ds)) == 4
+    # and a later synth run of other settings still never touches the collected trace
+    generate(ds, SynthConfig(traces=3, seed=1), overwrite=True)
+    assert real.is_file() and kept.is_file()
+
+
+def test_synth_refuses_a_file_in_the_way_even_with_overwrite(tmp_path):
+    ds = tmp_path / "d"
+    (ds / "traces").mkdir(parents=True)
+    first = planned_files(plan(SynthConfig(traces=4, seed=1)))[0]
+    (ds / first).write_bytes(b"not ours")
+    with pytest.raises(DatasetError, match="not written by traceap synth"):
+        generate(ds, SynthConfig(traces=4, seed=1), overwrite=True)
+    assert (ds / first).read_bytes() == b"not ours"

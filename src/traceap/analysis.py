@@ -2,10 +2,13 @@
 
     analysis = traceap.analysis.analyze("trace.json.gz")        # or a loaded Trace
     analysis.findings[0].evidence, analysis.findings[0].fix
-    analysis.to_json()                                           # traceap.analysis/v1
+    analysis.idle.by_cause                                       # where the GPU's idle time goes
+    analysis.to_json()                                           # traceap.analysis/v1 (+ keys)
 
-`analyze_job` does the same for every rank of a multi-rank job and adds findings only a
-comparison of ranks can make (stragglers, communication exposed on every rank).
+Findings are judged by one rule (`traceap.findings`): time lost = the GPU idle time the
+pattern's mechanism costs over the whole trace (`traceap.idle`), gain and severity from its
+share of the step.  `analyze_job` does the same for every rank of a multi-rank job and adds the
+findings only a comparison of ranks can make (`traceap.crossrank`).
 """
 
 from __future__ import annotations
@@ -17,18 +20,22 @@ from pathlib import Path
 
 import numpy as np
 
+from . import idle as idle_mod
 from .classify.base import Classifier, PatternCall
+from .crossrank import (JobConfig, RankSummary, cross_rank_findings, find_copies, job_totals,
+                        rank_summary, same_rank_claims)
 from .detectors.base import Detector, clip01
 from .errors import TraceapError
+from .findings import SEVERITY, Finding, SeverityConfig, StepBasis, judge
+from .idle import IdleAccount
 from .info import summarize
-from .trace import Trace, busy_union
+from .trace import Trace
+from .units import fmt_us
 from .windows import DEFAULT_WINDOWS, Windows
 
 SCHEMA = "traceap.analysis/v1"
 JOB_SCHEMA = "traceap.analysis/v1+job"
 DEFAULT_THRESHOLD = 0.5
-#: Severity from the share of the trace span a finding costs.
-SEVERITY = ((0.10, "high"), (0.03, "medium"), (0.0, "low"))
 
 
 @dataclass
@@ -45,23 +52,6 @@ class WindowResult:
 
 
 @dataclass
-class Finding:
-    """One anti-pattern found in a trace (all its windows), with evidence and a fix."""
-
-    pattern: str
-    windows: list[int]
-    start_us: float
-    end_us: float
-    severity: str
-    evidence: str
-    fix: str
-    time_lost_us: float
-    title: str
-    rank: int | None = None
-    explanation: str = ""
-
-
-@dataclass
 class Analysis:
     """Everything `traceap analyze` knows about one trace."""
 
@@ -74,10 +64,17 @@ class Analysis:
     pattern_scores: dict[str, np.ndarray]
     summary: dict
     notes: list[str] = field(default_factory=list)
+    #: The GPU idle account (`traceap.idle`) the findings' time lost comes from.
+    idle: IdleAccount | None = None
+    #: Idle time per cause in each window.
+    idle_per_window: dict[str, np.ndarray] = field(default_factory=dict)
+    basis: StepBasis | None = None
+    threshold: float | None = None
+    severity: SeverityConfig = SEVERITY
 
     def to_json(self) -> dict:
-        """The traceap.analysis/v1 object of FORMATS.md (exactly its keys)."""
-        return {
+        """The traceap.analysis/v1 object of docs/FORMATS.md: its keys, then the added ones."""
+        out = {
             "schema": SCHEMA,
             "trace": self.trace_path,
             "n_windows": int(self.n_windows),
@@ -89,9 +86,15 @@ class Analysis:
                         for w in self.windows],
             "findings": [{"pattern": f.pattern, "windows": [int(i) for i in f.windows],
                           "start_us": float(f.start_us), "end_us": float(f.end_us),
-                          "severity": f.severity, "evidence": f.evidence, "fix": f.fix}
+                          "severity": f.severity, "evidence": f.evidence, "fix": f.fix,
+                          **f.to_json()}
                          for f in self.findings],
         }
+        out["gpu_idle"] = gpu_idle_json(self.idle, self.idle_per_window)
+        out["step_basis"] = basis_json(self.basis)
+        out["severity_rule"] = severity_json(self.severity, self.basis)
+        out["notes"] = list(self.notes)
+        return out
 
     @property
     def scores(self) -> np.ndarray:
@@ -112,17 +115,58 @@ class JobAnalysis:
     ranks: list[Analysis]
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    summaries: list[RankSummary] = field(default_factory=list)
+    #: Groups of input files that are copies of one trace (only the first was analysed).
+    copies: list[list[str]] = field(default_factory=list)
+
+    @property
+    def totals(self) -> dict:
+        """Sum over ranks of idle time (by cause) and of the ranks' findings' time lost; the
+        cross-rank findings are never added (their time is in the ranks' accounts)."""
+        return job_totals(self.summaries, [a.findings for a in self.ranks])
 
     def to_json(self) -> dict:
-        """{"schema": "traceap.analysis/v1+job", "job", "ranks": [v1 objects], "cross_rank"}."""
+        """{"schema": "traceap.analysis/v1+job", "job", "ranks": [v1 objects], "cross_rank",
+        then "totals", "copies", "notes"}."""
         return {
             "schema": JOB_SCHEMA,
             "job": self.path,
             "ranks": [a.to_json() for a in self.ranks],
             "cross_rank": [{"pattern": f.pattern, "rank": f.rank, "severity": f.severity,
                             "evidence": f.evidence, "fix": f.fix,
-                            "time_lost_us": float(f.time_lost_us)} for f in self.findings],
+                            "time_lost_us": float(f.time_lost_us), **f.to_json(),
+                            "counted_in_ranks": True} for f in self.findings],
+            "totals": self.totals,
+            "copies": self.copies,
+            "notes": list(self.notes),
         }
+
+
+def gpu_idle_json(account: IdleAccount | None, per_window: dict[str, np.ndarray]) -> dict:
+    """The "gpu_idle" object: total, by cause (every us in one), per window."""
+    if account is None:
+        return {"total_us": 0.0, "by_cause": {c: 0.0 for c in idle_mod.CAUSES}}
+    out = account.to_json()
+    out["explained_share"] = round(idle_mod.explained_share(account), 4)
+    out["warmup_sources"] = {k: round(v, 1) for k, v in account.warmup_sources.items()}
+    out["per_window"] = {c: [round(float(x), 1) for x in v] for c, v in per_window.items()}
+    return out
+
+
+def basis_json(basis: StepBasis | None) -> dict | None:
+    """What gains are a share of: the median steady step, or the span without steps."""
+    if basis is None:
+        return None
+    return {"unit": basis.unit, "n_steps": basis.n_steps,
+            "step_us": None if basis.step_us is None else round(basis.step_us, 1),
+            "span_us": round(basis.span_us, 1)}
+
+
+def severity_json(config: SeverityConfig, basis: StepBasis | None) -> dict:
+    """The cut-offs findings were judged by."""
+    return {"high_pct": config.high_pct, "medium_pct": config.medium_pct,
+            "min_gain_pct": config.min_gain_pct,
+            "of": "step" if basis is not None and basis.n_steps else "span"}
 
 
 # -- choosing the stages ------------------------------------------------------------------
@@ -164,7 +208,7 @@ def resolve_classifier(classifier: Classifier | str | None, detector: Detector |
     if classifier is None or classifier == "offline":
         head = getattr(detector, "pattern_probabilities", None)
         if head is not None and notes is not None:
-            notes.append("classifier: expert rules blended with the detector's pattern head")
+            notes.append("classifier: expert rules, averaged with the model's pattern scores")
         return make_classifier("offline", pattern_head=head)
     if isinstance(classifier, str):
         return make_classifier(classifier)
@@ -179,16 +223,25 @@ def _load(trace: Trace | str | os.PathLike) -> Trace:
 
 
 def severity_of(time_lost_us: float, span_us: float) -> str:
-    """'high', 'medium' or 'low' from the share of the span a finding costs."""
-    share = time_lost_us / span_us if span_us > 0 else 0.0
-    return next(name for cut, name in SEVERITY if share >= cut)
+    """Severity of time lost over a span by the one rule (`traceap.findings`)."""
+    pct = 100.0 * time_lost_us / span_us if span_us > 0 else 0.0
+    return SEVERITY.severity(pct)
 
 
 # -- one trace ----------------------------------------------------------------------------
+def step_basis(trace: Trace, account: IdleAccount) -> StepBasis:
+    """Gains are shares of the median steady profiler step, or of the span without steps."""
+    steady = account.steady_steps
+    lo, hi = trace.span
+    step = float(np.median([e - s for s, e, _ in steady])) if steady else None
+    return StepBasis(len(steady), step, float(hi - lo))
+
+
 def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
             detector: Detector | str | None = None, classifier: Classifier | str | None = None,
-            threshold: float | None = None) -> Analysis:
-    """Cut a trace into windows, score them, name the pattern of flagged ones, rank findings."""
+            threshold: float | None = None, severity: SeverityConfig = SEVERITY) -> Analysis:
+    """Cut a trace into windows, score them, name the pattern of flagged ones, rank findings
+    (judged by `severity`: the cut-offs of `traceap.findings`)."""
     if n_windows < 1:
         raise TraceapError("the number of windows must be at least 1")
     if threshold is not None and not 0.0 <= threshold <= 1.0:
@@ -210,25 +263,39 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     from .patterns import REGISTRY, pattern_scores
     pscores = pattern_scores(windows)
     calls = clf.classify(windows, flagged.tolist(), scores) if len(flagged) else []
+    account = idle_mod.measure(t)
+    basis = step_basis(t, account)
+    findings, dropped = _findings(windows, calls, REGISTRY, account, basis, det_name, pscores, thr,
+                                  severity)
+    shown = {f.pattern for f in findings}
     by_window: dict[int, PatternCall] = {c.window: c for c in calls}
 
     results = []
     for i in range(windows.n):
         c = by_window.get(i)
+        named = c.pattern if c and not c.false_alarm and c.pattern in shown else None
         results.append(WindowResult(
             index=i, start_us=float(windows.edges[i]), end_us=float(windows.edges[i + 1]),
             score=round(float(scores[i]), 6), flagged=bool(i in by_window or scores[i] >= thr),
-            pattern=c.pattern if c and not c.false_alarm else None,
-            confidence=None if c is None else round(float(c.confidence), 6)))
+            pattern=named, confidence=None if c is None else round(float(c.confidence), 6)))
 
-    findings = _findings(windows, calls, REGISTRY)
     span = t.span
     n_false = sum(1 for c in calls if c.false_alarm or c.pattern is None)
     if not t.has_gpu:
         notes.append("CPU-only trace: no GPU activity, so the eight GPU anti-patterns do not apply")
+    else:
+        notes.insert(0, idle_mod.describe(account))
+        if account.by_cause["warmup"] > 0:
+            src = ", ".join(f"{k} {fmt_us(v)}" for k, v in
+                            sorted(account.warmup_sources.items(), key=lambda kv: -kv[1]))
+            steps = (f"; profiler step(s) {account.warmup_steps} are warm-up and left out of "
+                     f"per-step figures" if account.warmup_steps else "")
+            notes.append(f"warm-up: {fmt_us(account.by_cause['warmup'])} of GPU idle time is "
+                         f"one-off start-up ({src}), not a steady-state anti-pattern{steps}")
     if n_false:
         notes.append(f"{n_false} flagged window(s) show no known anti-pattern mechanism "
                      f"(likely false alarms of the {det_name} detector)")
+    notes.extend(dropped)
     if t.steps:
         step = float(np.median([x.end_us - x.start_us for x in t.steps]))
         if step > 0 and windows.width_us > 0.2 * step:
@@ -240,52 +307,84 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     notes.extend(f"trace warning: {w}" for w in t.meta.warnings[:5])
     return Analysis(trace_path=t.meta.path, n_windows=windows.n, span_us=(span[0], span[1]),
                     windows=results, findings=findings, detector=det_name,
-                    pattern_scores=pscores, summary=summarize(t), notes=notes)
+                    pattern_scores=pscores, summary=summarize(t), notes=notes, idle=account,
+                    idle_per_window=idle_mod.cause_per_window(windows), basis=basis,
+                    threshold=thr, severity=severity)
 
 
-def _findings(windows: Windows, calls: list[PatternCall], registry) -> list[Finding]:
-    """One finding per pattern over all its windows, ranked by time lost."""
+def _findings(windows: Windows, calls: list[PatternCall], registry, account: IdleAccount,
+              basis: StepBasis, det_name: str, pscores: dict[str, np.ndarray],
+              threshold: float, severity: SeverityConfig = SEVERITY
+              ) -> tuple[list[Finding], list[str]]:
+    """One finding per pattern, judged by its measured time lost; (findings, notes on the
+    ones not reported).
+
+    A pattern the detector did not flag is still reported when its own rule flags windows and
+    its mechanism costs at least the medium cut-off: a large measured cost is never hidden
+    because another detector scored the windows lower."""
     groups: dict[str, list[PatternCall]] = {}
     for c in calls:
         if c.pattern and not c.false_alarm:
             groups.setdefault(c.pattern, []).append(c)
-    span = float(windows.edges[-1] - windows.edges[0])
-    out = []
-    for pid, cs in groups.items():
-        idx = sorted(c.window for c in cs)
-        best = max(cs, key=lambda c: c.confidence)
-        pat = registry.get(pid)
-        if pat is not None:
-            ev = pat.evidence(windows, idx)
-            evidence, lost, title = ev.text, ev.time_lost_us, pat.title
+    out, dropped = [], []
+    everywhere = np.arange(windows.n)
+    for pid, pat in registry.items():
+        cs = groups.get(pid, [])
+        rule_idx = np.flatnonzero(pscores.get(pid, np.zeros(windows.n)) >= threshold)
+        if not cs and not len(rule_idx):
+            continue
+        idx = sorted(c.window for c in cs) if cs else rule_idx.tolist()
+        mech = idle_mod.MECHANISM_OF_PATTERN[pid]
+        lost = float(account.by_mechanism[mech])
+        per_step, gain, pct, sev = judge(lost, account.in_steady_steps(mech), basis,
+                                         pat.gain_cap_us(windows, basis.n_steps), severity)
+        if not cs and (pct < severity.medium_pct or lost <= 0):
+            continue  # the rule's own flags matter only for a large measured cost
+        ev = pat.evidence(windows, everywhere, where=idx)
+        title = pat.title_for(ev.numbers)
+        if not pat.supported(ev.numbers):
+            dropped.append(f"{len(idx)} window(s) named {pid} not reported: no evidence of its "
+                           f"mechanism costing GPU time ({fmt_us(lost)} measured)")
+            continue
+        if not severity.reportable(lost, pct):
+            dropped.append(f"{pid} not reported: it costs {fmt_us(lost)} of GPU time, "
+                           f"{pct:.2f}% of the {basis.unit} (under the "
+                           f"{severity.min_gain_pct}% floor)")
+            continue
+        if cs:
+            best = max(cs, key=lambda c: c.confidence)
             fix = pat.fix if best.source == "offline" or not best.fix else best.fix
-        else:  # a classifier may name something the rules do not know
-            evidence, lost, title, fix = best.evidence, 0.0, pid, best.fix
+            explanation = best.explanation
+        else:
+            fix = pat.fix
+            explanation = (f"reported from the idle-time accounting: the {pid} rule flags "
+                           f"{len(idx)} window(s) and the mechanism costs {pct:.1f}% of the "
+                           f"{basis.unit}, though the {det_name} detector scored these windows "
+                           f"below its threshold")
         out.append(Finding(
-            pattern=pid, windows=idx, start_us=float(windows.edges[idx[0]]),
-            end_us=float(windows.edges[idx[-1] + 1]), severity=severity_of(lost, span),
-            evidence=evidence, fix=fix, time_lost_us=float(lost), title=title,
-            explanation=best.explanation))
-    out.sort(key=lambda f: -f.time_lost_us)
+            pattern=pid, windows=[int(i) for i in idx], start_us=float(windows.edges[idx[0]]),
+            end_us=float(windows.edges[idx[-1] + 1]), severity=sev, evidence=ev.text, fix=fix,
+            time_lost_us=lost, title=title, explanation=explanation,
+            time_lost_per_step_us=per_step, gain_us=gain, gain_pct=pct, numbers=ev.numbers,
+            source="detector" if cs else "idle accounting"))
+    for pid in set(groups) - set(registry):  # a classifier may name what the rules do not know
+        dropped.append(f"{len(groups[pid])} window(s) named {pid!r} not reported: no rule "
+                       f"measures its cost")
+    out.sort(key=lambda f: (-f.gain_pct, -f.time_lost_us))
     for k, f in enumerate(out, 1):
         f.rank = k
-    return out
+    return out, dropped
 
 
 # -- a multi-rank job ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class JobConfig:
-    """Cross-rank thresholds: how much slower a straggler computes, how exposed is too exposed."""
-
-    straggler_excess: float = 0.10   # compute time 10% over the median rank
-    step_spread: float = 0.20        # slowest - fastest step over the median step
-    exposed_share: float = 0.05      # TraceLens: exposed communication over 5% of GPU time
-
-
 def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str | None = None,
                 classifier: Classifier | str | None = None, threshold: float | None = None,
-                config: JobConfig = JobConfig()) -> JobAnalysis:
-    """Analyse every rank of a job (a `Job` or a folder) and compare the ranks."""
+                config: JobConfig = JobConfig(), severity: SeverityConfig = SEVERITY
+                ) -> JobAnalysis:
+    """Analyse every rank of a job (a `Job` or a folder) and compare the ranks.
+
+    Copies of one trace are analysed once and reported as copies; traces that claim the same
+    rank are analysed but not compared as one job's ranks."""
     from .load import Job, load_job
     from .progress import track
 
@@ -294,116 +393,30 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     notes: list[str] = []
     det = resolve_detector(detector, notes)
     clf = resolve_classifier(classifier, det, notes)
-    ranks = [analyze(t, n_windows, det, clf, threshold)
-             for t in track(job.traces, "analysing ranks")]
+    summaries = [rank_summary(t) for t in job.traces]
+    copies = find_copies(summaries)
+    drop = {i for g in copies for i in g[1:]}
+    copy_paths = [[summaries[i].path for i in g] for g in copies]
+    for g in copies:
+        names = ", ".join(Path(summaries[i].path).name or f"#{i}" for i in g)
+        notes.append(f"{len(g)} inputs are copies of one trace ({names}): analysed once, not "
+                     f"compared as ranks of a job")
+    traces = [t for i, t in enumerate(job.traces) if i not in drop]
+    summaries = [s for i, s in enumerate(summaries) if i not in drop]
+    claims = same_rank_claims(summaries)
+    for g in claims:
+        names = ", ".join(Path(summaries[i].path).name for i in g)
+        notes.append(f"{names} all say they are rank {summaries[g[0]].declared_rank}: not "
+                     f"ranks of one job (e.g. two runs), so they are not compared")
+    ranks = [analyze(t, n_windows, det, clf, threshold, severity)
+             for t in track(traces, "analysing ranks")]
     for a in ranks:
         a.notes[:0] = [n for n in notes if n not in a.notes]
-    findings = cross_rank_findings(job.traces, config) if len(job.traces) > 1 else []
-    return JobAnalysis(path=str(job.path), ranks=ranks, findings=findings, notes=notes)
-
-
-def rank_profile(trace: Trace) -> dict:
-    """Per-rank totals the cross-rank comparison needs (per profiler step where steps exist)."""
-    from .patterns.signals import compute_rows, nccl_rows
-
-    n_steps = max(len(trace.steps), 1)
-    comp, nccl = compute_rows(trace), nccl_rows(trace)
-    compute_us = busy_union(trace.ts[comp], trace.end[comp])
-    comm_us = busy_union(trace.ts[nccl], trace.end[nccl])
-    both = np.concatenate((comp, nccl))
-    exposed = busy_union(trace.ts[both], trace.end[both]) - compute_us
-    step_us = (float(np.mean([s.end_us - s.start_us for s in trace.steps]))
-               if trace.steps else None)
-    return {"rank": trace.meta.rank, "steps": len(trace.steps), "step_us": step_us,
-            "compute_us": compute_us / n_steps, "comm_us": comm_us / n_steps,
-            "exposed_us": exposed / n_steps, "n_steps_norm": n_steps}
-
-
-def cross_rank_findings(traces: list[Trace], config: JobConfig = JobConfig()) -> list[Finding]:
-    """Stragglers (a rank computing longer while the others wait in NCCL), step times that
-    differ across ranks, and communication exposed on every rank."""
-    from .patterns import REGISTRY
-    from .patterns.signals import fmt_us
-
-    prof = [rank_profile(t) for t in traces]
-    comp = np.array([p["compute_us"] for p in prof])
-    comm = np.array([p["comm_us"] for p in prof])
-    exposed = np.array([p["exposed_us"] for p in prof])
-    out: list[Finding] = []
-    med = float(np.median(comp))
-    if med > 0 and len(prof) > 1:
-        worst = int(np.argmax(comp))
-        excess = comp[worst] / med - 1.0
-        # A straggler arrives last at each collective, so it waits least: a rank that computes
-        # more but also waits more in NCCL is not the one holding the others up.
-        if excess >= config.straggler_excess and comm[worst] <= np.median(comm):
-            others = np.delete(np.arange(len(prof)), worst)
-            wait = float(np.median(comm[others]) - comm[worst])
-            steps = max(p["n_steps_norm"] for p in prof)
-            lost = max(comp[worst] - med, 0.0) * steps
-            step_txt = "per step " if traces[worst].steps else ""
-            out.append(Finding(
-                pattern="straggler", windows=[], start_us=float(traces[worst].span[0]),
-                end_us=float(traces[worst].span[1]),
-                severity="high" if excess >= 0.25 else "medium",
-                evidence=(f"rank {prof[worst]['rank']} computes {fmt_us(comp[worst])} {step_txt}"
-                          f"against a median of {fmt_us(med)} (+{100 * excess:.0f}%)" +
-                          (f"; the other ranks spend {fmt_us(wait)} more {step_txt}in NCCL, "
-                           f"waiting for it" if wait > 0 else "")),
-                fix=("Balance the work per rank: equal batch sizes and sample lengths per rank "
-                     "(DistributedSampler(drop_last=True); bucket variable-size images by "
-                     "shape), the same data pipeline speed on every node, no rank-0-only work "
-                     "(logging, checkpointing, evaluation) inside the step - move it after "
-                     "a barrier or to every N steps; check that rank's GPU clocks/thermals."),
-                time_lost_us=float(lost), title="Straggler rank (others wait for it)",
-                rank=prof[worst]["rank"]))
-    steps = np.array([p["step_us"] if p["step_us"] else np.nan for p in prof])
-    if len(prof) > 1 and np.isfinite(steps).sum() > 1:
-        ok = np.flatnonzero(np.isfinite(steps))
-        slow, fast = ok[np.argmax(steps[ok])], ok[np.argmin(steps[ok])]
-        med_step = float(np.median(steps[ok]))
-        spread = (steps[slow] - steps[fast]) / med_step if med_step > 0 else 0.0
-        if spread >= config.step_spread:
-            d_comm, d_comp = comm[slow] - comm[fast], comp[slow] - comp[fast]
-            why = ("mostly NCCL time: it waits on its peers longer (uneven all-to-all or "
-                   "collective sizes, or a peer arriving late)" if d_comm >= d_comp else
-                   "mostly compute: it has more work")
-            out.append(Finding(
-                pattern="rank_imbalance", windows=[], start_us=float(traces[slow].span[0]),
-                end_us=float(traces[slow].span[1]),
-                severity="high" if spread >= 0.5 else "medium",
-                evidence=(f"profiler steps take {fmt_us(steps[slow])} on rank "
-                          f"{prof[slow]['rank']} but {fmt_us(steps[fast])} on rank "
-                          f"{prof[fast]['rank']} (median {fmt_us(med_step)}, spread "
-                          f"{100 * spread:.0f}%); the difference is {why}: NCCL "
-                          f"{fmt_us(comm[slow])} vs {fmt_us(comm[fast])}, compute "
-                          f"{fmt_us(comp[slow])} vs {fmt_us(comp[fast])}"),
-                fix=("Even out what each rank does per step: balanced embedding/expert sharding "
-                     "(TorchRec planner with real table sizes; MoE capacity factor), equal "
-                     "batch and sequence sizes per rank, and no rank-specific work (logging, "
-                     "evaluation, checkpointing) inside the step.  Then compare the ranks' "
-                     "traces of the same step again."),
-                time_lost_us=float(steps[slow] - med_step), title="Step time differs across ranks",
-                rank=prof[slow]["rank"]))
-    tot = comp + exposed
-    share = np.where(tot > 0, exposed / np.maximum(tot, 1e-9), 0.0)
-    if len(prof) > 1 and np.all(share >= config.exposed_share) and np.any(comm > 0):
-        inherent = float(np.min(exposed))
-        out.append(Finding(
-            pattern="nccl_compute_no_overlap", windows=[], start_us=float(traces[0].span[0]),
-            end_us=float(traces[0].span[1]),
-            severity=severity_of(inherent, float(np.median(tot))),
-            evidence=(f"communication is exposed on every rank: {fmt_us(inherent)} to "
-                      f"{fmt_us(float(np.max(exposed)))} per step "
-                      f"({100 * float(np.min(share)):.0f}-{100 * float(np.max(share)):.0f}% of "
-                      f"GPU time); the minimum over ranks is not waiting for a straggler but "
-                      f"communication that no compute hides"),
-            fix=REGISTRY["nccl_compute_no_overlap"].fix, time_lost_us=inherent,
-            title="Exposed communication on every rank", rank=None))
-    # Here `rank` is the job member a finding concerns (None: every rank), not an ordering.
-    out.sort(key=lambda f: -f.time_lost_us)
-    return out
+    findings = (cross_rank_findings(summaries, config, severity)
+                if len(summaries) > 1 and not claims else [])
+    return JobAnalysis(path=str(job.path), ranks=ranks, findings=findings, notes=notes,
+                       summaries=summaries, copies=copy_paths)
 
 
 __all__ = ["Analysis", "Finding", "JobAnalysis", "JobConfig", "WindowResult", "analyze",
-           "analyze_job", "cross_rank_findings", "rank_profile", "severity_of"]
+           "analyze_job", "cross_rank_findings", "rank_summary", "severity_of", "step_basis"]

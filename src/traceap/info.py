@@ -1,4 +1,11 @@
-"""`traceap info`: what a user wants to know first about a trace (schema traceap.info/v1)."""
+"""`traceap info`: what a user wants to know first about a trace (schema traceap.info/v1).
+
+GPU idle time and exposed communication come from `traceap.idle`, the same account every
+analysis report uses: `gpu_idle_us` is its total (no compute kernel, memset or on-device copy
+running in the GPU span), `gpu_idle` its split by cause, and `nccl.exposed_us` its
+`communication` cause.  `gpu_busy_fraction` keeps its docs/FORMATS.md meaning (any GPU activity over
+the span of GPU work), so busy + idle can exceed 100% by the communication- and copy-only time.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,8 @@ from collections import Counter
 
 import numpy as np
 
-from .trace import (GPU_WORK_KINDS, KIND_NAMES, LAUNCH_KINDS, CopyKind, Kind, MemKind, Trace,
-                    busy_union, merged_intervals)
+from . import idle as idle_mod
+from .trace import KIND_NAMES, LAUNCH_KINDS, CopyKind, Kind, MemKind, Trace, busy_union, merged_intervals
 
 SCHEMA = "traceap.info/v1"
 _COPY_NAMES = {CopyKind.HTOD: "HtoD", CopyKind.DTOH: "DtoH", CopyKind.DTOD: "DtoD",
@@ -19,7 +26,7 @@ def _f(x) -> float | None:
 
 
 def summarize(trace: Trace, top: int = 10) -> dict:
-    """The `traceap.info/v1` object for one trace (the FORMATS.md keys plus more)."""
+    """The `traceap.info/v1` object for one trace (the docs/FORMATS.md keys plus more)."""
     kind = trace.kind
     counts = Counter(int(k) for k in kind)
     per_kind = {KIND_NAMES[Kind(k)]: c for k, c in sorted(counts.items())}
@@ -37,6 +44,7 @@ def summarize(trace: Trace, top: int = 10) -> dict:
         gpu_span = g1 - g0
         busy = busy_union(trace.ts[gpu], trace.end[gpu])
         gpu_busy = busy / gpu_span if gpu_span > 0 else 1.0
+    account = idle_mod.measure(trace)
 
     out = {
         "schema": SCHEMA,
@@ -62,10 +70,12 @@ def summarize(trace: Trace, top: int = 10) -> dict:
         "world_size": trace.meta.world_size,
         "backend": trace.meta.backend,
         "gpu_busy_fraction": _f(gpu_busy),
-        "gpu_idle_us": _f(gpu_span - gpu_busy * gpu_span) if gpu_span else None,
+        "gpu_idle_us": _f(account.total_us) if gpu_span else None,
+        "gpu_idle": ({**account.to_json(), "per_step": idle_mod.per_step(trace)}
+                     if gpu_span else None),
         "top_kernels": _top_kernels(trace, kernels, top),
         "memcpy": _memcpy_summary(trace, memcpy),
-        "nccl": _nccl_summary(trace, kernels, nccl),
+        "nccl": _nccl_summary(trace, nccl, account),
         "launch": _launch_summary(trace, kernels),
         "warnings": list(trace.meta.warnings),
     }
@@ -108,39 +118,21 @@ def _memcpy_summary(trace: Trace, memcpy: np.ndarray) -> dict:
     return out
 
 
-def _nccl_summary(trace: Trace, kernels: np.ndarray, nccl: np.ndarray) -> dict:
+def _nccl_summary(trace: Trace, nccl: np.ndarray, account: idle_mod.IdleAccount) -> dict:
     out = {"count": int(len(nccl)), "time_us": 0.0, "exposed_us": None, "exposed_fraction": None,
            "streams": []}
     if not len(nccl):
         return out
     out["time_us"] = _f(trace.dur[nccl].sum())
     out["streams"] = sorted(int(s) for s in np.unique(trace.stream[nccl]))
-    compute = np.setdiff1d(np.flatnonzero(np.isin(trace.kind, GPU_WORK_KINDS)), nccl)
     comm_s, comm_e = merged_intervals(trace.ts[nccl], trace.end[nccl])
     comm = float(np.sum(comm_e - comm_s))
-    if len(compute):
-        cs, ce = merged_intervals(trace.ts[compute], trace.end[compute])
-        overlap = _overlap(comm_s, comm_e, cs, ce)
-    else:
-        overlap = 0.0
-    out["exposed_us"] = _f(comm - overlap)
-    out["exposed_fraction"] = _f((comm - overlap) / comm) if comm > 0 else None
+    # Exposed communication: the idle account's cause (NCCL with no compute beside it), the
+    # one definition the analysis, the HTML report and the cross-rank view use too.
+    exposed = account.by_cause["communication"]
+    out["exposed_us"] = _f(exposed)
+    out["exposed_fraction"] = _f(exposed / comm) if comm > 0 else None
     return out
-
-
-def _overlap(a_s, a_e, b_s, b_e) -> float:
-    """Overlap length between two sets of disjoint sorted intervals."""
-    total = 0.0
-    i = j = 0
-    while i < len(a_s) and j < len(b_s):
-        lo, hi = max(a_s[i], b_s[j]), min(a_e[i], b_e[j])
-        if hi > lo:
-            total += hi - lo
-        if a_e[i] < b_e[j]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def _launch_summary(trace: Trace, kernels: np.ndarray) -> dict:

@@ -16,6 +16,9 @@ import numpy as np
 from ..windows import Windows
 from .base import PatternCall
 
+#: Rule and model pattern scores this close are said to agree (a quarter of the score range:
+#: below it the two would name the same strength, "weak" or "strong", in words).
+AGREE = 0.25
 #: Optional learned head: windows -> {pattern id: per-window probability}.
 PatternHead = Callable[[Windows], dict[str, np.ndarray]]
 
@@ -72,10 +75,18 @@ class OfflineClassifier:
             runner = sorted(col)[-2] if len(col) > 1 else 0.0
             ev = pat.evidence(windows, [int(w)])
             rule = float(rules[pat.id][int(w)])
-            how = (f"rule score {conf:.2f}" if self.pattern_head is None else
-                   f"rule {rule:.2f} blended with the learned pattern head to {conf:.2f}")
+            how = f"rule score {conf:.2f}" if self.pattern_head is None else \
+                self._agreement(rule, conf)
             calls.append(PatternCall(
                 window=int(w), pattern=pat.id, confidence=round(conf, 4), evidence=ev.text,
                 fix=pat.fix, source=self.name,
                 explanation=f"{pat.mechanism} ({how}; next best {runner:.2f})"))
         return calls
+
+    def _agreement(self, rule: float, combined: float) -> str:
+        """'rules and model agree: 0.81', or both numbers when they do not."""
+        w = self.config.head_weight
+        model = (combined - (1 - w) * rule) / w if w > 0 else rule
+        if abs(model - rule) <= AGREE:
+            return f"rules and model agree: {combined:.2f}"
+        return f"rules {rule:.2f}, model {model:.2f}: {combined:.2f} together"

@@ -5,15 +5,31 @@ window-to-window detector, trained weakly (trace labels only), plus a pattern he
     predictor = Predictor()                      # the checkpoint shipped with traceap
     pred = predictor.predict(traceap.windows.Windows(trace, 100))
     pred.scores, pred.patterns                   # [N], [N, 8]
+
+Names are imported on first use: scoring (`Predictor`) runs on numpy and must not pay for
+importing torch, which the network, training and losses need.
 """
 
-from .checkpoint import Checkpoint, bundled_model_path, load_model, save_model
-from .config import ABLATIONS, ModelConfig, PRESETS, preset
-from .net import TraceAPModel, collate, create_model
-from .predict import Prediction, Predictor
-from .train import train  # noqa: E402 - binds the function over the submodule's name
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "Checkpoint": "checkpoint", "bundled_model_path": "checkpoint", "load_model": "checkpoint",
+    "save_model": "checkpoint",
+    "ABLATIONS": "config", "ModelConfig": "config", "PRESETS": "config", "preset": "config",
+    "TraceAPModel": "net", "collate": "net", "create_model": "net",
+    "Prediction": "predict", "Predictor": "predict",
+    "train": "train",
+}
 
 
-__all__ = ["ABLATIONS", "Checkpoint", "ModelConfig", "PRESETS", "Prediction", "Predictor",
-           "TraceAPModel", "bundled_model_path", "collate", "create_model", "load_model",
-           "preset", "save_model", "train"]
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value  # `train`: the function, over the submodule of the same name
+    return value
+
+
+__all__ = sorted(_WHERE)

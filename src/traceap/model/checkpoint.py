@@ -1,19 +1,28 @@
 """Checkpoint I/O: weights + config + platform table + the text embeddings of the training
-vocabulary, in one torch file (loaded with weights_only=True).  Reloading gives identical scores."""
+vocabulary, in one torch file.  Reloading gives identical scores.
+
+Reading needs no torch: the file is torch's zip format (a pickle plus one raw file per tensor),
+read here with an unpickler that knows only tensors, storages and ordered dicts, the same
+allow-list `torch.load(weights_only=True)` applies, into numpy arrays.  The torch model is built
+from those arrays only when something asks for it (`Checkpoint.model`: training, ablations);
+scoring runs on the arrays (`inference.InferenceModel`).
+"""
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
+import zipfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..errors import ModelError
 from .config import ModelConfig
-from .net import TraceAPModel
 from .text import ENCODER_ID
 
 FORMAT = "traceap.model/v1"
@@ -26,18 +35,39 @@ def bundled_model_path() -> Path:
 
 @dataclass
 class Checkpoint:
-    """A loaded model with what it needs to score new traces."""
+    """A loaded checkpoint: config, platform table, weights as arrays, training vocabulary."""
 
-    model: TraceAPModel
+    config: ModelConfig
+    platforms: list[str]
+    state: dict[str, np.ndarray]           # parameter name -> float32 array
     text_table: dict[str, np.ndarray]      # name -> float16 embedding (training vocabulary)
     encoder_id: str = ENCODER_ID
     meta: dict = field(default_factory=dict)
     path: str = ""
+    _model: object = field(default=None, repr=False)
+
+    @property
+    def model(self):
+        """The torch `TraceAPModel` in eval mode (built on first use; imports torch)."""
+        if self._model is None:
+            import torch
+
+            from .net import TraceAPModel
+            model = TraceAPModel(self.config, list(self.platforms))
+            try:
+                model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in self.state.items()})
+            except RuntimeError as exc:
+                raise ModelError(f"{self.path}: incompatible model checkpoint ({exc})") from None
+            self._model = model.eval()
+        return self._model
 
 
-def save_model(model: TraceAPModel, path: str | os.PathLike, text_table: dict[str, np.ndarray],
+def save_model(model, path: str | os.PathLike, text_table: dict[str, np.ndarray],
                meta: dict | None = None, encoder_id: str = ENCODER_ID) -> Path:
-    """Write a checkpoint (atomically).  `text_table` holds the names the model was trained on."""
+    """Write a `TraceAPModel` checkpoint (atomically).  `text_table` holds the names the model
+    was trained on."""
+    import torch
+
     path = Path(path)
     names = sorted(text_table)
     emb = np.stack([np.asarray(text_table[n], np.float16) for n in names]) if names else \
@@ -59,28 +89,98 @@ def save_model(model: TraceAPModel, path: str | os.PathLike, text_table: dict[st
     return path
 
 
+# torch's storage classes -> numpy dtypes (bfloat16 is widened to float32 on reading)
+_STORAGE_DTYPES = {"FloatStorage": np.float32, "HalfStorage": np.float16,
+                   "DoubleStorage": np.float64, "LongStorage": np.int64, "IntStorage": np.int32,
+                   "ShortStorage": np.int16, "CharStorage": np.int8, "ByteStorage": np.uint8,
+                   "BoolStorage": np.bool_, "BFloat16Storage": "bfloat16"}
+
+
+def _rebuild_tensor(storage, offset, size, stride, *_):
+    """torch._utils._rebuild_tensor_v2, as a numpy array (a copy)."""
+    itemsize = storage.dtype.itemsize
+    view = np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
+                                           strides=tuple(s * itemsize for s in stride))
+    return np.array(view)
+
+
+def _rebuild_parameter(data, *_):
+    """torch._utils._rebuild_parameter: a parameter is its data."""
+    return data
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    """Reads torch's data.pkl into numpy: storages from the zip, nothing else allowed."""
+
+    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str):
+        super().__init__(io.BytesIO(data))
+        self.archive, self.prefix = archive, prefix
+        self.storages: dict[str, np.ndarray] = {}   # tensors that share a storage share it here
+
+    def find_class(self, module: str, name: str):
+        if module == "collections" and name == "OrderedDict":
+            return OrderedDict
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return _rebuild_tensor
+        if module == "torch._utils" and name == "_rebuild_parameter":
+            return _rebuild_parameter
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _STORAGE_DTYPES[name]
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint")
+
+    def persistent_load(self, pid):
+        kind, dtype, key, _location, _numel = pid
+        if kind != "storage":
+            raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+        if key not in self.storages:
+            raw = self.archive.read(f"{self.prefix}/data/{key}" if self.prefix else f"data/{key}")
+            if isinstance(dtype, str):  # bfloat16: the high half of a float32
+                arr = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            else:
+                arr = np.frombuffer(raw, dtype)
+            self.storages[key] = arr
+        return self.storages[key]
+
+
+def read_checkpoint(path: str | os.PathLike) -> object:
+    """The object a torch checkpoint file holds, tensors as numpy arrays (no torch needed).
+
+    Raises ModelError when the file is not a readable torch zip checkpoint."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pkl = next(n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl")
+            prefix = pkl.rpartition("/")[0]
+            byteorder = f"{prefix}/byteorder" if prefix else "byteorder"
+            if byteorder in archive.namelist() and archive.read(byteorder) != b"little":
+                raise ValueError("big-endian checkpoint")
+            return _TensorUnpickler(archive.read(pkl), archive, prefix).load()
+    except (OSError, zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, ValueError,
+            KeyError, EOFError, TypeError, AttributeError) as exc:
+        raise ModelError(f"{path}: not a readable model checkpoint ({type(exc).__name__})") from None
+
+
 def load_model(path: str | os.PathLike | None = None) -> Checkpoint:
     """Read a checkpoint (None: the bundled default).  Raises ModelError on any problem."""
     path = Path(path) if path is not None else bundled_model_path()
     if not path.is_file():
         raise ModelError(f"{path}: no such model checkpoint")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise ModelError(f"{path}: not a readable model checkpoint ({type(exc).__name__})") from None
+    obj = read_checkpoint(path)
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise ModelError(f"{path}: not a traceap model checkpoint (expected {FORMAT})")
     try:
         cfg = ModelConfig.from_dict(obj["config"])
-        model = TraceAPModel(cfg, list(obj["platforms"]))
-        model.load_state_dict(obj["state_dict"])
-        emb = obj["name_embeddings"].numpy()
-        table = dict(zip(obj["names"], emb))
-    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+        state = {k: np.asarray(v) for k, v in obj["state_dict"].items()}
+        table = dict(zip(obj["names"], np.asarray(obj["name_embeddings"])))
+        ckpt = Checkpoint(cfg, list(obj["platforms"]), state, table,
+                          obj.get("encoder_id", ENCODER_ID), obj.get("meta", {}), str(path))
+        from .inference import InferenceModel
+        InferenceModel(cfg, ckpt.platforms, state)  # every weight there, with its shape
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ModelError(f"{path}: incompatible model checkpoint ({exc})") from None
-    model.eval()
-    return Checkpoint(model, table, obj.get("encoder_id", ENCODER_ID), obj.get("meta", {}),
-                      str(path))
+    except ModelError as exc:
+        raise ModelError(f"{path}: incompatible model checkpoint ({exc})") from None
+    return ckpt
 
 
-__all__ = ["Checkpoint", "FORMAT", "bundled_model_path", "load_model", "save_model"]
+__all__ = ["Checkpoint", "FORMAT", "bundled_model_path", "load_model", "read_checkpoint",
+           "save_model"]

@@ -174,5 +174,40 @@ def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     )
 
 
-__all__ = ["SUMMARY_DIM", "TraceFeatures", "UNKNOWN_PLATFORM", "featurize", "platform_of",
-           "quantize_time", "window_summary"]
+def batch_arrays(feats: list[TraceFeatures], platform_id, text_dim: int,
+                 text_table: dict[str, np.ndarray], platform_dropout: float = 0.0,
+                 rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+    """Stack traces with the same N into one batch of model inputs; names become rows of one
+    text table (row 0 = no name).  `platform_id`: platform name -> row of the model's table.
+    `net.collate` is this, as torch tensors."""
+    n = {f.n_windows for f in feats}
+    if len(n) != 1:
+        raise ValueError("traces in a batch must have the same number of windows")
+    names: dict[str, int] = {"": 0}
+    remaps = []
+    for f in feats:
+        remaps.append(np.array([names.setdefault(str(s), len(names)) for s in f.names], np.int64))
+    text = np.zeros((len(names), text_dim), np.float32)
+    for s, i in names.items():
+        if i:
+            text[i] = text_table[s]
+    platforms = [platform_id(f.platform) for f in feats]
+    if platform_dropout > 0 and rng is not None:
+        platforms = [0 if rng.random() < platform_dropout else p for p in platforms]
+
+    def stack(attr, dtype):
+        return np.stack([getattr(f, attr) for f in feats]).astype(dtype)
+
+    return {
+        "text": text,
+        "kernel": np.stack([r[f.kernel] for r, f in zip(remaps, feats)]),
+        "cpu_op": np.stack([r[f.cpu_op] for r, f in zip(remaps, feats)]),
+        "delay": stack("delay", np.int64), "dur": stack("dur", np.int64),
+        "t_rel": stack("t_rel", np.float32), "stream": stack("stream", np.int64),
+        "mask": stack("mask", bool), "summary": stack("summary", np.float32),
+        "platform": np.array(platforms, dtype=np.int64),
+    }
+
+
+__all__ = ["SUMMARY_DIM", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays", "featurize",
+           "platform_of", "quantize_time", "window_summary"]

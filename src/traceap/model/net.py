@@ -13,7 +13,7 @@ from torch import nn
 from ..dataset import PATTERNS
 from .config import ModelConfig, preset
 from .event_encoder import EventEncoder
-from .features import SUMMARY_DIM, UNKNOWN_PLATFORM, TraceFeatures
+from .features import SUMMARY_DIM, UNKNOWN_PLATFORM, TraceFeatures, batch_arrays
 from .heads import PatternHead, SVMHyperplane
 from .relation import WindowToWindow
 from .window_encoder import WindowEncoder
@@ -54,35 +54,11 @@ class TraceAPModel(nn.Module):
 def collate(feats: list[TraceFeatures], model: TraceAPModel, text_table: dict[str, np.ndarray],
             platform_dropout: float = 0.0, rng: np.random.Generator | None = None
             ) -> dict[str, torch.Tensor]:
-    """Stack traces with the same N into one batch; names become rows of one text table."""
-    n = {f.n_windows for f in feats}
-    if len(n) != 1:
-        raise ValueError("traces in a batch must have the same number of windows")
-    names: dict[str, int] = {"": 0}
-    remaps = []
-    for f in feats:
-        remaps.append(np.array([names.setdefault(str(s), len(names)) for s in f.names], np.int64))
-    dim = model.cfg.text_dim
-    text = np.zeros((len(names), dim), np.float32)
-    for s, i in names.items():
-        if i:
-            text[i] = text_table[s]
-    platforms = [model.platform_id(f.platform) for f in feats]
-    if platform_dropout > 0 and rng is not None:
-        platforms = [0 if rng.random() < platform_dropout else p for p in platforms]
-
-    def stack(attr, dtype):
-        return torch.from_numpy(np.stack([getattr(f, attr) for f in feats]).astype(dtype))
-
-    return {
-        "text": torch.from_numpy(text),
-        "kernel": torch.from_numpy(np.stack([r[f.kernel] for r, f in zip(remaps, feats)])),
-        "cpu_op": torch.from_numpy(np.stack([r[f.cpu_op] for r, f in zip(remaps, feats)])),
-        "delay": stack("delay", np.int64), "dur": stack("dur", np.int64),
-        "t_rel": stack("t_rel", np.float32), "stream": stack("stream", np.int64),
-        "mask": stack("mask", bool), "summary": stack("summary", np.float32),
-        "platform": torch.tensor(platforms, dtype=torch.long),
-    }
+    """Stack traces with the same N into one batch; names become rows of one text table
+    (`features.batch_arrays`, as tensors)."""
+    arrays = batch_arrays(feats, model.platform_id, model.cfg.text_dim, text_table,
+                          platform_dropout, rng)
+    return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
 
 def create_model(name: str | ModelConfig = "small", platforms: list[str] | None = None,

@@ -1,20 +1,25 @@
-"""Scoring windows with a loaded checkpoint: anomaly score and pattern probabilities per window."""
+"""Scoring windows with a loaded checkpoint: anomaly score and pattern probabilities per window.
+
+Scoring runs on numpy (`inference.InferenceModel`), so a `traceap analyze` never pays for
+importing torch; `engine="torch"` runs the torch model instead (same outputs to 1e-5).
+"""
 
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..dataset import PATTERNS
 from ..windows import Windows
 from .checkpoint import Checkpoint, load_model
-from .features import TraceFeatures, featurize
-from .net import collate
+from .features import TraceFeatures, batch_arrays, featurize
+from .inference import InferenceModel
+from .ops import blas_threads, sigmoid
 from .text import TextEncoder
+
+ENGINES = ("numpy", "torch")
 
 
 @dataclass
@@ -30,55 +35,63 @@ class Prediction:
         return PATTERNS[i], float(self.patterns[w, i])
 
 
-@contextmanager
-def torch_threads(n: int | None):
-    """Run a block with n torch CPU threads (None: leave as is), restoring the setting after."""
-    if not n:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 class Predictor:
     """A checkpoint ready to score traces (text encoder with the checkpoint's vocabulary).
 
-    `threads`: torch CPU threads while scoring.  One is the default because the model is small:
-    extra threads buy little and, on a busy machine, cost several times the run time."""
+    `threads`: CPU threads while scoring (BLAS for numpy, torch's for torch).  One is the
+    default because the model is small: extra threads buy little and, on a busy machine, cost
+    several times the run time.  `engine`: "numpy" (default) or "torch"."""
 
     def __init__(self, checkpoint: Checkpoint | str | os.PathLike | None = None,
-                 threads: int | None = 1):
-        self.threads = threads
+                 threads: int | None = 1, engine: str = "numpy"):
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}")
+        self.threads, self.engine = threads, engine
         self.checkpoint = checkpoint if isinstance(checkpoint, Checkpoint) else load_model(checkpoint)
-        self.model = self.checkpoint.model.eval()
-        self.text = TextEncoder(extra=self.checkpoint.text_table)
+        ckpt = self.checkpoint
+        self.net = InferenceModel(ckpt.config, ckpt.platforms, ckpt.state) if engine == "numpy" \
+            else ckpt.model
+        self.text = TextEncoder(extra=ckpt.text_table)
 
     @property
     def cfg(self):
         """The model's config."""
-        return self.model.cfg
+        return self.checkpoint.config
 
     def featurize(self, windows: Windows) -> TraceFeatures:
         """Model inputs of these windows."""
         return featurize(windows, self.cfg)
 
-    @torch.no_grad()
     def predict_features(self, feats: TraceFeatures) -> Prediction:
         """Scores and pattern probabilities from precomputed features."""
         names = [str(n) for n in feats.names[1:]]
         table = dict(zip(names, self.text.embed(names))) if names else {}
-        with torch_threads(self.threads):
-            out = self.model(collate([feats], self.model, table))
-        return Prediction(out["scores"][0].double().numpy(),
-                          torch.sigmoid(out["pattern_logits"][0]).double().numpy())
+        batch = batch_arrays([feats], self.net.platform_id, self.cfg.text_dim, table)
+        if self.engine == "numpy":
+            with blas_threads(self.threads):
+                out = self.net(batch)
+            scores, logits = out["scores"][0], out["pattern_logits"][0]
+        else:
+            scores, logits = self._torch_forward(batch)
+        return Prediction(np.asarray(scores, np.float64),
+                          sigmoid(np.asarray(logits, np.float32)).astype(np.float64))
+
+    def _torch_forward(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        old = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            with torch.no_grad():
+                out = self.net({k: torch.from_numpy(v) for k, v in batch.items()})
+        finally:
+            torch.set_num_threads(old)
+        return out["scores"][0].numpy(), out["pattern_logits"][0].numpy()
 
     def predict(self, windows: Windows) -> Prediction:
         """Scores and pattern probabilities of every window."""
         return self.predict_features(self.featurize(windows))
 
 
-__all__ = ["Prediction", "Predictor"]
+__all__ = ["ENGINES", "Prediction", "Predictor"]

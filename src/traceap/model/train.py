@@ -201,7 +201,7 @@ def train(dataset: str | os.PathLike, out: str | os.PathLike | None = None,
           epochs: int | None = None, ablations: Sequence[str] = (), cache: str | None = None,
           workers: int = 1, limit: int | None = None, seed: int | None = None,
           log: Callable[[str], None] | None = None) -> tuple[TraceAPModel, TrainLog]:
-    """Train on the `train` split of a dataset (FORMATS.md) and optionally save a checkpoint."""
+    """Train on the `train` split of a dataset (docs/FORMATS.md) and optionally save a checkpoint."""
     dataset = Path(dataset)
     cfg = preset(config) if isinstance(config, str) else config
     if ablations:

@@ -1,6 +1,6 @@
 """The eight anti-patterns, one module each: signature score, evidence in numbers, curated fix.
 
-`REGISTRY[id]` maps each pattern id of `traceap.dataset.PATTERNS` (FORMATS.md) to its rule.
+`REGISTRY[id]` maps each pattern id of `traceap.dataset.PATTERNS` (docs/FORMATS.md) to its rule.
 A new anti-pattern is a new module here with a `PATTERN` object, added to `_MODULES`.
 """
 

@@ -64,8 +64,13 @@ class AntiPattern(ABC):
         """Per-window score in [0, 1]."""
         return self.measures(windows)["score"].copy()
 
-    def evidence(self, windows: Windows, window_indices: Iterable[int]) -> Evidence:
-        """Evidence in numbers for the given windows: what, where, time lost."""
+    def evidence(self, windows: Windows, window_indices: Iterable[int],
+                 where: Iterable[int] | None = None) -> Evidence:
+        """Evidence in numbers for the given windows: what, where, time lost.
+
+        The numbers are summed over `window_indices`; `where` (default: the same windows) are
+        the windows named as the places to look, e.g. the flagged ones of a finding whose
+        numbers cover the whole trace."""
         idx = np.unique(np.asarray(list(window_indices), dtype=np.int64))
         idx = idx[(idx >= 0) & (idx < windows.n)]
         m = self.measures(windows)
@@ -74,8 +79,29 @@ class AntiPattern(ABC):
             return Evidence("no windows given", 0.0, {})
         text, numbers = self.describe(windows, idx, m)
         numbers = {"windows": int(len(idx)), "time_lost_us": round(lost, 1), **numbers}
-        where = _where(windows, idx)
-        return Evidence(f"{text}; {where}; about {fmt_us(lost)} of GPU time lost.", lost, numbers)
+        if where is None:
+            return Evidence(f"{text}; {_where(windows, idx)}; about {fmt_us(lost)} of GPU time "
+                            f"lost.", lost, numbers)
+        at = np.unique(np.asarray(list(where), dtype=np.int64))
+        at = at[(at >= 0) & (at < windows.n)]
+        place = f"; flagged {_where(windows, at)}" if len(at) else ""
+        return Evidence(f"{text}{place}; {fmt_us(lost)} of GPU idle time over the trace.",
+                        lost, numbers)
+
+    def title_for(self, numbers: dict) -> str:
+        """The title that fits this evidence (a pattern whose evidence can take two forms,
+        e.g. copies or only syncs, says which one it found)."""
+        return self.title
+
+    def supported(self, numbers: dict) -> bool:
+        """Whether the evidence shows the mechanism at all (a finding needs time lost *and*
+        the thing its title names: NCCL kernels, copies, a DataLoader, ...)."""
+        return numbers.get("time_lost_us", 0.0) > 0.0
+
+    def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
+        """The most a fix can gain per step (in total without steps), where less than the
+        time lost: e.g. communication can only hide under the compute there is."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"

@@ -3,8 +3,10 @@
 Mechanism: when each kernel runs shorter than the host takes to issue it (Python, dispatcher,
 `cudaLaunchKernel`), the launch queue stays empty and the device waits between kernels.
 Evidence: GPU idle gaps ended by a kernel whose launch started only after the device had gone
-idle (`starved` time), not explained by data loading, syncs or graph breaks, in windows whose
-kernels are mostly short.  Anchors: HTA's short kernel (GPU time < CPU launch time); TraceLens
+idle (`starved` time) that no earlier cause of `traceap.idle` claims (warm-up, communication,
+graph breaks, copies and syncs, data loading), in windows whose kernels are mostly short; and
+the host ops that ran while the GPU waited (Python/ATen work between launches, e.g. DDP
+unflattening buckets, a per-parameter optimizer loop).  Anchors: HTA's short kernel (GPU time < CPU launch time); TraceLens
 short kernels averaging under 10 us and GPU idle over 15%; nsys-ai >= 5 launches under 10 us.
 """
 
@@ -14,14 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..idle import measure as idle_account
+from ..idle import pattern_lost
 from ..trace import Kind, merged_intervals
-from ..windows import Windows
+from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .excessive_memcpy import sync_bubbles
-from .graph_break import BreakConfig, break_gaps
-from .signals import (count_in, fmt_us, kernel_rows, overlap_in, ramp, rows_named, starved_gaps,
-                      sum_in, top_names, union_in, rows_in_windows)
-from .single_process_dataloading import LOADER_NEXT
+from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, ramp, rows_named,
+                      rows_in_windows, starved_gaps, sum_in, top_names, union_in)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def optimizer_share(trace, kernels: np.ndarray) -> tuple[str, float]:
 
 class CpuBound(AntiPattern):
     id = "cpu_bound"
-    title = "CPU-bound: the GPU waits while Python launches many short kernels"
+    title = "CPU-bound: the GPU waits while the host launches many short kernels"
     mechanism = "short kernels launched one by one; the GPU drains the queue and idles"
     fix = """\
 Launch fewer, bigger kernels, or take the host out of the loop:
@@ -87,14 +88,9 @@ batched tensor ops."""
         w = windows.width_us
         s0, s1, _ = starved_gaps(t)
         starved = union_in(windows, s0, s1)
-        # Idle already owned by another pattern's mechanism is not launch overhead.
-        loader = rows_named(t, LOADER_NEXT)
-        b0, b1 = sync_bubbles(t, 20.0)
-        g0, g1 = break_gaps(t, BreakConfig())
-        ex0 = np.concatenate((t.ts[loader], b0, g0))
-        ex1 = np.concatenate((t.end[loader], b1, g1))
-        explained = overlap_in(windows, (s0, s1), (ex0, ex1))
-        unexplained = np.clip(starved - explained, 0.0, None)
+        # Idle already owned by an earlier cause (warm-up, communication, graph breaks, copies
+        # and syncs, data loading) is not launch overhead: the idle account's own bucket.
+        unexplained = pattern_lost(windows, self.id)
         k = kernel_rows(t)
         short = short_kernels(t, c.short_us)
         n_k = count_in(windows, t.ts[k])
@@ -120,13 +116,61 @@ batched tensor ops."""
         who = ("; most launches from " + ", ".join(f"{n} x{c}" for n, c, _ in top)) if top else ""
         text = (f"{n_k} kernels averaging {fmt_us(mean)} ({n_s} shorter than their launch or "
                 f"{self.config.short_us:.0f} us); the GPU waited for the CPU {fmt_us(lost)} "
-                f"({100 * lost / max(span, 1e-9):.0f}% of these windows){who}")
+                f"({100 * lost / max(span, 1e-9):.0f}% of the time){who}")
         opt, share = optimizer_share(t, k)
         if share >= 0.5:
             text += (f"; {100 * share:.0f}% of them are launched inside {opt}: a per-parameter "
                      f"optimizer loop (use foreach=True or fused=True)")
+        host = host_ops_while_waiting(windows, idx)
+        if host:
+            text += ("; while the GPU waited the host ran " +
+                     ", ".join(f"{n} ({fmt_us(us)})" for n, us in host))
         return text, {"n_kernels": n_k, "n_short_kernels": n_s, "mean_kernel_us": round(mean, 2),
-                      "gpu_waiting_for_cpu_us": round(lost, 1)}
+                      "gpu_waiting_for_cpu_us": round(lost, 1),
+                      "host_ops_while_waiting_us": {n: round(us, 1) for n, us in host}}
+
+    def title_for(self, numbers: dict) -> str:
+        if numbers.get("n_short_kernels", 0) >= 0.5 * max(numbers.get("n_kernels", 0), 1):
+            return self.title
+        return "CPU-bound: the GPU waits while the host works between launches"
+
+    def supported(self, numbers: dict) -> bool:
+        return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_kernels", 0) > 0
+
+
+def host_ops_while_waiting(windows: Windows, idx: np.ndarray, k: int = 3) -> list[tuple[str, float]]:
+    """The outermost host ops that ran while the GPU waited for the host (the launch-bound idle
+    time in windows `idx`), heaviest first: (name, us of GPU idle they overlap)."""
+    t = windows.trace
+    acc = idle_account(t)
+    sel = acc.seg_code == acc_code("launch_bound")
+    s, e = acc.seg_start[sel], acc.seg_end[sel]
+    lo, hi = windows.edges[idx], windows.edges[idx + 1]
+    # The segments inside the chosen windows (windows are disjoint, segments too).
+    cut_s, cut_e = [], []
+    for a, b in zip(lo, hi):
+        i0, i1 = np.searchsorted(e, a, side="right"), np.searchsorted(s, b, side="left")
+        if i1 > i0:
+            cut_s.append(np.maximum(s[i0:i1], a))
+            cut_e.append(np.minimum(e[i0:i1], b))
+    if not cut_s:
+        return []
+    cs, ce = np.concatenate(cut_s), np.concatenate(cut_e)
+    ops = outer_cpu_ops(t)
+    if not len(ops):
+        return []
+    f = covered_time(cs, ce, np.concatenate((t.ts[ops], t.end[ops])))
+    over = f[len(ops):] - f[:len(ops)]
+    keep = over > 0
+    if not keep.any():
+        return []
+    return [(n, us) for n, _, us in top_names(t, ops[keep], over[keep], k=k)]
+
+
+def acc_code(mechanism: str) -> int:
+    """The code of a mechanism in the idle account's segments."""
+    from ..idle import MECHANISM_IDS
+    return MECHANISM_IDS.index(mechanism)
 
 
 PATTERN = CpuBound()

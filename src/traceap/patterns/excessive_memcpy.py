@@ -3,8 +3,12 @@
 Mechanism: `.item()`, `.cpu()`, `.numpy()`, `print(loss)` or building tensors on the host inside
 the loop each produce a DtoH/HtoD memcpy and a `cudaStreamSynchronize` (or a synchronous
 `cudaMemcpy`): the host waits for the device to drain, then the device waits for the host to
-launch again.  Time lost = copy time no compute overlaps + GPU idle gaps that start when such a
-sync returns.  Anchors: TraceLens flags a memcpy direction over 5% of time or over 10
+launch again.  Time lost = the `host_copy_sync` idle of `traceap.idle` that belongs to this
+pattern: copy time no compute overlaps, and the GPU gap after each sync that the sync can have
+caused (all of it when the sync fetched values to the host, at most the time the host waited in
+it for a bare event/stream sync).  Copies and syncs inside a
+torch.compile graph break (a data-dependent `.item()`/`nonzero` between compiled regions) are the
+break's, and a trace with only device-to-device copies and free syncs has no finding.  Anchors: TraceLens flags a memcpy direction over 5% of time or over 10
 transfers; nsys-ai flags sync APIs over 1 ms and 2% of GPU time.
 """
 
@@ -14,9 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import CopyKind, Kind
+from ..idle import pattern_lost
+from ..trace import CopyKind, Kind, merged_intervals
 from ..windows import Windows
 from .base import AntiPattern, Measures
+from .graph_break import compile_gaps
 from .signals import (cached, compute_rows, count_in, fmt_bytes, fmt_us, name_mask, overlap_in,
                       ramp, rows_named, rows_in_windows, spans, starved_gaps, sum_in, top_names, union_in)
 
@@ -45,6 +51,9 @@ class MemcpyConfig:
     habit_lost_hi: float = 0.05
     #: HtoD copies at least this big are input batches, not the per-sample habit.
     batch_bytes: float = 64e3
+    #: A window whose copies and syncs cost the GPU less than this share scores in proportion
+    #: (a free sync is not a habit worth flagging).
+    cost_gate: float = 0.01
 
 
 def host_copies(trace, batch_bytes: float = 64e3) -> np.ndarray:
@@ -74,19 +83,52 @@ def sync_rows(trace) -> np.ndarray:
     return cached(trace, "sync_rows", make)
 
 
+def fetch_syncs(trace, tol_us: float) -> np.ndarray:
+    """Per row of `sync_rows`: the sync fetched values to the host (a DtoH copy ends inside it,
+    as with `.item()`, `.tolist()`, `.cpu()` or a synchronous `cudaMemcpy`)."""
+    def make():
+        sync = sync_rows(trace)
+        rows = trace.rows(Kind.GPU_MEMCPY)
+        ends = np.sort(trace.end[rows[trace.copy_kind[rows] == CopyKind.DTOH]])
+        if not len(sync) or not len(ends):
+            return np.zeros(len(sync), dtype=bool)
+        lo = np.searchsorted(ends, trace.ts[sync] - tol_us, side="left")
+        hi = np.searchsorted(ends, trace.end[sync] + tol_us, side="right")
+        return hi > lo
+    return cached(trace, f"fetch_syncs:{tol_us}", make)
+
+
 def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
-    """Starved GPU gaps that begin while a sync is returning: the price of each sync."""
+    """The price of each host-blocking sync: the starved GPU gap that begins as it returns.
+
+    A sync that fetched values to the host is charged the whole gap: the host then works on what
+    it fetched, and keeping the values on the GPU removes the wait and that work.  A bare sync
+    (an event, stream or device sync, nothing fetched) is charged at most the time the host
+    blocked in it: that wait is how far the host ran ahead of the device, the lead it would have
+    kept without the sync.  The rest of such a gap is the host's own time between launches:
+    16 event syncs of 3 us do not cost the 8 ms gap that follows them."""
     def make():
         g0, g1, _ = starved_gaps(trace)
         sync = sync_rows(trace)
-        if not len(g0) or not len(sync):
+        # A DtoH copy whose launch call lasted until the copy ended (pageable DtoH, or a copy
+        # behind other work) blocked the host like a sync, and fetched.
+        copies = trace.rows(Kind.GPU_MEMCPY)
+        copies = copies[(trace.copy_kind[copies] == CopyKind.DTOH) & (trace.launch[copies] >= 0)]
+        calls = trace.launch[copies]
+        blocking = calls[trace.end[calls] >= trace.end[copies] - tol_us]
+        if not len(g0) or not len(sync) + len(blocking):
             return np.zeros(0), np.zeros(0)
-        ends = np.sort(trace.end[sync])
+        rows = np.concatenate((sync, blocking))
+        fetched = np.concatenate((fetch_syncs(trace, tol_us), np.ones(len(blocking), bool)))
+        order = np.argsort(trace.end[rows], kind="stable")
+        ends, waits, fetched = trace.end[rows][order], trace.dur[rows][order], fetched[order]
         j = np.searchsorted(ends, g1, side="right") - 1  # last sync ending before the gap ends
         ok = j >= 0
-        last = np.where(ok, ends[np.maximum(j, 0)], -np.inf)
+        jj = np.maximum(j, 0)
+        last = np.where(ok, ends[jj], -np.inf)
         hit = ok & (last >= g0 - tol_us)
-        return g0[hit], g1[hit]
+        cost = np.where(fetched[jj], g1 - g0, np.minimum(g1 - g0, waits[jj]))
+        return g0[hit], (g0 + cost)[hit]
     return cached(trace, f"sync_bubbles:{tol_us}", make)
 
 
@@ -114,8 +156,8 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
     def measure(self, windows: Windows) -> Measures:
         t, c = windows.trace, self.config
         w = windows.width_us
-        copies = host_copies(t, c.batch_bytes)
-        sync = sync_rows(t)
+        copies = outside_breaks(t, host_copies(t, c.batch_bytes))
+        sync = outside_breaks(t, sync_rows(t))
         comp = compute_rows(t)
         copy_us = union_in(windows, *spans(t, copies))
         exposed = copy_us - overlap_in(windows, spans(t, copies), spans(t, comp))
@@ -126,13 +168,15 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
                            np.concatenate((t.end[copies], t.end[sync])))
         n_copies = count_in(windows, t.ts[copies])
         n_sync = count_in(windows, t.ts[sync])
-        lost = np.minimum(exposed + bubble_us, w)
+        lost = pattern_lost(windows, self.id)
         count = ramp(n_copies + n_sync, c.count_lo, c.count_hi)
         # Many syncs in one window are the habit itself (a sync per item of a loop), even when
         # each bubble is short.
         habit = ramp(n_sync, c.many_lo, c.many_hi) * ramp(lost / w, c.habit_lost_lo, c.habit_lost_hi)
         score = np.maximum.reduce([ramp(lost / w, c.lost_lo, c.lost_hi), habit,
                                    c.host_weight * ramp(host_us / w, c.host_lo, c.host_hi)]) * count
+        # No measured cost, no finding: syncs that cost the GPU nothing are not the habit.
+        score = score * ramp(lost / w, 0.0, c.cost_gate)
         nbytes = sum_in(windows, t.ts[copies], np.nan_to_num(t.bytes[copies]))
         dtoh = count_in(windows, t.ts[copies[t.copy_kind[copies] == CopyKind.DTOH]])
         return {"score": score, "lost_us": lost, "copy_us": copy_us, "exposed_copy_us": exposed,
@@ -158,8 +202,35 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         text = " and ".join(parts) or "host<->device traffic"
         if callers:
             text += " from " + ", ".join(f"{n} x{c}" for n, c, _ in callers)
-        text += f"; the GPU then idled {fmt_us(s['bubble_us'])} waiting for the next launch"
+        if s["n_sync"]:
+            text += (f"; the GPU then idled {fmt_us(s['bubble_us'])} waiting for the next launch "
+                     f"(a sync that fetched nothing is charged at most the time the host waited "
+                     f"in it)")
         return text, {k: round(v, 1) for k, v in s.items()}
+
+    def title_for(self, numbers: dict) -> str:
+        if not numbers.get("n_copies"):
+            return "Host-blocking synchronisations (.item(), .cpu(), torch.cuda.synchronize)"
+        if not numbers.get("n_sync"):
+            return "Frequent host<->device copies (.cpu(), torch.tensor(..., device=...))"
+        return self.title
+
+    def supported(self, numbers: dict) -> bool:
+        return (numbers.get("time_lost_us", 0.0) > 0
+                and numbers.get("n_copies", 0) + numbers.get("n_sync", 0) > 0)
+
+
+def outside_breaks(trace, rows: np.ndarray) -> np.ndarray:
+    """Rows that do not start inside a torch.compile graph break (whose copies and syncs are
+    the break's: `.item()` between compiled regions is a graph break, not a memcpy habit)."""
+    g0, g1 = compile_gaps(trace)
+    if not len(g0) or not len(rows):
+        return rows
+    s, e = merged_intervals(g0, g1)
+    at = trace.ts[rows]
+    j = np.searchsorted(s, at, side="right") - 1
+    inside = (j >= 0) & (at < e[np.maximum(j, 0)])
+    return rows[~inside]
 
 
 PATTERN = ExcessiveMemcpy()

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..idle import pattern_lost
 from ..trace import Kind, merged_intervals
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import (cached, count_in, fmt_us, idle_while, ramp, rows_named, sum_in,
+from .signals import (cached, count_in, fmt_us, ramp, rows_named, sum_in,
                       union_in)
 
 FORWARD = r"^Torch-Compiled Region|^CompiledFunction$"
@@ -117,6 +118,15 @@ def break_gaps(trace, config: BreakConfig) -> tuple[np.ndarray, np.ndarray]:
     return cached(trace, f"break_gaps:{config}", make)
 
 
+def compile_gaps(trace, config: BreakConfig = BreakConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """The break gaps that are breaks: none when a single compiled frame is called again and
+    again (a sampler loop), whose gaps are the loop's own Python."""
+    frames = cached(trace, "frame_ids", lambda: frame_ids(trace))
+    if len(frames) == 1:
+        return np.zeros(0), np.zeros(0)
+    return break_gaps(trace, config)
+
+
 class GraphBreak(AntiPattern):
     id = "graph_break"
     title = "torch.compile graph breaks (eager code between compiled regions)"
@@ -144,7 +154,7 @@ tensor, use torch.where / torch.cond); unsupported third-party calls (wrap them 
         weight = (c.weight_frames if len(frames) >= 2 else
                   c.weight_one_frame if len(frames) == 1 else c.weight_unknown)
         gap_us = union_in(windows, g0, g1)
-        idle = idle_while(windows, g0, g1)
+        idle = pattern_lost(windows, self.id)
         n_breaks = count_in(windows, g0)
         # Eager kernels launched in the gaps: the work that escaped the compiler.
         k = t.rows(Kind.KERNEL)
@@ -177,6 +187,9 @@ tensor, use torch.where / torch.cond); unsupported third-party calls (wrap them 
                 f"{ne} eager kernels in them and the GPU idle {fmt_us(idle)}")
         return text, {"n_frames": len(frames), "n_gaps": n, "gap_us": round(gap, 1),
                       "eager_kernels": ne, "gpu_idle_us": round(idle, 1)}
+
+    def supported(self, numbers: dict) -> bool:
+        return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_gaps", 0) > 0
 
 
 PATTERN = GraphBreak()

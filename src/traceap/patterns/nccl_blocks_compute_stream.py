@@ -4,7 +4,8 @@ Mechanism: a collective issued on the stream that runs the model's kernels (e.g.
 `dist.all_reduce` on the default stream, a custom hook without a side stream, some FSDP/TorchRec
 settings) makes every later compute kernel on that stream wait for the collective, and the
 collective waits for its peers.  Evidence: NCCL kernels on a stream that carries a large share
-of compute-kernel time, and the compute they hold up.
+of compute-kernel time, and the compute they hold up.  Time lost is the
+`nccl_on_compute_stream` idle of `traceap.idle` (such NCCL running with no compute beside it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..idle import pattern_lost, trace_costs
 from ..windows import Windows
 from .base import AntiPattern, Measures
 from .signals import (cached, compute_rows, compute_streams, count_in, fmt_us, nccl_rows,
@@ -75,8 +77,11 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
         n = count_in(windows, t.ts[blk])
         score = np.maximum(ramp(on_stream / windows.width_us, c.time_lo, c.time_hi),
                            c.presence * (n > 0) * (len(blk) >= c.presence_min))
-        return {"score": score, "lost_us": exposed * (score > 0), "nccl_on_compute_us": on_stream,
-                "n_blocking": n}
+        lost = pattern_lost(windows, self.id)
+        # Each such kernel stalls the stream, in windows that lose no idle time too; but a trace
+        # where they never cost the GPU anything has no finding.
+        return {"score": score * trace_costs(t, self.id), "lost_us": lost, "nccl_on_compute_us": on_stream,
+                "n_blocking": n, "exposed_us": exposed}
 
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
         t = windows.trace
@@ -90,6 +95,15 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
                 f"so the kernels queued behind them wait: {what}")
         return text, {"n_nccl_on_compute_stream": n, "nccl_on_compute_us": round(tot, 1),
                       "streams": streams}
+
+
+    def supported(self, numbers: dict) -> bool:
+        return (numbers.get("time_lost_us", 0.0) > 0
+                and numbers.get("n_nccl_on_compute_stream", 0) > 0)
+
+    def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
+        from .nccl_compute_no_overlap import compute_per_step
+        return compute_per_step(windows.trace, n_steps)
 
 
 PATTERN = NcclBlocksComputeStream()

@@ -1,5 +1,10 @@
 """Exposed communication: NCCL runs while no compute kernel runs beside it.
 
+Time lost is the `nccl` idle of `traceap.idle`: NCCL running while no compute kernel (memset,
+on-device copy) runs, the one definition of exposed communication that `traceap info`, the
+cross-rank view and every report use.  The gain of a fix is capped by the compute there is to
+hide it under: a communication-bound step cannot overlap more.
+
 Mechanism: DDP overlaps gradient all-reduce with the rest of backward; when buckets are
 ready only at the end (one huge bucket, `find_unused_parameters=True`, hooks that wait), when
 communication is issued after backward, or when a rank waits for a straggler, the collectives
@@ -14,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..idle import measure as idle_account
+from ..idle import pattern_lost
 from ..trace import busy_union
 from ..windows import Windows
 from .base import AntiPattern, Measures
@@ -92,20 +99,23 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         score = (ramp(exposed / windows.width_us, c.exposed_lo, c.exposed_hi)
                  * float(ramp(1.0 - overlap, 1.0 - c.overlap_ok, 1.0 - c.overlap_bad))
                  * (comm >= c.min_comm_us))
-        return {"score": score, "lost_us": exposed * (score > 0), "comm_us": comm,
+        lost = pattern_lost(windows, self.id)
+        return {"score": score * (lost > 0), "lost_us": lost, "comm_us": comm,
                 "hidden_us": hidden, "n_nccl": count_in(windows, t.ts[side])}
 
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
         t = windows.trace
         comm = float(m["comm_us"][idx].sum())
         hidden = float(m["hidden_us"][idx].sum())
-        exposed = comm - hidden
+        # Exposed = the idle account's number (NCCL with no compute, memset or on-device copy
+        # beside it), the same one `traceap info` and the cross-rank view report.
+        exposed = float(m["lost_us"][idx].sum())
         rows = rows_in_windows(windows, side_nccl(t), idx)
         top = top_names(t, rows, weights=t.dur[rows], k=2)
         what = ", ".join(f"{n.split('(')[0]} x{c}" for n, c, _ in top)
         text = (f"NCCL ran {fmt_us(comm)} ({what}) with only {100 * hidden / max(comm, 1e-9):.0f}% "
-                f"overlapped by compute here ({100 * trace_overlap(t):.0f}% of the possible overlap "
-                f"over the whole trace); {fmt_us(exposed)} exposed")
+                f"overlapped by compute kernels ({100 * trace_overlap(t):.0f}% of the possible "
+                f"overlap over the whole trace); {fmt_us(exposed)} exposed (no compute beside it)")
         from .graph_break import FORWARD
         from .signals import rows_named
         if len(rows_named(t, FORWARD)):
@@ -120,6 +130,20 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
                       "trace_overlap_fraction": round(trace_overlap(t), 3),
                       "exposed_us": round(exposed, 1),
                       "overlap_fraction": round(hidden / comm, 3) if comm > 0 else None}
+
+
+    def supported(self, numbers: dict) -> bool:
+        return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("comm_us", 0.0) > 0
+
+    def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
+        return compute_per_step(windows.trace, n_steps)
+
+
+def compute_per_step(trace, n_steps: int) -> float:
+    """GPU busy (compute) time per steady step, or in total without steps: the most that
+    communication could hide under."""
+    acc = idle_account(trace)
+    return acc.busy_in_steady_us / n_steps if n_steps else acc.busy_us
 
 
 PATTERN = NcclComputeNoOverlap()

@@ -164,6 +164,15 @@ def idle_while(windows: Windows, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return np.clip(both - b, 0.0, None)
 
 
+def outer_cpu_ops(trace: Trace) -> np.ndarray:
+    """CPU ops with no enclosing CPU op (`aten::conv2d`, not the `aten::_convolution` in it)."""
+    def make() -> np.ndarray:
+        cpu = trace.rows(Kind.CPU_OP)
+        par = trace.parent[cpu]
+        return cpu[(par < 0) | (trace.kind[np.maximum(par, 0)] != Kind.CPU_OP)]
+    return cached(trace, "outer_cpu_ops", make)
+
+
 def top_names(trace: Trace, rows: np.ndarray, weights: np.ndarray | None = None,
               k: int = 3) -> list[tuple[str, int, float]]:
     """The k most frequent (or heaviest) names among rows: (name, count, total weight)."""

@@ -2,8 +2,10 @@
 
 Mechanism: `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (num_workers=0) runs
 decoding and augmentation on the main thread; nothing is queued on the GPU meanwhile, so the
-time of `__next__` that overlaps GPU idle time is lost.  A multi-process loader that still
-starves the GPU is the same bottleneck with a different fix (more workers, prefetching).
+time of `__next__` that overlaps GPU idle time is lost (the `data_loading` cause of
+`traceap.idle`: idle time no earlier cause claims, so a worker start-up on the first `__next__`
+counts as warm-up).  A multi-process loader that still starves the GPU is the same bottleneck
+with a different fix (more workers, prefetching) and its own title.
 Anchor: the TensorBoard plugin flagged DataLoader time over 5% of a step.
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..idle import pattern_lost
 from ..windows import Windows
 from .base import AntiPattern, Measures
 from .signals import fmt_us, idle_while, ramp, rows_named, spans, union_in
@@ -59,7 +62,7 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
         single = rows_named(t, SINGLE)
         multi = rows_named(t, MULTI)
         # With py-stack traces, frames nest inside the annotation; unions count each once.
-        idle = idle_while(windows, *spans(t, nxt))
+        idle = pattern_lost(windows, self.id)
         idle_single = idle_while(windows, *spans(t, single))
         idle_multi = idle_while(windows, *spans(t, multi))
         loader_time = union_in(windows, *spans(t, nxt))
@@ -81,6 +84,14 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
                 f"({100 * share:.0f}%) with the GPU idle")
         return text, {"loader_us": round(loader, 1), "gpu_idle_in_loader_us": round(idle, 1),
                       "multi_process": bool(multi)}
+
+    def title_for(self, numbers: dict) -> str:
+        if numbers.get("multi_process"):
+            return "Data loading stalls the GPU (DataLoader workers cannot keep up)"
+        return self.title
+
+    def supported(self, numbers: dict) -> bool:
+        return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("loader_us", 0.0) > 0
 
 
 PATTERN = SingleProcessDataloading()

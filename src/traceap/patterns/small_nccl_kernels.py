@@ -5,7 +5,8 @@ the peers) regardless of size; small messages never reach link bandwidth.  DDP w
 `bucket_cap_mb`, per-parameter all-reduces, or `no_sync` misuse produce dozens of short NCCL
 kernels per step.  Evidence: NCCL kernels shorter than `short_us` (or carrying under
 `small_bytes` where the trace records message sizes), many per step.  Anchor: nsys-ai's
-">= 5 launches averaging under 10 us" rule, scaled to collectives' latency.
+">= 5 launches averaging under 10 us" rule, scaled to collectives' latency.  Time lost is the
+`small_nccl` idle of `traceap.idle` (small collectives running with no compute beside them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..idle import pattern_lost, trace_costs
 from ..windows import Windows
 from .base import AntiPattern, Measures
 from .signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
@@ -104,7 +106,10 @@ steps.  With gradient accumulation, wrap the non-final micro-batches in `model.n
         score = np.maximum(ramp(n_small, c.per_window_lo, c.per_window_hi), inside) * trace_factor
         comm = union_in(windows, *spans(t, small))
         exposed = comm - overlap_in(windows, spans(t, small), spans(t, compute_rows(t)))
-        return {"score": score, "lost_us": exposed * (score > 0), "n_small": n_small,
+        lost = pattern_lost(windows, self.id)
+        # A burst covers windows where no small collective costs idle time itself; a trace where
+        # they never cost the GPU anything has no finding.
+        return {"score": score * trace_costs(t, self.id), "lost_us": lost, "n_small": n_small,
                 "n_nccl": count_in(windows, t.ts[allc]),
                 "small_us": sum_in(windows, t.ts[small], t.dur[small]), "exposed_us": exposed}
 
@@ -121,6 +126,10 @@ steps.  With gradient accumulation, wrap the non-final micro-batches in `model.n
                 f"{per_step:.0f} per step overall): {what}")
         return text, {"n_small_nccl": n_s, "n_nccl": n_all, "small_nccl_us": round(tot, 1),
                       "small_per_step": round(per_step, 1)}
+
+
+    def supported(self, numbers: dict) -> bool:
+        return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_small_nccl", 0) > 0
 
 
 PATTERN = SmallNcclKernels()

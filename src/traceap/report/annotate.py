@@ -156,6 +156,8 @@ def findings_events(analysis, pid: int) -> list[dict]:
             args = {"pattern": f.pattern, "severity": str(getattr(f, "severity", "") or ""),
                     "evidence": str(f.evidence), "fix": str(f.fix),
                     "time_lost_us": round(float(getattr(f, "time_lost_us", 0.0) or 0.0), 1),
+                    "time_lost_per_step_us": _round(getattr(f, "time_lost_per_step_us", None)),
+                    "gain_pct": _round(getattr(f, "gain_pct", None), 3),
                     "windows": _ranges(run), "finding": k,
                     "score_max": round(max(scores), 4) if scores else None,
                     "score_mean": round(float(np.mean(scores)), 4) if scores else None,
@@ -165,8 +167,9 @@ def findings_events(analysis, pid: int) -> list[dict]:
             expl = getattr(f, "explanation", "") or ""
             if expl:
                 args["explanation"] = str(expl)
+            # The finding's own title (it says which form of the pattern the evidence shows).
             name = getattr(f, "title", None) or pattern_title(f.pattern)
-            slices.append((pattern_title(f.pattern), start, end, name, args))
+            slices.append((name, start, end, name, args))
     # Flagged windows no finding claims still show, on their own row.
     loose = [w for w in windows if w.flagged and int(w.index) not in covered]
     for run in _runs([int(w.index) for w in loose]):
@@ -196,6 +199,10 @@ def findings_events(analysis, pid: int) -> list[dict]:
         events.append({"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": tids[key],
                        "ts": start, "dur": max(end - start, 0.0), "args": args})
     return events
+
+
+def _round(x, digits: int = 1):
+    return None if x is None else round(float(x), digits)
 
 
 def _meta(kind: str, pid: int, tid: int, **args) -> dict:

@@ -21,3 +21,19 @@ TERMINAL_COLORS = {
     "straggler": "#FF5555",
     "rank_imbalance": "#FF8888",
 }
+
+#: One colour per GPU idle cause (`traceap.idle.CAUSES`): the hue of the pattern that owns the
+#: cause, grey for warm-up, pale for what no cause explains.
+CAUSE_COLORS = {
+    "warmup": "#9AA5B1",
+    "communication": PATTERN_COLORS["nccl_compute_no_overlap"],
+    "compile_gaps": PATTERN_COLORS["graph_break"],
+    "host_copy_sync": PATTERN_COLORS["excessive_memcpy"],
+    "data_loading": PATTERN_COLORS["single_process_dataloading"],
+    "launch_bound": PATTERN_COLORS["cpu_bound"],
+    "not_explained": "#D9DEE4",
+}
+#: The GPU's busy time, drawn beside the idle causes.
+BUSY_COLOR = "#3B4A5A"
+TERMINAL_CAUSE_COLORS = {**CAUSE_COLORS, "communication": TERMINAL_COLORS["nccl_compute_no_overlap"],
+                         "not_explained": "#8A939C", "busy": "#5F7A94"}

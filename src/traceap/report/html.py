@@ -1,4 +1,5 @@
-"""A self-contained HTML report: header, window-score timeline (Figure 7, interactive), findings.
+"""A self-contained HTML report: header, where the GPU's idle time goes (a stacked bar whose parts
+link to their findings), window-score timeline (Figure 7, interactive), findings.
 
 One file, no network: the CSS and the small drawing script (``traceap/data/report``) are inlined,
 the data the script draws sits in a JSON block.  Trace-derived strings are escaped on the way
@@ -22,9 +23,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from .. import idle as idle_mod
+from ..findings import cost_sentence
 from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
+from ..units import fmt_us
 from ..windows import Windows, covered_time
-from .colors import PATTERN_COLORS
+from .colors import BUSY_COLOR, CAUSE_COLORS, PATTERN_COLORS
 
 UNKNOWN_COLOR = "#7b3294"
 TOP = 3  # kernels / CPU ops per window in the hover
@@ -106,7 +110,9 @@ def window_digests(windows: Windows, top: int = TOP) -> list[dict]:
     ones, with their time clipped to the window.
     """
     t = windows.trace
-    busy = windows.gpu_busy_us / windows.width_us
+    # Busy and idle as `traceap.idle` defines them (the numbers of every other report).
+    busy = idle_mod.busy_per_window(windows) / windows.width_us
+    causes = idle_mod.cause_per_window(windows)
     outer = _outer_cpu_ops(t)
     o_ts, o_end = t.ts[outer], t.end[outer]
     longest = float(t.dur[outer].max()) if len(outer) else 0.0
@@ -119,7 +125,9 @@ def window_digests(windows: Windows, top: int = TOP) -> list[dict]:
         kernels = rows[kinds == Kind.KERNEL]
         memcpy = rows[kinds == Kind.GPU_MEMCPY]
         d = {"busy": round(float(busy[w]), 3), "nk": int(len(kernels)), "k": [], "o": [],
-             "ld": None, "mc": None, "nc": int(t.is_nccl[kernels].sum()) if len(kernels) else 0}
+             "ld": None, "mc": None, "nc": int(t.is_nccl[kernels].sum()) if len(kernels) else 0,
+             "ic": [[c, round(float(v[w]), 1)] for c, v in
+                    sorted(causes.items(), key=lambda cv: -cv[1][w]) if v[w] > 0][:3]}
         if len(kernels):
             d["k"] = _top_by_name(t.name[kernels], t.dur[kernels], top, short)
             delay = t.launch_delay[kernels]
@@ -451,6 +459,7 @@ class _RankView:
                   busy is not None and busy < 0.5),
                  ("Kernels", f"{s.get('n_kernels', 0):,}", False),
                  ("Flagged windows", f"{sum(self.data['flagged'])} / {self.data['n']}", False),
+                 ("GPU idle", self.idle_tile(), False),
                  ("Time lost", _us(sum(lost.values())) if lost else "none found", bool(lost))]
         if s.get("world_size"):
             tiles.insert(1, ("Rank", f"{s.get('rank')} of {s.get('world_size')}", False))
@@ -460,9 +469,28 @@ class _RankView:
         out = ['<div class="tiles">'] + [
             f'<div class="tile{" bad" if bad else ""}"><div class="k">{_e(k)}</div>'
             f'<div class="v">{_e(v)}</div></div>' for k, v, bad in tiles] + ["</div>"]
+        out.append(self.idle_bar())  # where the idle time goes, first
         if lost:
-            out.append(_lost_bars(lost))
+            out.append(_lost_bars(lost, self.titles()))
         return "".join(out)
+
+    def titles(self) -> dict[str, str]:
+        """The findings' own titles by pattern (a title says which form the evidence shows)."""
+        return {f.pattern: getattr(f, "title", None) or pattern_title(f.pattern)
+                for f in self.findings}
+
+    def idle_tile(self) -> str:
+        acc = getattr(self.analysis, "idle", None)
+        if acc is None or acc.span_us <= 0:
+            return "-"
+        return f"{_us(acc.total_us)} ({100 * acc.total_us / acc.span_us:.0f}%)"
+
+    def idle_bar(self) -> str:
+        """Where the GPU's idle time goes: busy + one part per cause, each linked to its finding."""
+        acc = getattr(self.analysis, "idle", None)
+        if acc is None or acc.span_us <= 0:
+            return ""
+        return _idle_bar(acc, self.findings, self.data["id"])
 
     def timeline(self, k: int) -> str:
         return ('<h2>Window scores over the trace</h2><div class="panel">'
@@ -493,17 +521,62 @@ def _all_patterns(sections: Sequence[_RankView], cross: list) -> set[str]:
     return out
 
 
-def _lost_bars(lost: dict[str, float]) -> str:
+def _lost_bars(lost: dict[str, float], titles: dict[str, str] | None = None) -> str:
     most = max(lost.values()) or 1.0
     rows = ['<div class="lost"><div class="k" style="color:var(--muted);font-size:12px;'
             'text-transform:uppercase">Time lost per pattern</div>']
     for p, us in lost.items():
         rows.append(f'<div class="lost-row"><div><span class="swatch" style="background:'
-                    f'{_color(p)}"></span>{_e(pattern_title(p))}</div><div><div class="lost-bar" '
+                    f'{_color(p)}"></span>{_e((titles or {}).get(p) or pattern_title(p))}</div><div><div class="lost-bar" '
                     f'style="width:{100 * us / most:.1f}%;background:{_color(p)}"></div></div>'
                     f'<div class="n">{_e(_us(us))}</div></div>')
     rows.append("</div>")
     return "".join(rows)
+
+
+def _idle_bar(acc, findings: list, prefix: str) -> str:
+    """The stacked bar: the GPU span as busy time and idle time by cause; a cause's part links to
+    the finding its time belongs to (the largest one of that cause's patterns)."""
+    cause_of = {m.pattern: m.cause for m in idle_mod.MECHANISMS if m.pattern}
+    target: dict[str, tuple[float, int]] = {}
+    for k, f in enumerate(findings):
+        c = cause_of.get(f.pattern)
+        if c and float(f.time_lost_us) > target.get(c, (-1.0, -1))[0]:
+            target[c] = (float(f.time_lost_us), k)
+    span, tot = acc.span_us, acc.total_us
+    parts = [("busy", span - tot)] + [(c, v) for c, v in acc.by_cause.items()]
+    bar, legend = [], []
+    for cause, us in parts:
+        if us <= 0:
+            continue
+        color = BUSY_COLOR if cause == "busy" else CAUSE_COLORS[cause]
+        name = "GPU busy" if cause == "busy" else idle_mod.CAUSE_TITLES[cause]
+        share = (f"{100 * us / span:.1f}% of the GPU span" if cause == "busy" else
+                 f"{100 * us / max(tot, 1e-9):.1f}% of the idle time")
+        tip = f"{name}: {_us(us)} ({share})"
+        link = target.get(cause)
+        if link is not None:
+            tip += " — click for its finding"
+            attrs = f'href="#{_e(prefix)}-f{link[1]}" class="idle-part link"'
+        else:
+            attrs = 'class="idle-part"'
+        bar.append(f'<a {attrs} data-cause="{_e(cause)}" title="{_e(tip)}" style="width:'
+                   f'{100 * us / span:.3f}%;background:{color}"></a>')
+        legend.append(f'<span><span class="swatch" style="background:{color}"></span>'
+                      f'{_e(name)} <b>{_e(_us(us))}</b></span>')
+    unexplained = acc.by_cause["not_explained"]
+    plain = (f"{_us(unexplained)} of the idle time ({100 * unexplained / max(tot, 1e-9):.0f}%) "
+             f"is not explained by any cause." if unexplained > 0 else
+             "Every idle microsecond has a cause.")
+    return ('<h2>Where the GPU\'s idle time goes</h2><div class="panel idle">'
+            f'<div class="idle-head">GPU idle <b>{_e(_us(tot))}</b> of {_e(_us(span))} '
+            f'({100 * tot / span:.0f}% of the GPU span, {len(acc.steady_steps)} steady '
+            f'step(s)). {_e(plain)}</div>'
+            f'<div class="idle-bar">{"".join(bar)}</div><div class="legend">{"".join(legend)}</div>'
+            '<p class="notes">Idle: no compute kernel, memset or on-device copy running. Each '
+            'idle microsecond is counted once, in the first cause that covers it (warm-up, '
+            'communication, compile gaps, copies and syncs, data loading, launch-bound host). '
+            'Click a part to open its finding.</p></div>')
 
 
 def _cards(findings: list, prefix: str, trace: Trace | None,
@@ -525,8 +598,7 @@ def _cards(findings: list, prefix: str, trace: Trace | None,
         else:
             where = f"{_us(float(f.end_us) - float(f.start_us))} long"
         badge = f'<span class="badge {_e(sev.lower())}">{_e(sev)}</span>' if sev else ""
-        meta = [where] + ([f"windows {_ranges(wins)}"] if wins else []) + [
-            f"time lost {_us(float(getattr(f, 'time_lost_us', 0.0) or 0.0))}"]
+        meta = [where] + ([f"windows {_ranges(wins)}"] if wins else []) + [cost_sentence(f)]
         show = (f'<button class="show" data-rank="{rank_index}" data-windows="'
                 f'{_e(orjson.dumps(sorted(int(w) for w in wins)).decode())}">'
                 'show on the timeline</button>' if wins and rank_index is not None else "")
@@ -563,18 +635,22 @@ def _proof_table(caption: str, rows: list[dict]) -> str:
 
 
 def _job_header(sections: Sequence[_RankView], cross: list) -> str:
+    # The ranks' findings only: a cross-rank finding re-explains time already in the ranks'
+    # accounts (who waits for whom) and is never added to the job's total.
     lost: dict[str, float] = {}
     for s in sections:
         for p, us in s.time_lost().items():
             lost[p] = lost.get(p, 0.0) + us
-    for f in cross:
-        lost[f.pattern] = lost.get(f.pattern, 0.0) + float(getattr(f, "time_lost_us", 0.0) or 0.0)
+    accounts = [getattr(s.analysis, "idle", None) for s in sections]
+    idle_total = sum(a.total_us for a in accounts if a is not None)
     gpu = next((s.summary.get("gpu_name") for s in sections if s.summary.get("gpu_name")), None)
     busy = [s.summary.get("gpu_busy_fraction") for s in sections
             if s.summary.get("gpu_busy_fraction") is not None]
     tiles = [("Ranks", str(len(sections))), ("GPU", gpu or "unknown"),
              ("GPU utilisation", f"{min(busy) * 100:.0f}\u2013{max(busy) * 100:.0f}%" if busy else "-"),
-             ("Findings", str(sum(len(s.findings) for s in sections) + len(cross))),
+             ("Findings", f"{sum(len(s.findings) for s in sections)} in ranks + "
+                          f"{len(cross)} across"),
+             ("GPU idle (all ranks)", _us(idle_total) if any(accounts) else "-"),
              ("Time lost (all ranks)", _us(sum(lost.values())) if lost else "none found")]
     out = '<div class="tiles">' + "".join(
         f'<div class="tile"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
@@ -590,12 +666,13 @@ def _ranks_view(sections: Sequence[_RankView]) -> str:
         rows.append(f'<tr class="rankrow" data-rank="{k}"><td>{_e(s.label)}</td>'
                     f'<td style="width:60%"><div class="rankstrip" data-rank="{k}"></div></td>'
                     f'<td class="n">{f"{busy * 100:.0f}%" if busy is not None else "-"}</td>'
+                    f'<td class="n">{_e(s.idle_tile())}</td>'
                     f'<td class="n">{_e(_us(float(np.median(steps)))) if steps else "-"}</td>'
                     f'<td class="n">{sum(s.data["flagged"])}</td>'
                     f'<td class="n">{_e(_us(sum(s.time_lost().values())))}</td></tr>')
     return ('<h2>Across ranks</h2><div class="panel ranks"><table class="ev"><tr><th>rank</th>'
             '<th>window scores (flagged windows in their pattern colour)</th>'
-            '<th class="n">GPU busy</th><th class="n">median step</th>'
+            '<th class="n">GPU busy</th><th class="n">GPU idle</th><th class="n">median step</th>'
             '<th class="n">flagged</th><th class="n">time lost</th></tr>' + "".join(rows)
             + '</table><p class="notes">Click a rank to open its timeline and findings.</p></div>')
 
@@ -610,16 +687,7 @@ def _color(p: str | None) -> str:
 
 
 def _us(us: float | None) -> str:
-    if us is None or not np.isfinite(us):
-        return "-"
-    if us == 0:
-        return "0"
-    a = abs(us)
-    if a >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if a >= 1e3:
-        return f"{us / 1e3:.{1 if a >= 1e4 else 2}f} ms"
-    return f"{us:.{0 if a >= 100 else 1}f} us"
+    return fmt_us(us)  # one formatting for the terminal, the JSON's readers and this page
 
 
 def _ranges(ws: list[int]) -> str:

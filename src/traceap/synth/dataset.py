@@ -1,4 +1,4 @@
-"""The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per FORMATS.md.
+"""The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per docs/FORMATS.md.
 
 Default as in the paper: 610 traces; 460 train (classification, detection, segmentation) and
 150 test with window-level labels, split into test_seen (the same three tasks) and test_unseen
@@ -12,12 +12,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 
-from ..dataset import Anomaly, Entry, SEEN_TASKS, write_manifest
+from ..dataset import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write_manifest
+from ..errors import DatasetError
 from ..progress import track
 from . import patterns as pat
 from .models import MODELS, ModelSpec
@@ -27,6 +29,10 @@ from .writer import trace_document, write_trace
 
 UNSEEN_TASKS = ("image_generation", "depth_estimation", "pose_estimation", "action_recognition")
 DEFAULT_TRACES = 610
+#: The record of what `generate` wrote into a folder (docs/FORMATS.md, "synth.json"): its
+#: configuration and every file it writes, so a rerun knows what it may replace or remove.
+STAMP = "synth.json"
+STAMP_SCHEMA = "traceap.synth/v1"
 #: Share of each split in the paper's 610 traces.
 SPLIT_SHARE = {"train": 460 / 610, "test_seen": 75 / 610, "test_unseen": 75 / 610}
 
@@ -69,6 +75,15 @@ class JobPlan:
     @property
     def job_id(self) -> str:
         return f"{self.split}-{self.index:04d}"
+
+    def trace_id(self, rank: int) -> str:
+        """The manifest id of one rank's trace."""
+        return f"{self.job_id}-r{rank}" if self.world_size > 1 else self.job_id
+
+
+def trace_rel(trace_id: str) -> str:
+    """A trace's path relative to the dataset folder (the manifest's "path")."""
+    return f"traces/{trace_id}.pt.trace.json.gz"
 
 
 def split_counts(n: int) -> dict[str, int]:
@@ -183,8 +198,8 @@ def simulate_job(args: tuple[JobPlan, str]) -> list[tuple[Entry, int]]:
             if set(job.patterns) <= found:
                 break
             strength *= 1.8      # the mechanism was hidden behind GPU work: make it stronger
-        tid = f"{job.job_id}-r{rank}" if job.world_size > 1 else job.job_id
-        rel = f"traces/{tid}.pt.trace.json.gz"
+        tid = job.trace_id(rank)
+        rel = trace_rel(tid)
         base_ns = int(1.7e18) + job.seed * 1000
         nbytes = write_trace(out_dir / rel, trace_document(res, base_ns))
         anomalies = [Anomaly(round(a, 3), round(b, 3), p) for a, b, p in sorted(res.anomalies)]
@@ -212,14 +227,120 @@ class SynthReport:
     seconds: float
     pattern_counts: dict[str, int]
     split_counts: dict[str, int]
+    #: split -> {"traces", "good", "bad"}, in split order
+    per_split: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: what happened to files already in the folder (one line each, for the user)
+    notes: list[str] = field(default_factory=list)
 
 
-def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig()) -> SynthReport:
-    """Generate a whole dataset into `out` (manifest.jsonl + traces/)."""
+def _stamp_config(cfg: SynthConfig) -> dict:
+    """The settings that decide the output (not --jobs: the bytes do not depend on it)."""
+    d = asdict(cfg)
+    d.pop("jobs")
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def planned_files(jobs: list[JobPlan]) -> list[str]:
+    """Relative paths of the trace files a plan writes (as in its manifest lines)."""
+    return sorted(trace_rel(j.trace_id(r)) for j in jobs for r in range(j.world_size))
+
+
+def _read_stamp(out: Path) -> dict | None:
+    try:
+        stamp = orjson.loads((out / STAMP).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return stamp if isinstance(stamp, dict) and stamp.get("schema") == STAMP_SCHEMA else None
+
+
+def _legacy_synth_files(out: Path) -> set[str] | None:
+    """Files of a synth output written before synth.json existed: a manifest of synthetic
+    traces only and nothing else in the folder.  None when the folder is anything else."""
+    try:
+        entries = read_manifest(out)
+    except DatasetError:
+        return None
+    if not entries or any(e.source != "synthetic" for e in entries):
+        return None
+    listed = {e.path for e in entries}
+    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    return listed if present <= listed | {MANIFEST} else None
+
+
+def prepare_out(out: Path, cfg: SynthConfig, jobs: list[JobPlan], overwrite: bool = False
+                ) -> tuple[set[str], list[str]]:
+    """Check that `out` may receive this dataset; returns (files an earlier synth run wrote
+    there, notes).  Raises DatasetError (nothing written) for a folder that holds anything but
+    a previous synth output of the same configuration, unless `overwrite`.  Files traceap synth
+    did not write are never replaced or deleted: even with `overwrite`, a trace file in the
+    way stops the run, and a foreign manifest.jsonl is kept under another name."""
+    notes: list[str] = []
+    if out.exists() and not out.is_dir():
+        raise DatasetError(f"{out}: exists and is not a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return set(), notes
+    stamp = _read_stamp(out)
+    if stamp is not None:
+        ours = set(stamp.get("files", []))
+        if stamp.get("config") == _stamp_config(cfg) or overwrite:
+            return ours, notes
+        old = stamp.get("config", {})
+        raise DatasetError(
+            f"{out}: holds a traceap synth dataset of another configuration (traces="
+            f"{old.get('traces')}, seed={old.get('seed')}); nothing written: give another "
+            f"--out, or --overwrite to replace it")
+    legacy = _legacy_synth_files(out)
+    if legacy is not None:
+        if overwrite:
+            return legacy, notes
+        raise DatasetError(f"{out}: holds a synth dataset of unknown configuration (no {STAMP}; "
+                           f"written by an older traceap); nothing written: give another --out, "
+                           f"or --overwrite to replace it")
+    n = sum(1 for p in out.rglob("*") if p.is_file())
+    if not overwrite:
+        raise DatasetError(f"{out}: not empty ({n} files) and not a traceap synth output; "
+                           f"nothing written: give an empty or new --out folder (--overwrite "
+                           f"writes into it, keeping every file already there)")
+    clash = [f for f in planned_files(jobs) if (out / f).exists()]
+    if clash:
+        raise DatasetError(f"{out}: {clash[0]} (and {len(clash) - 1} more) exist and were not "
+                           f"written by traceap synth; nothing written: use another --out")
+    if (out / MANIFEST).exists():
+        k, keep = 0, out / "manifest.before-synth.jsonl"
+        while keep.exists():
+            k += 1
+            keep = out / f"manifest.before-synth.{k}.jsonl"
+        os.replace(out / MANIFEST, keep)
+        notes.append(f"the manifest that was in {out} is kept as {keep.name}")
+    notes.append(f"the {n} file(s) already in {out} are kept")
+    return set(), notes
+
+
+def _write_stamp(out: Path, cfg: SynthConfig, files: list[str]) -> None:
+    data = orjson.dumps({"schema": STAMP_SCHEMA, "config": _stamp_config(cfg), "files": files},
+                        option=orjson.OPT_INDENT_2)
+    tmp = out / (STAMP + ".tmp")
+    tmp.write_bytes(data + b"\n")
+    os.replace(tmp, out / STAMP)
+
+
+def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
+             overwrite: bool = False) -> SynthReport:
+    """Generate a whole dataset into `out` (manifest.jsonl + traces/ + synth.json).
+
+    `out` must be new, empty, or a previous synth output of the same configuration (rerun in
+    place: same seed, same bytes); anything else raises DatasetError before a byte is written,
+    unless `overwrite` (see `prepare_out`).  Only trace files an earlier synth run wrote there
+    and the new manifest no longer lists are deleted."""
     t0 = time.time()
     out = Path(out)
-    (out / "traces").mkdir(parents=True, exist_ok=True)
     jobs = plan(cfg)
+    previous, notes = prepare_out(out, cfg, jobs, overwrite)
+    files = planned_files(jobs)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    # Written first, so an interrupted run is still recognised as ours; it lists the previous
+    # run's files too until the new manifest is in place.
+    _write_stamp(out, cfg, sorted(set(files) | previous))
     work = [(j, str(out)) for j in jobs]
     # big jobs first so the pool does not end on a straggler
     work.sort(key=lambda w: -w[0].world_size)
@@ -240,12 +361,25 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig()) -> SynthR
     order = {"train": 0, "test_seen": 1, "test_unseen": 2}
     entries.sort(key=lambda e: (order[e.split], e.id))
     write_manifest(out, entries)
+    # Regenerating in place: each trace was replaced atomically while readers may still be at
+    # work; only now drop the files of the previous run that the new manifest no longer lists.
+    stale = previous - set(files)
+    for rel in sorted(stale):
+        (out / rel).unlink(missing_ok=True)
+    if stale:
+        notes.append(f"removed {len(stale)} trace(s) of the previous synth run that this "
+                     f"configuration does not make")
+    _write_stamp(out, cfg, files)
     counts: dict[str, int] = {p: 0 for p in pat.TABLE2_WEIGHTS}
     for e in entries:
         for a in e.anomalies:
             counts[a.pattern] += 1
     splits: dict[str, int] = {}
+    per_split: dict[str, dict[str, int]] = {}
     for e in entries:
         splits[e.split] = splits.get(e.split, 0) + 1
+        row = per_split.setdefault(e.split, {"traces": 0, "good": 0, "bad": 0})
+        row["traces"] += 1
+        row[e.label] += 1
     return SynthReport(str(out), len(entries), sum(e.label == "bad" for e in entries), total,
-                       time.time() - t0, counts, splits)
+                       time.time() - t0, counts, splits, per_split, notes)

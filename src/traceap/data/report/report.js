@@ -22,13 +22,17 @@
   }
   function color(p) { return (p && DATA.colors[p]) || "#7b3294"; }
   function title(p) { return (p && DATA.titles[p]) || p || "unclassified"; }
+  // The same formatting as traceap.units.fmt_us (terminal, JSON readers, this page).
   function fmtUs(us) {
     if (us === null || us === undefined || !isFinite(us)) return "-";
-    if (us === 0) return "0";
-    if (us >= 1e6) return (us / 1e6).toFixed(2) + " s";
-    if (us >= 1e3) return (us / 1e3).toFixed(us >= 1e4 ? 1 : 2) + " ms";
-    return us.toFixed(us >= 100 ? 0 : 1) + " us";
+    const a = Math.abs(us);
+    if (a >= 1e6) return (us / 1e6).toFixed(2) + " s";
+    if (a >= 1e3) return (us / 1e3).toFixed(1) + " ms";
+    return us.toFixed(0) + " us";
   }
+  const CAUSE = { warmup: "warm-up", communication: "communication", compile_gaps: "compile gaps",
+                  host_copy_sync: "copies/syncs", data_loading: "data loading",
+                  launch_bound: "launch-bound host", not_explained: "not explained" };
   function fmtMs(ms) { return fmtUs(ms * 1e3); }
   function niceStep(range, n) {
     const raw = range / n, p = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -63,6 +67,10 @@
     h("div", "GPU busy " + Math.round(g.busy * 100) + "%  \u00b7  " + g.nk + " kernels" +
       (g.mc ? "  \u00b7  " + g.mc[0] + " memcpy (" + g.mc[1].toFixed(1) + " MB)" : "") +
       (g.nc ? "  \u00b7  " + g.nc + " NCCL" : ""), null, tip);
+    if (g.ic && g.ic.length) {
+      h("div", "GPU idle here", "sec", tip);
+      table(tip, g.ic.map(c => [CAUSE[c[0]] || c[0], fmtUs(c[1])]));
+    }
     if (g.k.length) {
       h("div", "Top kernels", "sec", tip);
       table(tip, g.k.map(k => [k[0], k[1] + "\u00d7", fmtUs(k[2])]));
@@ -255,6 +263,16 @@
     showRank(+r.dataset.rank);
     const s = document.querySelector(".rank-section[data-rank='" + r.dataset.rank + "']");
     if (s) s.scrollIntoView({ behavior: "smooth" });
+  }));
+  // A part of the idle bar: open its finding (the card flashes like a timeline click).
+  document.querySelectorAll("a.idle-part.link").forEach(a => a.addEventListener("click", ev => {
+    const card = document.getElementById(a.getAttribute("href").slice(1));
+    if (!card) return;
+    ev.preventDefault();
+    card.scrollIntoView({ behavior: "smooth", block: "start" });
+    card.classList.remove("flash");
+    void card.offsetWidth;
+    card.classList.add("flash");
   }));
   document.querySelectorAll("button.show").forEach(b => b.addEventListener("click", () => {
     const k = +b.dataset.rank;

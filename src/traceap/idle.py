@@ -1,0 +1,510 @@
+"""GPU idle time, split by cause: where the time goes while no compute kernel runs.
+
+Definitions (one for every report: terminal, HTML, JSON, `traceap info`, cross-rank, diff):
+
+- GPU span: from the first start to the last end of any GPU work (kernel, memcpy, memset),
+  widened to whole profiler steps where the trace has them (a step that starts by loading a
+  batch leaves the GPU idle before its first kernel, and that wait is the step's too).
+- GPU busy: a compute kernel (any kernel but NCCL/RCCL communication), a memset or an on-device
+  copy (DtoD, PtoP) runs on any stream of the trace.
+- GPU idle: the GPU span less the busy time.  Stretches where only communication or only a
+  host<->device copy runs are idle time *with a cause*: the device does no compute then, and
+  a fix (overlap, pinned async copies) would let compute fill them.
+
+Every idle microsecond goes to exactly one mechanism, the first in `MECHANISMS` whose
+intervals cover it; mechanisms roll up into the causes of `CAUSES`:
+
+ 1 warmup          one-off start-up: allocator growth (cudaMalloc, cudaHostAlloc), stream and
+                   CUDA-graph creation, module loading (cuModuleLoad, the slow first launch of a
+                   kernel under lazy loading), torch.compile / Triton compilation, autotuning,
+                   DataLoader worker start-up (a first `__next__` far longer than the others),
+                   and a first profiler step much longer than the others whose extra time such
+                   calls largely cover.  First, because a one-off cost is not the steady state.
+ 2 communication   an NCCL/RCCL kernel runs while no compute does (exposed communication):
+                   on a compute stream (nccl_blocks_compute_stream), small collectives
+                   (small_nccl_kernels), any other (nccl_compute_no_overlap).  Before the host
+                   causes: the device is executing a collective, not waiting for the host.
+ 3 compile_gaps    between two compiled regions of one step (graph_break): eager code, often a
+                   data-dependent op (.item(), nonzero) with its copy and sync, so a gap framed
+                   by compiled regions is a break before it is a copy.
+ 4 data_loading    `DataLoader.__next__` runs on the host (single_process_dataloading): named
+                   host work, so it goes before the copies and syncs around it.
+ 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call:
+                   no_pin_memory; other DtoH / small HtoD copies: excessive_memcpy; large pinned
+                   input uploads: no pattern), and the GPU gap after a host-blocking sync
+                   (excessive_memcpy): all of it when the sync fetched values to the host (a DtoH
+                   copy ends inside it: .item(), .tolist(), .cpu(): the host then works on what
+                   it fetched, and keeping the values on the GPU removes both), at most the time
+                   the host waited in it for a bare sync (an event/stream/device sync: the wait is
+                   how far ahead of the device the host was, all it can have cost).
+ 6 launch_bound    a starved gap: the launch of the work that ends it began only after the device
+                   had gone idle (cpu_bound).
+ 7 not_explained   the rest (dependencies on other streams, host work between steps that no
+                   marker names, events the profiler did not record).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from .trace import CopyKind, Kind, Trace, merged_intervals
+from .units import fmt_us
+from .windows import Windows, covered_time
+
+CAUSES = ("warmup", "communication", "compile_gaps", "data_loading", "host_copy_sync",
+          "launch_bound", "not_explained")
+
+CAUSE_TITLES = {
+    "warmup": "warm-up / first step",
+    "communication": "waiting on communication",
+    "compile_gaps": "torch.compile gaps",
+    "host_copy_sync": "host<->device copies and syncs",
+    "data_loading": "data loading",
+    "launch_bound": "launch-bound host (CPU-bound)",
+    "not_explained": "not explained",
+}
+
+
+class Mechanism(NamedTuple):
+    """One way the GPU ends up idle: its id, the cause it rolls up into, its pattern (or None)."""
+
+    id: str
+    cause: str
+    pattern: str | None
+
+
+#: Priority order: a microsecond covered by several mechanisms goes to the first.
+MECHANISMS = (
+    Mechanism("warmup", "warmup", None),
+    Mechanism("nccl_on_compute_stream", "communication", "nccl_blocks_compute_stream"),
+    Mechanism("small_nccl", "communication", "small_nccl_kernels"),
+    Mechanism("nccl", "communication", "nccl_compute_no_overlap"),
+    Mechanism("compile_gaps", "compile_gaps", "graph_break"),
+    Mechanism("data_loading", "data_loading", "single_process_dataloading"),
+    Mechanism("pageable_copies", "host_copy_sync", "no_pin_memory"),
+    Mechanism("host_copies_syncs", "host_copy_sync", "excessive_memcpy"),
+    Mechanism("input_copies", "host_copy_sync", None),
+    Mechanism("launch_bound", "launch_bound", "cpu_bound"),
+)
+NOT_EXPLAINED = len(MECHANISMS)  # the code of idle time no mechanism covers
+MECHANISM_IDS = tuple(m.id for m in MECHANISMS) + ("not_explained",)
+MECHANISM_OF_PATTERN = {m.pattern: m.id for m in MECHANISMS if m.pattern}
+
+#: One-off start-up calls (runtime/driver API).
+WARMUP_CALLS = (r"^(cuda|hip)(Malloc|MallocAsync|MallocManaged|MallocHost|HostAlloc|HostRegister"
+                r"|ExtMallocWithFlags|StreamCreate\w*|StreamBeginCapture|StreamEndCapture"
+                r"|GraphInstantiate\w*|ModuleLoad\w*)$"
+                r"|^cu(MemAlloc\w*|MemCreate|MemHostAlloc|ModuleLoad\w*|LibraryLoad\w*"
+                r"|GraphInstantiate\w*)$")
+#: One-off start-up on the host (cpu ops, annotations, with_stack python frames).
+WARMUP_HOST = (r"torch/_dynamo/convert_frame\.py|torch/_inductor/(compile_fx|codecache"
+               r"|standalone_compile|async_compile)\.py|compile_or_warm_up|capture_model"
+               r"|torch/cuda/graphs\.py|torch/cuda/__init__\.py\(\d+\): _lazy_init"
+               r"|triton/compiler/compiler\.py\(\d+\): compile|autotuner\.py\(\d+\): _bench"
+               r"|do_bench|cudnnFind|_MultiProcessingDataLoaderIter\.__init__"
+               r"|dataloader\.py\(\d+\): _get_iterator")
+LAUNCH_CALLS = r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|cuLaunch"
+LOADER_MULTI_NEXT = r"_MultiProcessingDataLoaderIter.*__next__"
+HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
+
+
+@dataclass(frozen=True)
+class IdleConfig:
+    """How warm-up is recognised (the other mechanisms keep their patterns' configs)."""
+
+    #: A first step this many times the median of the others is warm-up, when it also holds
+    #: warm-up calls (a long first step alone may be an injected or real stall).
+    first_step_ratio: float = 1.5
+    #: ... and when warm-up calls cover at least this share of its excess over the median.
+    first_step_explained: float = 0.25
+    #: The first launch of a kernel taking this long is lazy module loading (HTA: a runtime
+    #: call over 50 us is an outlier; steady-state launches take 3-20 us).
+    slow_first_launch_us: float = 50.0
+    #: A multi-process loader's first `__next__` this many times the median of the later ones
+    #: is worker start-up.
+    first_next_ratio: float = 3.0
+
+
+@dataclass
+class IdleAccount:
+    """A trace's GPU idle time, each microsecond assigned to one mechanism (`measure`)."""
+
+    gpu_span: tuple[float, float]
+    busy_us: float
+    total_us: float
+    by_mechanism: dict[str, float]
+    #: Idle segments (trace clock), disjoint and sorted, with their mechanism code
+    #: (index into MECHANISM_IDS).
+    seg_start: np.ndarray = field(repr=False)
+    seg_end: np.ndarray = field(repr=False)
+    seg_code: np.ndarray = field(repr=False)
+    #: Profiler steps that are warm-up (their numbers), and the steady ones as (start, end).
+    warmup_steps: list[int] = field(default_factory=list)
+    steady_steps: list[tuple[float, float, int]] = field(default_factory=list)
+    #: What the warm-up was made of (name -> us of GPU idle under it), for sentences.
+    warmup_sources: dict[str, float] = field(default_factory=dict)
+    #: GPU busy time inside the steady steps (all busy time without steps).
+    busy_in_steady_us: float = 0.0
+
+    @property
+    def span_us(self) -> float:
+        """Length of the GPU span."""
+        return self.gpu_span[1] - self.gpu_span[0]
+
+    @property
+    def by_cause(self) -> dict[str, float]:
+        """Idle time per cause (every cause present, in `CAUSES` order)."""
+        out = {c: 0.0 for c in CAUSES}
+        for m in MECHANISMS:
+            out[m.cause] += self.by_mechanism[m.id]
+        out["not_explained"] += self.by_mechanism["not_explained"]
+        return out
+
+    @property
+    def by_pattern(self) -> dict[str, float]:
+        """Idle time per anti-pattern id (the mechanisms that belong to a pattern)."""
+        return {m.pattern: self.by_mechanism[m.id] for m in MECHANISMS if m.pattern}
+
+    def time_in(self, mechanism: str, starts: Iterable[float], ends: Iterable[float]) -> float:
+        """Idle time of one mechanism (an id of MECHANISM_IDS) inside disjoint ranges."""
+        code = MECHANISM_IDS.index(mechanism)
+        s = np.asarray(list(starts), dtype=np.float64)
+        e = np.asarray(list(ends), dtype=np.float64)
+        if not len(s):
+            return 0.0
+        sel = self.seg_code == code
+        f = covered_time(self.seg_start[sel], self.seg_end[sel], np.concatenate((s, e)))
+        fs, fe = f[:len(s)], f[len(s):]
+        return float(np.sum(fe - fs))
+
+    def in_steady_steps(self, mechanism: str) -> float | None:
+        """A mechanism's idle time inside the steady profiler steps (None without steps)."""
+        if not self.steady_steps:
+            return None
+        return self.time_in(mechanism, [s for s, _, _ in self.steady_steps],
+                            [e for _, e, _ in self.steady_steps])
+
+    def to_json(self) -> dict:
+        """{"total_us", "by_cause", ...} as written in the analysis and info JSON."""
+        r = lambda x: round(float(x), 1)  # noqa: E731 - one rounding for every number here
+        return {"definition": "GPU span minus time with a compute kernel, memset or on-device "
+                              "copy running; each idle us in exactly one cause",
+                "gpu_span_us": [r(self.gpu_span[0]), r(self.gpu_span[1])],
+                "busy_us": r(self.busy_us), "total_us": r(self.total_us),
+                "by_cause": {k: r(v) for k, v in self.by_cause.items()},
+                "by_pattern": {k: r(v) for k, v in self.by_pattern.items()},
+                "warmup_steps": list(self.warmup_steps),
+                "steady_steps": len(self.steady_steps)}
+
+
+# -- cause intervals ---------------------------------------------------------------------------
+def _rows_named(trace: Trace, pattern: str, kinds) -> np.ndarray:
+    from .patterns.signals import rows_named
+    return rows_named(trace, pattern, kinds)
+
+
+def warmup_intervals(trace: Trace, config: IdleConfig = IdleConfig()
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], list[int]]:
+    """(starts, ends, intervals per source, warm-up step numbers) of the trace's warm-up."""
+    calls = _rows_named(trace, WARMUP_CALLS, (Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER))
+    host = _rows_named(trace, WARMUP_HOST, HOST_KINDS)
+    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {
+        "allocator, streams, graphs, modules": (trace.ts[calls], trace.end[calls]),
+        "compilation, autotuning, lazy init": (trace.ts[host], trace.end[host])}
+    # Lazy module loading: the first launch of each kernel, when it is slow.
+    launches = _rows_named(trace, LAUNCH_CALLS, (Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER))
+    k = trace.rows(Kind.KERNEL)
+    k = k[trace.launch[k] >= 0]
+    if len(k) and len(launches):
+        order = np.argsort(trace.ts[k], kind="stable")
+        k = k[order]
+        _, first = np.unique(trace.name[k], return_index=True)
+        call = trace.launch[k[first]]
+        slow = call[trace.dur[call] >= config.slow_first_launch_us]
+        parts["first launches (module loading)"] = (trace.ts[slow], trace.end[slow])
+    # DataLoader worker start-up: a first multi-process __next__ far longer than the rest.
+    nxt = _rows_named(trace, LOADER_MULTI_NEXT, HOST_KINDS)
+    if len(nxt) >= 2:
+        s, e = merged_intervals(trace.ts[nxt], trace.end[nxt])
+        if len(s) >= 2 and (e[0] - s[0]) >= config.first_next_ratio * float(np.median(e[1:] - s[1:])):
+            parts["DataLoader worker start-up"] = (s[:1], e[:1])
+    starts = np.concatenate([p[0] for p in parts.values()])
+    ends = np.concatenate([p[1] for p in parts.values()])
+    steps: list[int] = []
+    if len(trace.steps) >= 2 and len(starts):
+        st = sorted(trace.steps, key=lambda x: x.start_us)
+        first, rest = st[0], st[1:]
+        dur = first.end_us - first.start_us
+        med = float(np.median([x.end_us - x.start_us for x in rest]))
+        # The warm-up calls must account for a good part of the extra time, or the long first
+        # step is a stall of its own (a real or injected anti-pattern), not start-up.
+        ms, me = merged_intervals(np.clip(starts, first.start_us, first.end_us),
+                                  np.clip(ends, first.start_us, first.end_us))
+        held = float(np.sum(me - ms))
+        if (med > 0 and dur >= config.first_step_ratio * med
+                and held >= config.first_step_explained * (dur - med)):
+            parts["first profiler step"] = (np.array([first.start_us]), np.array([first.end_us]))
+            steps.append(first.number)
+            starts = np.append(starts, first.start_us)
+            ends = np.append(ends, first.end_us)
+    return starts, ends, {k: v for k, v in parts.items()}, steps
+
+
+def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
+    """`warmup_intervals`, computed once per trace and config."""
+    from .patterns.signals import cached
+    return cached(trace, f"idle:warmup:{config!r}", lambda: warmup_intervals(trace, config))
+
+
+def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
+                        ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
+    from .patterns.excessive_memcpy import MemcpyConfig, host_copies, sync_bubbles
+    from .patterns.graph_break import compile_gaps
+    from .patterns.nccl_blocks_compute_stream import BlockConfig, blocking_nccl
+    from .patterns.no_pin_memory import PinConfig, pageable_h2d
+    from .patterns.signals import nccl_rows, spans, starved_gaps
+    from .patterns.single_process_dataloading import LOADER_NEXT
+    from .patterns.small_nccl_kernels import SmallNcclConfig, small_nccl
+
+    t = trace
+    w0, w1, _, _ = warmup(t, config)
+    out = {"warmup": (w0, w1)}
+    blk = blocking_nccl(t, BlockConfig())
+    sc = SmallNcclConfig()
+    small = np.setdiff1d(small_nccl(t, sc), blk)
+    # A few short collectives per step (a broadcast of buffers, a metric) are not "many small
+    # collectives": their exposed time is plain exposed communication.
+    if len(small) / max(len(t.steps), 1) < sc.per_step_lo:
+        small = small[:0]
+    out["nccl_on_compute_stream"] = spans(t, blk)
+    out["small_nccl"] = spans(t, small)
+    out["nccl"] = spans(t, nccl_rows(t))
+    # One compiled frame called again and again (a sampler loop) has no breaks between calls.
+    out["compile_gaps"] = compile_gaps(t)
+    pin = PinConfig()
+    page, _ = pageable_h2d(t, pin)
+    nb = t.bytes[page]
+    page = page[~np.isfinite(nb) | (nb <= 0) | (nb >= pin.bytes_lo)]
+    calls = t.launch[page]
+    calls = calls[calls >= 0]
+    out["pageable_copies"] = (np.concatenate((t.ts[page], t.ts[calls])),
+                              np.concatenate((t.end[page], t.end[calls])))
+    mc = MemcpyConfig()
+    habit = host_copies(t, mc.batch_bytes)
+    b0, b1 = sync_bubbles(t, mc.sync_tol_us)
+    out["host_copies_syncs"] = (np.concatenate((t.ts[habit], b0)),
+                                np.concatenate((t.end[habit], b1)))
+    copies = t.rows(Kind.GPU_MEMCPY)
+    host_side = copies[~np.isin(t.copy_kind[copies], (CopyKind.DTOD, CopyKind.PTOP))]
+    rest = np.setdiff1d(host_side, np.concatenate((page, habit)))
+    out["input_copies"] = spans(t, rest)
+    out["data_loading"] = spans(t, _rows_named(t, LOADER_NEXT, HOST_KINDS))
+    s0, s1, _ = starved_gaps(t)
+    out["launch_bound"] = (s0, s1)
+    return out
+
+
+def gpu_span(trace: Trace) -> tuple[float, float]:
+    """(start, end) of the span idle time is measured in: GPU work, widened to whole steps."""
+    g = trace.gpu_work_rows
+    lo, hi = float(trace.ts[g].min()), float(trace.end[g].max())
+    if trace.steps:
+        lo = min(lo, min(s.start_us for s in trace.steps))
+        hi = max(hi, max(s.end_us for s in trace.steps))
+    return lo, hi
+
+
+def busy_rows(trace: Trace) -> np.ndarray:
+    """GPU work that counts as busy: compute kernels, memsets, on-device copies."""
+    from .patterns.signals import cached
+
+    def make() -> np.ndarray:
+        g = trace.gpu_work_rows
+        kind = trace.kind[g]
+        keep = ((kind == Kind.KERNEL) & ~trace.is_nccl[g]) | (kind == Kind.GPU_MEMSET) | (
+            (kind == Kind.GPU_MEMCPY) & np.isin(trace.copy_kind[g], (CopyKind.DTOD, CopyKind.PTOP)))
+        return g[keep]
+    return cached(trace, "idle:busy_rows", make)
+
+
+# -- the account -------------------------------------------------------------------------------
+def _inside(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per point: inside the union of sorted disjoint intervals [s, e)."""
+    if not len(s):
+        return np.zeros(len(x), dtype=bool)
+    j = np.searchsorted(s, x, side="right") - 1
+    return (j >= 0) & (x < e[np.maximum(j, 0)])
+
+
+def measure(trace: Trace, config: IdleConfig = IdleConfig()) -> IdleAccount:
+    """The trace's idle account (computed once per trace and config)."""
+    from .patterns.signals import cached
+    return cached(trace, f"idle:{config!r}", lambda: _measure(trace, config))
+
+
+def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
+    t = trace
+    zero = {m: 0.0 for m in MECHANISM_IDS}
+    empty = np.zeros(0)
+    if not t.has_gpu:
+        return IdleAccount((0.0, 0.0), 0.0, 0.0, zero, empty, empty, np.zeros(0, np.int16))
+    lo, hi = gpu_span(t)
+    b = busy_rows(t)
+    # Work relative to the span start: epoch-microsecond clocks lose precision in sums.
+    bs, be = merged_intervals(np.clip(t.ts[b], lo, hi) - lo, np.clip(t.end[b], lo, hi) - lo)
+    mech = mechanism_intervals(t, config)
+    merged = {}
+    points = [np.array([0.0, hi - lo]), bs, be]
+    for mid, (s, e) in mech.items():
+        s = np.clip(np.asarray(s, np.float64), lo, hi) - lo
+        e = np.clip(np.asarray(e, np.float64), lo, hi) - lo
+        ok = e > s
+        ms, me = merged_intervals(s[ok], e[ok])
+        merged[mid] = (ms, me)
+        points += [ms, me]
+    p = np.unique(np.concatenate(points))
+    mid_pt = 0.5 * (p[:-1] + p[1:])
+    length = np.diff(p)
+    code = np.full(len(mid_pt), -1, dtype=np.int16)
+    idle = ~_inside(bs, be, mid_pt)
+    free = idle.copy()
+    for k, m in enumerate(MECHANISMS):
+        hit = free & _inside(*merged[m.id], mid_pt)
+        code[hit] = k
+        free &= ~hit
+    code[free] = NOT_EXPLAINED
+    by = {mid: float(length[code == k].sum()) for k, mid in enumerate(MECHANISM_IDS)}
+    keep = code >= 0
+    seg_s, seg_e, seg_c = p[:-1][keep] + lo, p[1:][keep] + lo, code[keep]
+    busy = float(np.sum(be - bs))
+    steady = [(s.start_us, s.end_us, s.number) for s in sorted(t.steps, key=lambda x: x.start_us)
+              if s.end_us > s.start_us]
+    _, _, sources, wsteps = warmup(t, config)
+    # What the warm-up was made of: each warm-up us to the first source covering it.
+    src_us = {}
+    left = code == 0
+    for name, (s, e) in sources.items():
+        s = np.clip(np.asarray(s, np.float64), lo, hi) - lo
+        e = np.clip(np.asarray(e, np.float64), lo, hi) - lo
+        ms, me = merged_intervals(s[e > s], e[e > s])
+        inside = _inside(ms, me, mid_pt) & left
+        left &= ~inside
+        if inside.any():
+            src_us[name] = float(length[inside].sum())
+    steady = [x for x in steady if x[2] not in wsteps]
+    if steady:
+        fb = covered_time(bs, be, np.array([x for s, e, _ in steady for x in (s - lo, e - lo)]))
+        busy_steady = float(np.sum(fb[1::2] - fb[0::2]))
+    else:
+        busy_steady = busy
+    return IdleAccount((lo, hi), busy, float(length[idle].sum()), by, seg_s, seg_e, seg_c,
+                       warmup_steps=wsteps, steady_steps=steady, warmup_sources=src_us,
+                       busy_in_steady_us=busy_steady)
+
+
+# -- per window, per step ------------------------------------------------------------------------
+def per_window(windows: Windows, config: IdleConfig = IdleConfig()) -> dict[str, np.ndarray]:
+    """Per mechanism id (and "not_explained"): idle time in each window (cached per Windows)."""
+    from .patterns.signals import cached
+
+    def make() -> dict[str, np.ndarray]:
+        acc = measure(windows.trace, config)
+        out = {}
+        for k, mid in enumerate(MECHANISM_IDS):
+            sel = acc.seg_code == k
+            out[mid] = np.clip(np.diff(covered_time(acc.seg_start[sel], acc.seg_end[sel],
+                                                    windows.edges)), 0.0, None)
+        return out
+    return cached(windows, f"idle:windows:{config!r}", make)
+
+
+def cause_per_window(windows: Windows, config: IdleConfig = IdleConfig()) -> dict[str, np.ndarray]:
+    """Per cause: idle time in each window."""
+    pw = per_window(windows, config)
+    out = {c: np.zeros(windows.n) for c in CAUSES}
+    for m in MECHANISMS:
+        out[m.cause] = out[m.cause] + pw[m.id]
+    out["not_explained"] = out["not_explained"] + pw["not_explained"]
+    return out
+
+
+def pattern_lost(windows: Windows, pattern: str) -> np.ndarray:
+    """Per window: the idle time an anti-pattern's mechanism costs (zeros for other ids)."""
+    mid = MECHANISM_OF_PATTERN.get(pattern)
+    return per_window(windows)[mid].copy() if mid else np.zeros(windows.n)
+
+
+def trace_costs(trace: Trace, pattern: str) -> float:
+    """1.0 when an anti-pattern's mechanism costs any GPU idle time in the trace, else 0.0."""
+    return float(measure(trace).by_pattern.get(pattern, 0.0) > 0.0)
+
+
+def busy_per_window(windows: Windows) -> np.ndarray:
+    """Per window: time the GPU is busy (compute kernel, memset or on-device copy)."""
+    from .patterns.signals import cached
+
+    def make() -> np.ndarray:
+        t = windows.trace
+        b = busy_rows(t)
+        s, e = merged_intervals(t.ts[b], t.end[b])
+        return np.diff(covered_time(s, e, windows.edges))
+    return cached(windows, "idle:busy_windows", make)
+
+
+def per_step(trace: Trace, config: IdleConfig = IdleConfig()) -> list[dict]:
+    """Per profiler step: number, duration, warm-up or not, idle total and by cause."""
+    acc = measure(trace, config)
+    steps = sorted(trace.steps, key=lambda x: x.start_us)
+    if not steps:
+        return []
+    edges = np.array([x for s in steps for x in (s.start_us, s.end_us)], dtype=np.float64)
+    by = {c: np.zeros(len(steps)) for c in CAUSES}
+    for k, mid in enumerate(MECHANISM_IDS):  # one pass over the segments per mechanism
+        cause = MECHANISMS[k].cause if k < len(MECHANISMS) else "not_explained"
+        sel = acc.seg_code == k
+        f = covered_time(acc.seg_start[sel], acc.seg_end[sel], edges)
+        by[cause] += f[1::2] - f[0::2]
+    return [{"number": s.number, "dur_us": round(s.end_us - s.start_us, 1),
+             "warmup": s.number in acc.warmup_steps,
+             "idle_us": round(float(sum(by[c][i] for c in CAUSES)), 1),
+             "by_cause": {c: round(float(by[c][i]), 1) for c in CAUSES}}
+            for i, s in enumerate(steps)]
+
+
+# -- words ---------------------------------------------------------------------------------------
+def describe(account: IdleAccount, limit: int = 4) -> str:
+    """One sentence: how much of the GPU span is idle and the biggest causes."""
+    if account.span_us <= 0:
+        return "no GPU activity in this trace"
+    by = account.by_cause
+    named = [(c, v) for c, v in by.items() if c != "not_explained" and v > 0]
+    named.sort(key=lambda cv: -cv[1])
+    tot = account.total_us
+    parts = [f"{CAUSE_TITLES[c]} {fmt_us(v)}" for c, v in named[:limit]]
+    text = (f"GPU idle {fmt_us(tot)} of {fmt_us(account.span_us)} "
+            f"({100 * tot / account.span_us:.0f}% of the GPU span)")
+    if parts:
+        text += ": " + ", ".join(parts)
+    if by["not_explained"] > 0:
+        text += (f"; not explained {fmt_us(by['not_explained'])} "
+                 f"({100 * by['not_explained'] / max(tot, 1e-9):.0f}% of the idle time)")
+    return text
+
+
+def explained_share(account: IdleAccount) -> float:
+    """Share of the idle time assigned to a named cause."""
+    if account.total_us <= 0:
+        return 1.0
+    return 1.0 - account.by_mechanism["not_explained"] / account.total_us
+
+
+__all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
+           "MECHANISM_OF_PATTERN", "Mechanism", "busy_per_window", "busy_rows", "gpu_span",
+           "cause_per_window", "describe", "explained_share", "measure", "mechanism_intervals",
+           "pattern_lost", "per_step", "per_window", "trace_costs", "warmup_intervals"]
