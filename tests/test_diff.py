@@ -62,7 +62,8 @@ def test_data_loading_time_is_the_union_of_loader_calls_inside_the_steps(pair):
     m = measure_trace(t)
     rows = [i for i in range(len(t)) if "DataLoader" in t.name_of(i) and "__next__" in t.name_of(i)]
     lo, hi = t.steps[0].start_us, t.steps[-1].end_us
-    inside = sum(min(t.end[i], hi) - max(t.ts[i], lo) for i in rows if t.end[i] > lo and t.ts[i] < hi)
+    inside = sum(min(t.end[i], hi) - max(t.ts[i], lo) for i in rows
+                 if t.end[i] > lo and t.ts[i] < hi)
     assert m["n_steps"] == 3 and m["loader_calls"] == len(rows) >= 3
     assert m["dataloader_us"] == pytest.approx(inside, rel=1e-6)   # calls do not nest here
     assert m["step_us"] == pytest.approx(sorted(s.end_us - s.start_us for s in t.steps)[1])

@@ -1,4 +1,4 @@
-"""`traceap profile -- CMD...`: run a training script unchanged under torch.profiler, then analyse."""
+"""`traceap profile -- CMD...`: run a script unchanged under torch.profiler, then analyse it."""
 
 from __future__ import annotations
 
