@@ -6,7 +6,9 @@
     d.to_json()                                # traceap.diff/v1 (docs/formats_diff.md)
 
 Each side is reduced to the same numbers, per profiler step so that recordings of different
-lengths compare: the median `ProfilerStep` time, the GPU busy fraction (`traceap info`'s), the
+lengths compare.  The steps are the analysis' steady steps (`traceap.idle`: a warm-up first step
+left out; every profiler step of a CPU-only trace), so the step time here is the one the
+findings' gains are shares of: the median step time, the GPU busy fraction (`traceap info`'s), the
 GPU idle time and its causes (when the analysis carries `gpu_idle`), the time each anti-pattern
 costs, and the host time spent in `DataLoader.__next__`, which is the one number a CPU-only
 recording can compare when no GPU pattern can be measured.  A trace or a folder is analysed
@@ -30,7 +32,7 @@ from .trace import Trace, busy_union
 from .units import fmt_us
 
 SCHEMA = "traceap.diff/v1"
-#: Per-finding numbers read from an analysis (FORMATS.md's added keys) when present; a new one
+#: Per-finding numbers read from an analysis (docs/FORMATS.md) when present; a new one
 #: is one more name here.
 FINDING_NUMBERS = ("time_lost_us", "time_lost_per_step_us", "gain_pct")
 #: Run-to-run noise of the median step time: repeated CPU recordings of
@@ -121,20 +123,31 @@ def _per_step(total: float | None, n_steps: int | None, ranks: int) -> float | N
     return total / (n_steps / ranks)
 
 
+def step_intervals(trace: Trace) -> list[tuple[float, float]]:
+    """The steps per-step numbers are about: the GPU idle account's steady profiler steps (a
+    warm-up first step left out), or every profiler step when there are none (CPU-only)."""
+    if trace.has_gpu and trace.steps:
+        from .idle import measure
+        steady = measure(trace).steady_steps
+        if steady:
+            return [(float(s), float(e)) for s, e, _ in steady]
+    return [(s.start_us, s.end_us) for s in trace.steps]
+
+
 def measure_trace(trace: Trace) -> dict:
-    """The host-side numbers of one trace: profiler steps, median step time, and the time in
-    `DataLoader.__next__` inside the steps (the union over threads, so nested frames count once)."""
+    """The host-side numbers of one trace over `step_intervals`: the steps, their median
+    duration, and the time in `DataLoader.__next__` inside them (the union over threads, so
+    nested frames count once)."""
     from .patterns.signals import rows_named
     from .patterns.single_process_dataloading import LOADER_NEXT
 
-    steps = trace.steps
+    steps = step_intervals(trace)
     rows = rows_named(trace, LOADER_NEXT)
     s, e = trace.ts[rows], trace.end[rows]
     if steps:
-        lo = np.array([x.start_us for x in steps])
-        hi = np.array([x.end_us for x in steps])
-        # Clip every loader call to every step and take the union: steps may overlap when
-        # the ProfilerStep annotation of one ends inside the next (optimizer-hook boundaries).
+        lo = np.array([x[0] for x in steps])
+        hi = np.array([x[1] for x in steps])
+        # Every loader call clipped to every step, then the union.
         ss = np.maximum(s[:, None], lo[None, :]).ravel()
         ee = np.minimum(e[:, None], hi[None, :]).ravel()
         keep = ee > ss
@@ -150,9 +163,11 @@ def measure_trace(trace: Trace) -> dict:
 
 def _finding(d: dict, obj, n_steps: int | None, cross_rank: bool = False) -> FindingSummary:
     """A finding from its JSON (the keys in FINDING_NUMBERS when present), else the object."""
-    nums = {k: d.get(k, getattr(obj, k, None)) for k in FINDING_NUMBERS}
+    known = {k for k in FINDING_NUMBERS if k in d or hasattr(obj, k)}
+    nums = {k: d[k] if k in d else getattr(obj, k, None) for k in FINDING_NUMBERS}
     nums = {k: None if v is None else float(v) for k, v in nums.items()}
-    if nums["time_lost_per_step_us"] is None and nums["time_lost_us"] is not None and n_steps:
+    if "time_lost_per_step_us" not in known and nums["time_lost_us"] is not None and n_steps:
+        # An analysis without per-step numbers: spread the time lost over the steps.
         nums["time_lost_per_step_us"] = nums["time_lost_us"] / n_steps
     rank = d.get("rank", getattr(obj, "rank", None))
     return FindingSummary(
@@ -166,12 +181,13 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
     notes: list[str] = []
     m = measure_trace(trace) if trace is not None else None
     summary = data.get("summary") or getattr(obj, "summary", None) or {}
-    n_steps = m["n_steps"] if m else summary.get("n_profiler_steps")
+    basis = data.get("step_basis") or {}
+    n_steps = m["n_steps"] if m else basis.get("n_steps", summary.get("n_profiler_steps"))
+    step_us = m["step_us"] if m else basis.get("step_us")
     busy = summary.get("gpu_busy_fraction")
     idle = data.get("gpu_idle")
-    if idle is None and obj is not None:
-        idle = getattr(obj, "gpu_idle", None)
-        idle = idle.to_json() if hasattr(idle, "to_json") else idle
+    if trace is not None and not trace.has_gpu:
+        idle = None  # a CPU-only trace has no GPU to be idle
     objs = list(getattr(obj, "findings", []) or [])
     findings = []
     for i, f in enumerate(data.get("findings", [])):
@@ -180,7 +196,7 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
         if fs.rank is None and rank is not None:
             fs.rank = rank
         findings.append(fs)
-    return {"n_steps": n_steps or 0, "step_us": m["step_us"] if m else None, "busy": busy,
+    return {"n_steps": n_steps or 0, "step_us": step_us, "busy": busy,
             "idle": idle, "dl": m["dataloader_us"] if m else None, "findings": findings,
             "notes": notes, "has_gpu": trace.has_gpu if trace is not None else None}
 
@@ -273,8 +289,9 @@ def _side_of_json(p: Path) -> Side:
         trace = _trace_named(r.get("trace"), p)
         side = _rank_side(r, None, trace, i if len(per_rank) > 1 else None)
         if trace is None:
-            side["notes"].append(f"{r.get('trace')}: trace not found next to {p.name}; step "
-                                 f"time and data loading are unknown for it")
+            side["notes"].append(f"{r.get('trace')}: trace not found next to {p.name}; data "
+                                 f"loading is unknown" + ("" if side["step_us"] is not None
+                                                          else ", and the step time"))
         ranks.append(side)
     cross = [_finding(f, None, None, cross_rank=True) for f in data.get("cross_rank", []) or []]
     return _combine(str(p), "job-analysis" if len(per_rank) > 1 or schema.endswith("+job")
@@ -511,4 +528,4 @@ def _short(path: str, limit: int = 40) -> str:
 
 __all__ = ["Diff", "EXIT_SLOWER", "FINDING_NUMBERS", "FindingChange", "FindingSummary",
            "NOISE_PCT", "SCHEMA", "Side", "compare", "is_analysis_json", "match_findings",
-           "measure_trace", "pct", "render", "side_of", "verdict"]
+           "measure_trace", "pct", "render", "side_of", "step_intervals", "verdict"]
