@@ -28,6 +28,7 @@ only: the command may run an interpreter without traceap installed.
 """
 
 import atexit
+import gc
 import glob
 import json
 import os
@@ -194,14 +195,22 @@ class _Recording:
         _debug(f"{self.source} boundary {boundary}")
         if boundary >= self.last:
             self.prof.stop()
-            self.finished = True
+            self._release()
         return self.finished
 
     def stop(self, discard: bool = False) -> None:
         """Stop now: save what was recorded (a partial trace), or throw it away."""
         self.discard = discard
-        self.finished = True
         self.prof.stop()
+        self._release()
+
+    def _release(self) -> None:
+        # The stopped profiler holds every recorded event as Python objects linked in cycles
+        # (parents, children): let them go now, or each later full garbage collection walks
+        # them and the run after the recording pays for it.
+        self.finished = True
+        self.prof = None
+        gc.collect()
 
     @property
     def steps_recorded(self) -> int:
