@@ -88,7 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timings", help="write every step's duration here (JSON: wall and CPU "
-                                      "seconds of this process)")
+                                      "seconds of this process, and the clock time it ended)")
     p.add_argument("--fail-at", type=int, default=0,
                    help="raise an error at this step (to try error reporting); 0 = never")
     return p.parse_args(argv)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
           f"{args.image_size}px, num_workers={args.num_workers}, "
           f"pin_memory={args.pin_memory})", flush=True)
     model.train()
-    times, cpu_times, loss = [], [], None
+    times, cpu_times, ends, loss = [], [], [], None
     t_last, cpu_last = time.perf_counter(), time.process_time()
     for step, (images, labels) in enumerate(loader, 1):
         if args.fail_at and step == args.fail_at:
@@ -126,13 +126,14 @@ def main(argv=None) -> int:
         now, cpu_now = time.perf_counter(), time.process_time()
         times.append(now - t_last)
         cpu_times.append(cpu_now - cpu_last)
+        ends.append(time.time())
         t_last, cpu_last = now, cpu_now
     if loss is not None:
         print(f"done: {len(times)} steps, final loss {loss.item():.3f}, median step "
               f"{1000 * statistics.median(times):.1f} ms", flush=True)
     if args.timings:
         with open(args.timings, "w") as f:
-            json.dump({"wall_s": times, "cpu_s": cpu_times}, f)
+            json.dump({"wall_s": times, "cpu_s": cpu_times, "end_time": ends}, f)
     return 0
 
 
