@@ -51,14 +51,18 @@ def profile(
                         activities=acts, with_stack=with_stack, exit_after=exit_after,
                         period_s=period, overwrite=overwrite)
     cfg.validate()
+    from rich.markup import escape
+
     console = _console()
     r = run(command, cfg, on_start=lambda: console.print(
         f"[bold]traceap profile[/bold]: recording steps {skip + 1}-{skip + steps} of "
-        f"`{_quote(command)}` -> {cfg.out}", highlight=False, soft_wrap=True))
+        f"`{escape(_quote(command))}` -> {escape(str(cfg.out))}", highlight=False,
+        soft_wrap=True))
     how = ("stopped after its trace (--exit-after)" if r.stopped_by_traceap and r.exit_code == 0
            else f"exited with code {r.exit_code}")
     console.print(f"[bold]traceap profile[/bold]: the command {how} after {r.seconds:.1f} s; "
-                  f"{len(r.traces)} trace(s) in {cfg.out}", highlight=False, soft_wrap=True)
+                  f"{len(r.traces)} trace(s) in {escape(str(cfg.out))}", highlight=False,
+                  soft_wrap=True)
     for line in describe(r, cfg):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     if r.traces and not no_analysis:
@@ -110,9 +114,10 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
         from ..report.html import write_html
         path = write_html(result, Path(cfg.out) / "report.html",
                           loaded if len(r.traces) > 1 else traces[0])
-        console.print(f"  [dim]HTML report: {path}[/dim]", highlight=False, soft_wrap=True)
-    console.print(f"  [dim]compare with another run: traceap diff {cfg.out} OTHER_DIR[/dim]",
-                  highlight=False, soft_wrap=True)
+        console.print(f"  HTML report: {path}", style="dim", markup=False, highlight=False,
+                      soft_wrap=True)
+    console.print(f"  compare with another run: traceap diff {cfg.out} OTHER_DIR", style="dim",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _console():

@@ -211,8 +211,10 @@ def describe(run_: ProfileRun, cfg: ProfileConfig) -> list[str]:
             what = {"optimizer": "optimizer steps", "dataloader": "DataLoader batches",
                     "time": f"time-based steps of {r.get('period_s', cfg.period_s):g} s"}.get(
                         src, src)
-            lines.append(f"{who}: recorded steps {first}-{first + max(n, 1) - 1} "
-                         f"({n} of {cfg.steps}, marked by {what}) -> {r['trace']}")
+            steps = (f"steps {first}-{first + n - 1}" if n > 1 else f"step {first}" if n
+                     else f"part of step {first}")
+            lines.append(f"{who}: recorded {steps} ({n} of {cfg.steps}, marked by {what}) -> "
+                         f"{r['trace']}")
             if src == "time":
                 lines.append(f"{who}: no optimizer step and no DataLoader batch happened, so "
                              f"traceap used a time-based schedule: each 'step' is "
