@@ -144,9 +144,8 @@ def test_warmup_claims_its_time_before_the_launch_bound_host(ddp):
     assert after.by_cause["launch_bound"] == pytest.approx(
         before.by_cause["launch_bound"] - moved, abs=1.0)
     assert after.total_us == pytest.approx(before.total_us)
-    cpu = lambda a: next(f for f in a.findings if f.pattern == "cpu_bound")  # noqa: E731
-    assert cpu(analyze(t, detector="expert")).time_lost_us == pytest.approx(
-        after.by_mechanism["launch_bound"])
+    # DDP's own bookkeeping is the framework's dispatch, not user Python: no cpu_bound finding.
+    assert "cpu_bound" not in [f.pattern for f in analyze(t, detector="expert").findings]
 
 
 @needs_shared
@@ -203,7 +202,9 @@ def test_terminal_html_json_and_info_show_the_same_figures(ddp):
     parts = re.findall(r'<a (?:href="#(r0-f\d+)" )?class="idle-part[^"]*" data-cause="(\w+)"', html)
     assert {c for _, c in parts} == {"busy"} | {c for c, v in acc.by_cause.items() if v > 0}
     links = {c: h for h, c in parts if h}
-    assert links["launch_bound"] == f"r0-f{[f.pattern for f in a.findings].index('cpu_bound')}"
+    named = [f.pattern for f in a.findings]
+    assert links.get("launch_bound") == (f"r0-f{named.index('cpu_bound')}"
+                                         if "cpu_bound" in named else None)
     assert links["communication"] == (
         f"r0-f{[f.pattern for f in a.findings].index('nccl_compute_no_overlap')}")
     for h in links.values():
