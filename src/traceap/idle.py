@@ -653,6 +653,27 @@ def describe(account: IdleAccount, limit: int = 4) -> str:
     return text
 
 
+#: The framework's dispatch holding this share of the idle time makes the run launch-bound.
+LAUNCH_BOUND_RUN = 0.5
+
+
+def launch_bound_note(account: IdleAccount) -> str | None:
+    """A sentence when the run's steady state is launch-bound: the GPU waits for the framework
+    to dispatch its kernels (the `launch_bound` mechanism) for most of its idle time.  That is
+    the nature of the workload (a small model, a small batch), not an anomaly of some windows,
+    so it is said once, here, rather than raised as a finding."""
+    if account.total_us <= 0:
+        return None
+    share = account.by_mechanism["launch_bound"] / account.total_us
+    if share < LAUNCH_BOUND_RUN:
+        return None
+    return (f"launch-bound run: {fmt_us(account.by_mechanism['launch_bound'])} "
+            f"({100 * share:.0f}% of the idle time) the GPU waits for the framework to dispatch "
+            f"the next kernel, all through the run: the workload's steady state, not an anomaly "
+            f"of some windows; fewer, bigger launches remove it (CUDA graphs with "
+            f"torch.compile(model, mode=\"reduce-overhead\"), a larger batch, fused optimizers)")
+
+
 def explained_share(account: IdleAccount) -> float:
     """Share of the idle time assigned to a named cause."""
     if account.total_us <= 0:
@@ -663,6 +684,7 @@ def explained_share(account: IdleAccount) -> float:
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
            "MECHANISM_OF_PATTERN", "Mechanism", "busy_per_window", "busy_rows", "gpu_span",
            "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
+           "launch_bound_note",
            "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",
            "python_holes", "unrecorded_host",
            "pattern_lost", "per_step", "per_window", "trace_costs", "warmup_intervals"]
