@@ -20,6 +20,7 @@ from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall
 from traceap.dataset import PATTERNS
 from traceap.errors import TraceapError
+from traceap.patterns import REGISTRY
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
@@ -313,6 +314,25 @@ def test_offline_classifier_blends_a_detectors_pattern_head(ddp):
     assert "graph_break" not in {f.pattern for f in a.findings}
     assert "graph_break" not in {x.pattern for x in a.windows if x.pattern}
     assert all(f.time_lost_us > 0 and f.numbers.get("time_lost_us", 0) > 0 for f in a.findings)
+
+
+def test_offline_classifier_names_a_window_after_the_evidence_next_door(ddp):
+    """A stall's lead-in or tail spills into the next window: a window with no mechanism of its
+    own is named after the evidence one window away; far from any, it is a false alarm."""
+    w = Windows(ddp, 100)
+    own = np.stack([REGISTRY[p].score_windows(w) for p in PATTERNS])
+    best = own.max(axis=0)
+    strong = best >= 0.5
+    nxt = [i for i in range(1, w.n - 1)
+           if best[i] < 0.15 and (strong[i - 1] or strong[i + 1])]
+    far = [i for i in range(3, w.n - 3) if best[i - 3:i + 4].max() < 0.15]
+    assert nxt and far
+    calls = make_classifier("offline").classify(w, nxt + far[:1], best)
+    for c in calls[:-1]:
+        i = c.window
+        j = i - 1 if best[i - 1] >= best[i + 1] else i + 1
+        assert c.pattern == PATTERNS[int(own[:, j].argmax())] and not c.false_alarm
+    assert calls[-1].false_alarm and calls[-1].pattern is None
 
 
 # -- a newcomer's first hour: options, output folders, notes ----------------------------------

@@ -87,6 +87,28 @@ def blocking_copies(trace: Trace, rows: np.ndarray) -> np.ndarray:
     return dur
 
 
+#: Particle Transformer inference at batch 8 (no profiler steps; launch-bound), the base
+#: traces planted into below.
+PARTICLE = DATA / "particle_transformer_bs8.json.gz"
+
+
+def planted(base_path, pattern: str, tmp_path_factory, seed: int = 7) -> tuple[Trace, list]:
+    """A real trace with `pattern` planted by its mechanism (`traceap.inject`), and where."""
+    from traceap.inject import Base, Doc, inject_one
+    out = inject_one(Base.of(Doc(base_path), base_path.name), pattern,
+                     np.random.default_rng([seed, PATTERNS.index(pattern)]))
+    path = tmp_path_factory.mktemp("planted") / f"{pattern}.json.gz"
+    path.write_bytes(out.data)
+    return traceap.load(path), list(out.anomalies)
+
+
+def labelled(w: Windows, anomalies) -> np.ndarray:
+    y = np.zeros(w.n, dtype=bool)
+    for a, b in anomalies:
+        y[w.overlapping(a, b)] = True
+    return y
+
+
 # -- the registry contract ----------------------------------------------------------------------
 def test_registry_has_the_eight_ids_with_title_fix_and_scores(ddp):
     assert tuple(REGISTRY) == PATTERNS
@@ -127,6 +149,20 @@ def test_dataloading_found_in_dlrm_with_num_workers_0(dlrm):
     assert set(w.overlapping(float(dlrm.ts[loader].min()), float(dlrm.end[loader].max()))) <= set(idx)
     ev = REGISTRY["single_process_dataloading"].evidence(w, idx)
     assert "num_workers=0" in ev.text and ev.time_lost_us > 500
+
+
+def test_planted_loader_stalls_found_with_the_first_batch_and_the_upload(tmp_path_factory):
+    """num_workers=0 stalls planted into a real trace without profiler steps: found where the
+    GPU waits, including the first batch (loaded before any GPU work: the GPU waits for it
+    too) and the rest of each gap (the batch's upload and the relaunch after it)."""
+    t, anomalies = planted(PARTICLE, "single_process_dataloading", tmp_path_factory)
+    w = Windows(t, 100)
+    y = labelled(w, anomalies)
+    s = REGISTRY["single_process_dataloading"].score_windows(w)
+    assert s[np.flatnonzero(y)[0]] >= FLAG           # the first batch
+    assert (s[y] >= FLAG).mean() >= 0.9 and (s[~y] >= FLAG).sum() == 0
+    acc = traceap.idle.measure(t)
+    assert acc.gpu_span[0] < float(t.ts[t.gpu_work_rows].min())
 
 
 def test_dataloading_silent_without_loader_and_weaker_with_workers(dlrm, ddp):
@@ -182,6 +218,17 @@ def test_excessive_memcpy_found_on_synchronous_copies(ddp):
     assert len(idx) >= 3 * max(1, len(flagged(ddp, "excessive_memcpy")))
     ev = REGISTRY["excessive_memcpy"].evidence(Windows(t, 100), idx)
     assert ev.numbers["n_dtoh"] > 100 and ev.numbers["n_sync"] > 100
+
+
+def test_planted_item_syncs_found_across_the_gaps_they_leave(tmp_path_factory):
+    """8-32 `.item()` per pass planted into a real trace: each drains the queue and the GPU
+    waits for the relaunch; a burst's gaps reach windows where no sync starts, and those are
+    the habit's too."""
+    t, anomalies = planted(PARTICLE, "excessive_memcpy", tmp_path_factory)
+    w = Windows(t, 100)
+    y = labelled(w, anomalies)
+    s = REGISTRY["excessive_memcpy"].score_windows(w)
+    assert (s[y] >= FLAG).mean() >= 0.9 and (s[~y] >= FLAG).sum() <= 2
 
 
 def test_excessive_memcpy_silent_on_quiet_and_dtod(gemm, ddp):
@@ -283,26 +330,6 @@ def test_graph_break_silent_without_compile_or_for_one_reused_frame(ddp):
 
 
 # -- cpu_bound ------------------------------------------------------------------------------------
-PARTICLE = DATA / "particle_transformer_bs8.json.gz"
-
-
-def planted(base_path, pattern: str, tmp_path_factory, seed: int = 7) -> tuple[Trace, list]:
-    """A real trace with `pattern` planted by its mechanism (`traceap.inject`), and where."""
-    from traceap.inject import Base, Doc, inject_one
-    out = inject_one(Base.of(Doc(base_path), base_path.name), pattern,
-                     np.random.default_rng([seed, PATTERNS.index(pattern)]))
-    path = tmp_path_factory.mktemp("planted") / f"{pattern}.json.gz"
-    path.write_bytes(out.data)
-    return traceap.load(path), list(out.anomalies)
-
-
-def labelled(w: Windows, anomalies) -> np.ndarray:
-    y = np.zeros(w.n, dtype=bool)
-    for a, b in anomalies:
-        y[w.overlapping(a, b)] = True
-    return y
-
-
 def test_launch_bound_small_model_inference_is_not_an_anomaly():
     """Particle Transformer inference at batch 8: the GPU waits for the host most of the time,
     in the framework's own dispatch, op after op.  That is the steady state of a small model
