@@ -25,9 +25,11 @@ import numpy as np
 from ..idle import measure as idle_account
 from ..idle import pattern_lost
 from ..idle import per_window as idle_per_window
+from ..idle import python_holes
 from ..trace import Kind, merged_intervals
 from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
+from .excessive_memcpy import per_episode
 from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, ramp, rows_named,
                       rows_in_windows, sum_in, top_names)
 
@@ -43,6 +45,11 @@ class CpuBoundConfig:
 
     python_lo: float = 0.1
     python_hi: float = 0.4
+    #: Python stretches per episode (a run of windows it costs idle time in) that make a
+    #: habit; one or two long ones (a microbenchmark's set-up between two kernels, in windows
+    #: of tens of us) are not.  Counted per episode as excessive_memcpy counts its syncs.
+    count_lo: float = 2.0
+    count_hi: float = 4.0
     short_us: float = 10.0     # TraceLens / nsys-ai: kernels averaging under 10 us (evidence)
 
 
@@ -97,10 +104,14 @@ batched tensor ops."""
         # ran the user's Python; the framework's dispatch (launch_bound) is the steady state.
         lost = pattern_lost(windows, self.id)
         waiting = lost + idle_per_window(windows)["launch_bound"]
+        h0, _ = python_holes(t)
+        n_python = count_in(windows, h0)
+        habit = ramp(per_episode(n_python, lost > 0), c.count_lo, c.count_hi)
         k = kernel_rows(t)
         short = short_kernels(t, c.short_us)
-        return {"score": ramp(lost / windows.width_us, c.python_lo, c.python_hi),
-                "lost_us": lost, "waiting_us": waiting, "n_kernels": count_in(windows, t.ts[k]),
+        return {"score": ramp(lost / windows.width_us, c.python_lo, c.python_hi) * habit,
+                "lost_us": lost, "waiting_us": waiting, "n_python": n_python,
+                "n_kernels": count_in(windows, t.ts[k]),
                 "n_short": count_in(windows, t.ts[k[short]]),
                 "kernel_us": sum_in(windows, t.ts[k], t.dur[k])}
 
