@@ -300,7 +300,7 @@ class _HeadDetector:
 def test_offline_classifier_blends_a_detectors_pattern_head(ddp):
     det = _HeadDetector()
     w = Windows(ddp, 100)
-    clf = make_classifier("offline", pattern_head=det.pattern_probabilities)
+    clf = make_classifier("offline", pattern_head=det.pattern_probabilities, head_weight=0.5)
     flagged = np.flatnonzero(det.score_windows(w) >= 0.5)
     calls = clf.classify(w, flagged.tolist(), det.score_windows(w))
     named = {c.pattern for c in calls}
