@@ -23,6 +23,17 @@ from .base import PatternCall
 #: Rule and model pattern scores this close are said to agree (a quarter of the score range:
 #: below it the two would name the same strength, "weak" or "strong", in words).
 AGREE = 0.25
+#: Scores this close to the best are a tie (a twentieth of the score range: below what the
+#: rules' ramps resolve), decided by `priority`.
+TIE = 0.05
+
+
+def priority(pattern: str) -> int:
+    """A pattern's place in the idle account's cause order (`traceap.idle.MECHANISMS`): the
+    more specific mechanism first; unknown ids last."""
+    from ..idle import MECHANISM_IDS, MECHANISM_OF_PATTERN
+    mid = MECHANISM_OF_PATTERN.get(pattern)
+    return MECHANISM_IDS.index(mid) if mid else len(MECHANISM_IDS)
 #: Optional learned head: windows -> {pattern id: per-window probability}.
 PatternHead = Callable[[Windows], dict[str, np.ndarray]]
 
@@ -81,10 +92,16 @@ class OfflineClassifier:
         rules = self.rule_scores(windows) if self.pattern_head is not None else probs
         ids = list(probs)
         table = np.stack([probs[p] for p in ids])  # P x N
+        # Ties (scores saturate at 1 where two mechanisms overlap, e.g. tiny all-reduces issued
+        # from Python hooks) go to the more specific mechanism, in the idle account's order:
+        # a collective, a compiled region, a loader, a copy before the host's Python, which is
+        # what is left when nothing more specific explains the wait.
+        order = np.array([priority(p) for p in ids])
         calls = []
         for w in window_indices:
             col = table[:, int(w)]
-            best = int(np.argmax(col))
+            close = col >= col.max() - TIE
+            best = int(np.argmin(np.where(close, order, np.iinfo(np.int64).max)))
             conf = float(col[best])
             if conf < self.config.min_score:
                 calls.append(PatternCall(
