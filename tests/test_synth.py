@@ -22,14 +22,18 @@ def _digest(folder) -> dict[str, str]:
 
 
 def test_split_counts_follow_the_paper():
-    assert split_counts(610) == {"train": 460, "test_seen": 75, "test_unseen": 75}
+    # the paper's 460 training traces become 400 train + 60 validation (FORMATS.md splits)
+    assert split_counts(610) == {"train": 400, "validation": 60, "test_seen": 75, "test_unseen": 75}
     c = split_counts(40)
     assert sum(c.values()) == 40 and min(c.values()) >= 1
+    c = split_counts(3)
+    assert c["validation"] == 0 and sum(c.values()) == 3 and min(c[s] for s in c if s != "validation") == 1
 
 
 def test_default_plan_mixes_tasks_platforms_world_sizes_and_patterns():
     jobs = plan(SynthConfig())
     assert sum(j.world_size for j in jobs) == 610
+    assert sum(j.world_size for j in jobs if j.split == "validation") == 60
     seen = {j.task for j in jobs if j.split != "test_unseen"}
     unseen = {j.task for j in jobs if j.split == "test_unseen"}
     assert seen == {"image_classification", "object_detection", "image_segmentation"}
@@ -47,7 +51,7 @@ def test_dataset_is_valid_and_loads(tmp_path):
     rep = generate(tmp_path / "ds", SynthConfig(traces=8, seed=3))
     entries = read_manifest(tmp_path / "ds")
     assert rep.n_traces == len(entries) == 8
-    assert {e.split for e in entries} == {"train", "test_seen", "test_unseen"}
+    assert {e.split for e in entries} == {"train", "validation", "test_seen", "test_unseen"}
     for e in entries:
         t = traceap.load(trace_path(tmp_path / "ds", e))
         assert len(t.steps) in (2, 3)

@@ -26,7 +26,7 @@ PATTERNS = (
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
 )
-SPLITS = ("train", "test_seen", "test_unseen")
+SPLITS = ("train", "validation", "test_seen", "test_unseen")
 TASKS = ("image_classification", "object_detection", "image_segmentation", "image_generation",
          "depth_estimation", "pose_estimation", "action_recognition", "other")
 SEEN_TASKS = ("image_classification", "object_detection", "image_segmentation")
