@@ -194,19 +194,29 @@ def test_graph_break_splits_the_compiled_forward(tmp_path):
         in_region |= (t.ts[eager] >= t.ts[r]) & (t.ts[eager] <= t.end[r])
     assert (~in_region).any()
     per_step = len(reg_rows) / 3
-    good, good_res = _run(tmp_path, None, compiled=True,
-                          after=lambda cfg: setattr(cfg, "compiled_optimizer", True))
-    # without breaks: one forward region per step, and a compiled optimizer step as its own
-    # frame (region 1/0, the name a first graph break would also produce) without a label
+
+    def two_parts(cfg):
+        cfg.compiled_parts, cfg.compiled_optimizer = 2, True
+
+    good, good_res = _run(tmp_path, None, compiled=True, after=two_parts)
+    # no break: backbone and head compiled one by one (frames 0 and 1) and a compiled
+    # optimizer step (frame 2): the region names a break also produces, without a label
     ann = np.flatnonzero((good.kind == Kind.USER_ANNOTATION) &
                          np.array([n.startswith("Torch-Compiled Region: ") for n in good.names])[good.name])
     names = _names(good, ann)
-    assert names.count("Torch-Compiled Region: 0/0") == 3 and names.count("Torch-Compiled Region: 1/0") == 3
+    assert [names.count(f"Torch-Compiled Region: {i}/0") for i in range(4)] == [3, 3, 3, 0]
     opt = np.flatnonzero(good.name == good.code_of("Optimizer.step#SGD.step"))
-    for r in ann[np.array(names) == "Torch-Compiled Region: 1/0"]:
+    for r in ann[np.array(names) == "Torch-Compiled Region: 2/0"]:
         assert any(good.ts[o] <= good.ts[r] and good.end[r] <= good.end[o] for o in opt)
-    assert per_step >= 2 * (names.count("Torch-Compiled Region: 0/0") / 3)
-    assert not good_res.anomalies
+    # between the two forward regions of a step: no eager op, no idle GPU worth a label
+    first = ann[np.array(names) == "Torch-Compiled Region: 0/0"]
+    second = ann[np.array(names) == "Torch-Compiled Region: 1/0"]
+    eager = np.flatnonzero((good.kind == Kind.CPU_OP) & (good.depth == 1) &
+                           np.array([n.startswith("aten::") for n in good.names])[good.name])
+    for a, b in zip(first, second):
+        assert not ((good.ts[eager] > good.end[a]) & (good.ts[eager] < good.ts[b])).any()
+        assert good.ts[b] - good.end[a] < 200.0
+    assert per_step >= 2 and not good_res.anomalies
 
 
 def test_cpu_bound_loop_starves_the_gpu(tmp_path):

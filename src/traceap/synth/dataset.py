@@ -47,7 +47,7 @@ class SynthConfig:
     two_patterns: float = 0.25
     world_sizes: tuple[int, ...] = (1, 2, 4, 8)
     world_size_p: tuple[float, ...] = (0.68, 0.2, 0.09, 0.03)
-    infer_fraction: float = 0.25
+    infer_fraction: float = 0.35
     #: torch.compile is common in PyTorch 2.x training scripts; graph_break runs add to this
     compiled_fraction: float = 0.4
 
@@ -135,7 +135,7 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
             k = 2 if rng.random() < cfg.two_patterns else 1
             pats = _pick_patterns(rng, ws, mode, k, counts) if bad else ()
             plat = str(rng.choice(list(PLATFORMS)))
-            small = rng.random() < 0.15
+            small = rng.random() < 0.4
             settings = {"mode": mode, "steps": int(rng.choice([2, 3, 3])),
                         "amp": bool(rng.random() < 0.55), "channels_last": bool(rng.random() < 0.3),
                         "compiled": bool(rng.random() < cfg.compiled_fraction),
@@ -153,7 +153,7 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
                         "algo_salt": int(rng.integers(0, 1 << 16)),
                         # hosts differ a lot: workstation CPUs, shared cloud vCPUs, profiler
                         # options (record_shapes, with_stack) that inflate every op
-                        "host_factor": float(np.clip(rng.lognormal(np.log(1.6), 0.45), 0.8, 5.0)),
+                        "host_factor": float(np.clip(rng.lognormal(np.log(1.35), 0.45), 0.8, 5.0)),
                         "fused_adam": bool(rng.random() < 0.3),
                         "zero_grad_fill": bool(rng.random() < 0.25)}
             jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,

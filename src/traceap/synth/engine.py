@@ -196,7 +196,8 @@ class Engine:
             self.comm_busy = (start, start + gpu_us)
         elif self.comm_busy[0] <= start < self.comm_busy[1]:
             gpu_us *= self.contention
-        rt = self.rt_cost(6.3 if runtime != "cuLaunchKernel" else 4.0)
+        # cudaLaunchKernel: median 8 us over the shared real traces (5-10 us per trace)
+        rt = self.rt_cost(7.5 if runtime != "cuLaunchKernel" else 4.5)
         rt_dur = (issued - self.clock[tid]) + rt
         ts = self.clock[tid]
         self.corr += 1

@@ -44,8 +44,7 @@ def _some_steps(rng: np.random.Generator, steps: int, all_ok: bool = True) -> tu
 
 #: Small ops a Python loop issues (keys of `simulator._Run.SMALL_OPS`): a cpu_bound loop uses a
 #: few of them, and healthy scripts use the same ops in loss terms, metrics and box decoding.
-LOOP_OPS = ("add", "sub", "mul", "div", "sigmoid", "index", "cat", "sum", "mean", "mul_", "add_",
-            "relu", "copy_")
+LOOP_OPS = ("add", "sub", "mul", "div", "sigmoid", "index", "cat", "sum", "mean", "add_")
 
 
 def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: float = 1.0) -> None:
@@ -112,7 +111,14 @@ def healthy(cfg: RunConfig, rng: np.random.Generator) -> None:
     cfg.bucket_mb = float(rng.choice([25.0, 25.0, 25.0, 50.0, 100.0]))
     cfg.log_item = bool(rng.random() < 0.7)
     cfg.log_syncs = int(rng.choice([0, 0, 1, 2, 3]))
+    # per-step timing with torch.cuda.synchronize() (benchmarking scripts, throughput meters)
+    cfg.timing_sync = bool(rng.random() < 0.3)
     cfg.compiled_optimizer = bool(rng.random() < 0.35)
+    # backbone / neck / head compiled one by one: several frames, no break between them
+    cfg.compiled_parts = int(rng.choice([1, 1, 1, 2, 2, 3]))
+    # the task loss's terms (L1, GIoU, focal, dice, ...): small fp32 ops of the same vocabulary
+    cfg.loss_kinds = tuple(str(k) for k in rng.choice(LOOP_OPS, size=int(rng.integers(4, 8)),
+                                                      replace=False))
     cfg.ema = bool(rng.random() < (0.5 if cfg.model.task in ("object_detection", "pose_estimation")
                                    else 0.1))
     cfg.broadcast_buffers = any(x.op == "bn" for x in cfg.model.layers) and rng.random() < 0.8

@@ -64,14 +64,17 @@ class RunConfig:
     gpu_normalize: bool = False      # (x - mean) / std on the GPU after the copy
     log_item: bool = True            # one loss.item() per step (normal)
     log_syncs: int = 0               # further .item()s for logging, after the first (cost nothing)
+    timing_sync: bool = False        # torch.cuda.synchronize() before reading the step time
     item_syncs: int = 0              # excessive_memcpy: .item()/.cpu()/torch.tensor(...) per step
     sync_steps: tuple[int, ...] = ()
     graph_breaks: int = 0            # graph_break: number of breaks in the compiled forward
+    compiled_parts: int = 1          # modules compiled separately (backbone, neck, head): frames
     compiled_optimizer: bool = False  # torch.compile(optimizer.step): its own compiled region
     ema: bool = False                # an exponential moving average of the weights each step
     python_ops: int = 0              # cpu_bound: tiny ops in a Python loop per affected step
     python_gap_us: float = 0.0
     python_kinds: tuple[str, ...] = ("add", "mul", "index", "sigmoid", "div", "cat")
+    loss_kinds: tuple[str, ...] = ("sub", "mul", "add", "sigmoid", "mean")   # task-loss terms
     cpu_bound_steps: tuple[int, ...] = ()
     # DDP
     bucket_mb: float = 25.0          # tiny -> small_nccl_kernels
@@ -149,6 +152,10 @@ class _Run:
            seq: int | None = None, cpu_mult: float = 1.0) -> tuple[float, float]:
         """Run an eager op: nested cpu_ops, their host cost, the kernels; (gpu_start, gpu_end)."""
         e = self.eng
+        if tid == e.main:
+            # the Python line that calls the op (argument handling, attribute lookups): real
+            # traces leave 15-30% of the main thread outside any cpu_op between eager ops
+            e.idle(tid, e.host(7.0))
         starts, exts = [], []
         for _ in call.chain:
             starts.append(e.clock[tid])
@@ -213,10 +220,11 @@ class _Run:
                  "add_": ("aten::add_", "add_", True), "fill_": ("aten::fill_", "fill", True),
                  "copy_": ("aten::copy_", "copy", True), "relu": ("aten::relu", "relu", True)}
 
-    def small_op(self, tid: int, kind: str, mbytes: float, cpu_mult: float = 1.0) -> tuple[float, float]:
+    def small_op(self, tid: int, kind: str, mbytes: float, cpu_mult: float = 1.0,
+                 dt: str | None = None) -> tuple[float, float]:
         """A one-kernel op on small tensors (loss terms, metrics, box decoding, loops)."""
         name, kern, typed = self.SMALL_OPS[kind]
-        return self.simple(tid, name, ops.elementwise(kern, self.cfg.dt if typed else "fp32"),
+        return self.simple(tid, name, ops.elementwise(kern, (dt or self.cfg.dt) if typed else "fp32"),
                            mbytes, cpu_mult=cpu_mult)
 
     def starvation(self, pattern: str, cpu_start: float, cpu_end: float, backlog_end: float) -> None:
@@ -241,6 +249,10 @@ class _Run:
                 self.infer_step()
             if cfg.benign_idle_us and i == cfg.steps - 1:
                 e.idle(e.main, cfg.benign_idle_us * e.jit())     # e.g. a checkpoint or logging
+            if cfg.timing_sync:
+                # torch.cuda.synchronize(); time.time(): a bare runtime call, no cpu_op around it
+                e.idle(e.main, e.host(10.0))
+                e.sync(e.main, None, e.next_ext())
             e.end(step)
             self.step_spans.append((step.start, e.clock[e.main]))
         # profiler.stop() synchronises the device before it disables itself: every real trace
@@ -354,8 +366,8 @@ class _Run:
             self.to_device(float(np.exp(self.rng.uniform(np.log(64.0), np.log(256e3)))), pinned=False)
         if cfg.gpu_normalize:
             mb = nbytes / 1e6
-            self.simple(e.main, "aten::sub", ops.elementwise("add", "fp32"), mb * 3)
-            self.simple(e.main, "aten::div", ops.elementwise("div", "fp32"), mb * 3)
+            self.small_op(e.main, "sub", mb * 3, dt="fp32")
+            self.small_op(e.main, "div", mb * 3, dt="fp32")
 
     def to_device(self, nbytes: float, pinned: bool) -> tuple[float, float, float]:
         """`tensor.to("cuda", non_blocking=True)`: a pinned copy is async, a pageable one blocks.
@@ -408,9 +420,10 @@ class _Run:
             e.end(ann)
 
     def _regions(self) -> list[tuple[int, int]]:
-        """Layer index ranges of the compiled regions (graph breaks split the forward)."""
+        """Layer index ranges of the compiled regions (separately compiled modules and graph
+        breaks split the forward; each region is its own torch.compile frame)."""
         n = len(self.layers)
-        k = self.cfg.graph_breaks + 1
+        k = max(1, self.cfg.compiled_parts) + self.cfg.graph_breaks
         cuts = sorted(set(int(c) for c in np.linspace(0, n, k + 1)[1:-1]))
         bounds = [0, *cuts, n]
         return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
@@ -485,12 +498,16 @@ class _Run:
         e.end(ann)
 
     def compiled_forward(self) -> None:
-        """Compiled regions; between two of them an eager stretch (the graph break)."""
+        """Compiled regions: separately compiled modules follow each other through a little
+        Python (nn.Module.__call__); after them, each graph break is an eager stretch."""
         cfg, e = self.cfg, self.eng
         regions = self._regions()
+        parts = max(1, cfg.compiled_parts)
         for r, (lo, hi) in enumerate(regions):
-            if r > 0:
+            if r >= parts:
                 self.graph_break_gap(lo)
+            elif r > 0:
+                e.idle(e.main, e.host(float(self.rng.uniform(15.0, 60.0))))
             self.compiled_region(lo, hi, r)
 
     def graph_break_gap(self, at_layer: int) -> None:
@@ -552,17 +569,15 @@ class _Run:
             # task losses: elementwise + reductions per term (L1 / GIoU / focal / dice / MSE),
             # vectorised over the batch: dozens of small kernels, no sync
             terms = 3 if not cfg.model.python_loss else 8
-            for i in range(terms * 6):
-                kind = ("sub", "abs", "mul", "add", "sigmoid", "mean")[i % 6]
-                k = ops.elementwise({"sub": "add", "abs": "mul_scalar", "mean": "mean", "mul": "mul",
-                                     "add": "add", "sigmoid": "sigmoid"}[kind],
-                                    dt if kind != "mean" else "fp32")
-                self.simple(e.main, f"aten::{kind}", k, 4.0 * cfg.batch * 0.05)
+            kinds = cfg.loss_kinds or ("add",)
+            for i in range(terms * len(kinds)):
+                # autocast runs losses in fp32
+                self.small_op(e.main, kinds[i % len(kinds)], 4.0 * cfg.batch * 0.05, dt="fp32")
             if cfg.model.python_loss:
                 # target assignment per image (matching, masks): a short loop of small ops
                 for _ in range(min(cfg.batch, 6)):
-                    self.simple(e.main, "aten::index", ops.elementwise("index", "fp32"), 0.2)
-                    self.simple(e.main, "aten::mul", ops.elementwise("mul", "fp32"), 0.1)
+                    self.small_op(e.main, "index", 0.2, dt="fp32")
+                    self.small_op(e.main, "mul", 0.1, dt="fp32")
         if self.step_index in cfg.sync_steps and cfg.item_syncs:
             self.excessive_memcpy()
         if self.step_index in cfg.cpu_bound_steps and cfg.python_ops:
@@ -599,7 +614,7 @@ class _Run:
         backlog = e.stream_free(COMPUTE_STREAM)
         kinds = cfg.python_kinds or ("add",)
         for i in range(cfg.python_ops):
-            self.small_op(e.main, kinds[i % len(kinds)], 0.02 + 0.03 * e.jit(), cpu_mult=1.8)
+            self.small_op(e.main, kinds[i % len(kinds)], 0.02 + 0.03 * e.jit(), cpu_mult=1.8, dt="fp32")
             e.idle(e.main, e.host(cfg.python_gap_us))
         self.starvation("cpu_bound", t0, e.clock[e.main], backlog)
 
@@ -887,7 +902,8 @@ class _Run:
         d = e.host(14.0)
         e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
         e.clock[e.main] = t + d + e.host(8.0)
-        ann = e.begin(e.main, f"Torch-Compiled Region: {self.cfg.graph_breaks + 1}/0")
+        frame = max(1, self.cfg.compiled_parts) + self.cfg.graph_breaks
+        ann = e.begin(e.main, f"Torch-Compiled Region: {frame}/0")
         x = e.next_ext()
         e.clock[e.main] += e.host(30.0)
         n = int(np.clip(self.param_tensors // 40, 2, 12))
@@ -905,8 +921,8 @@ class _Run:
         mb = self.cfg.batch * 0.004
         self.simple(e.main, "aten::argmax", ops.elementwise("sum", "fp32"), mb)
         self.simple(e.main, "aten::eq", ops.elementwise("mul", "fp32"), mb * 0.2)
-        self.simple(e.main, "aten::sum", ops.elementwise("sum", "fp32"), mb * 0.2)
-        self.simple(e.main, "aten::add_", ops.elementwise("add_", "fp32"), 0.001)
+        self.small_op(e.main, "sum", mb * 0.2, dt="fp32")
+        self.small_op(e.main, "add_", 0.001, dt="fp32")
 
     def train_step(self) -> None:
         cfg, e = self.cfg, self.eng
@@ -951,7 +967,7 @@ class _Run:
         if cfg.model.task in ("object_detection", "image_segmentation", "pose_estimation"):
             # decode boxes / masks: sigmoid scores, scale offsets, concatenate the levels, select
             for kind in ("sigmoid", "mul", "add", "cat", "index", "mul", "cat"):
-                self.small_op(e.main, kind, 0.002 * cfg.batch)
+                self.small_op(e.main, kind, 0.002 * cfg.batch, dt="fp32")
         if self.step_index in cfg.sync_steps and cfg.item_syncs:
             self.excessive_memcpy()
         if self.step_index in cfg.cpu_bound_steps and cfg.python_ops:
