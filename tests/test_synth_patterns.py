@@ -196,7 +196,7 @@ def test_graph_break_splits_the_compiled_forward(tmp_path):
     per_step = len(reg_rows) / 3
 
     def two_parts(cfg):
-        cfg.compiled_parts, cfg.compiled_optimizer = 2, True
+        cfg.compiled_parts, cfg.compiled_optimizer, cfg.compiled_loss = 2, True, False
 
     good, good_res = _run(tmp_path, None, compiled=True, after=two_parts)
     # no break: backbone and head compiled one by one (frames 0 and 1) and a compiled

@@ -5,16 +5,19 @@ pin_memory=False, `.item()` in a loop, a graph break, Python-heavy code, a tiny 
 NCCL on the compute stream, all-reduce after backward) and `simulator.py` plays the
 consequences, marking the ground-truth interval where the mechanism makes the GPU wait:
 
-| pattern | knob | where the interval lies |
-|---|---|---|
-| single_process_dataloading | loading slower than the step: num_workers=0 with decoding, or too few workers for the augmentation | the `__next__` wait (either loader kind), once the GPU ran dry, when it is at least 5% of a step and 0.5 ms |
-| no_pin_memory | pin_memory=False | pageable `cudaMemcpyAsync` call start to the end of its copies |
-| excessive_memcpy | per-sample `.item()`/`.cpu()`/`torch.tensor(..., device)` | the syncing loop |
-| graph_break | torch.compile with breaks | the eager stretch between compiled regions (host and GPU) |
-| cpu_bound | a Python loop of tiny ops | the loop, once the GPU backlog drained |
-| small_nccl_kernels | bucket_cap_mb < 1 | first to last all-reduce of the backward |
-| nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel |
-| nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce |
+| pattern | knob | where the interval lies | the same names in healthy runs |
+|---|---|---|---|
+| single_process_dataloading | loading slower than the step: num_workers=0 with decoding, or too few workers for the augmentation | the `__next__` wait (either loader kind), once the GPU ran dry, when it is at least 5% of a step and 0.5 ms | cached datasets loaded in the main process; multi-worker queue gets, an occasional slow batch |
+| no_pin_memory | pin_memory=False | the input batch's pageable copies, from the `aten::to` to the end of the copy | labels / boxes copied from pageable memory (64 B - 256 KB, a few per step) |
+| excessive_memcpy | per-sample `.item()`/`.cpu()`/`torch.tensor(..., device)` | the syncing loop | logging `.item()`s, GradScaler's found-inf check, `.cpu()` of predictions |
+| graph_break | torch.compile with breaks | the eager stretch between compiled regions (host and GPU) | modules compiled one by one, a compiled loss, a compiled optimizer step (more frames, no eager gap) |
+| cpu_bound | a Python loop of tiny ops | the loop, once the GPU backlog drained | the same small ops in loss terms, metrics, box decoding, input normalisation |
+| small_nccl_kernels | bucket_cap_mb < 1 | first to last all-reduce of the backward | buffer broadcasts, a logging all-reduce, gathered embeddings: small LL collectives |
+| nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel | - |
+| nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce | - |
+
+NCCL kernels are named by the dialect of the job's library version (2.10, 2.14-2.18, 2.19+),
+whatever the pattern.
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ def healthy(cfg: RunConfig, rng: np.random.Generator) -> None:
     cfg.compiled_optimizer = bool(rng.random() < 0.35)
     # backbone / neck / head compiled one by one: several frames, no break between them
     cfg.compiled_parts = int(rng.choice([1, 1, 1, 2, 2, 3]))
+    cfg.compiled_loss = bool(rng.random() < 0.3)
     # the task loss's terms (L1, GIoU, focal, dice, ...): small fp32 ops of the same vocabulary
     cfg.loss_kinds = tuple(str(k) for k in rng.choice(LOOP_OPS, size=int(rng.integers(4, 8)),
                                                       replace=False))

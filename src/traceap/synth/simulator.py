@@ -70,6 +70,7 @@ class RunConfig:
     graph_breaks: int = 0            # graph_break: number of breaks in the compiled forward
     compiled_parts: int = 1          # modules compiled separately (backbone, neck, head): frames
     compiled_optimizer: bool = False  # torch.compile(optimizer.step): its own compiled region
+    compiled_loss: bool = False      # torch.compile(criterion): the loss as its own frame
     ema: bool = False                # an exponential moving average of the weights each step
     python_ops: int = 0              # cpu_bound: tiny ops in a Python loop per affected step
     python_gap_us: float = 0.0
@@ -559,7 +560,9 @@ class _Run:
         if cfg.ddp and cfg.gather_features:
             # contrastive losses gather every rank's embeddings (torch.distributed.nn.all_gather)
             self.blocking_collective(e.main, "AllGather", cfg.batch * 256 * 4.0 * cfg.world_size)
-        if cfg.model.task == "image_classification" or cfg.model.task == "action_recognition":
+        if cfg.compiled and cfg.compiled_loss:
+            self.compiled_loss_region()
+        elif cfg.model.task == "image_classification" or cfg.model.task == "action_recognition":
             lsm, nll, _, _ = ops.loss_kernels(dt)
             self.op(e.main, OpCall(("aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax"),
                                    (Kern(lsm, 1.0, True),), 0.0, mb, 20.0))
@@ -582,6 +585,38 @@ class _Run:
             self.excessive_memcpy()
         if self.step_index in cfg.cpu_bound_steps and cfg.python_ops:
             self.python_heavy()
+
+    def _frame(self, which: str) -> int:
+        """torch.compile frame ids, in the order of first compilation: forward modules, the
+        graph breaks' resume functions, then a compiled loss and a compiled optimizer step."""
+        cfg = self.cfg
+        first_after_forward = max(1, cfg.compiled_parts) + cfg.graph_breaks
+        if which == "loss":
+            return first_after_forward
+        return first_after_forward + int(cfg.compiled_loss)
+
+    def compiled_loss_region(self) -> None:
+        """`torch.compile(criterion)`: one frame whose terms Inductor fuses into a few kernels."""
+        cfg, e = self.cfg, self.eng
+        t = e.clock[e.main]
+        d = e.host(14.0)
+        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
+        e.clock[e.main] = t + d + e.host(8.0)
+        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('loss')}/0")
+        cf_start, cf_ext = e.clock[e.main], e.next_ext()
+        e.clock[e.main] += e.host(25.0)
+        fused = "_".join(dict.fromkeys(self.SMALL_OPS[k][0][6:] for k in cfg.loss_kinds))[:60] or "add"
+        for i, kind in enumerate(("poi", "red", "per")):
+            k = Kern(ops.triton_name(kind, fused, i), 1.0, True, 256, 40)
+            dur = ops.kernel_duration_us(k, OpCall((), (k,), 0.0, 0.2 * cfg.batch * 0.05, 0.0),
+                                         self.ctx, self.eff) * e.jit() ** 0.5
+            e.clock[e.main] += e.host(3.0)
+            e.launch(e.main, k.name, dur, COMPUTE_STREAM, cf_ext, k.block, k.regs, k.smem,
+                     "cuLaunchKernel")
+        e.clock[e.main] += e.host(10.0)
+        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
+                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
+        e.end(ann)
 
     def excessive_memcpy(self) -> None:
         """Per-sample `.item()` / `.cpu()` / `torch.tensor(..., device="cuda")` in the loop."""
@@ -902,8 +937,7 @@ class _Run:
         d = e.host(14.0)
         e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
         e.clock[e.main] = t + d + e.host(8.0)
-        frame = max(1, self.cfg.compiled_parts) + self.cfg.graph_breaks
-        ann = e.begin(e.main, f"Torch-Compiled Region: {frame}/0")
+        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('optimizer')}/0")
         x = e.next_ext()
         e.clock[e.main] += e.host(30.0)
         n = int(np.clip(self.param_tensors // 40, 2, 12))
