@@ -207,7 +207,8 @@ _REDUCE_SPLITK = ("void cutlass_cudnn_train::Kernel<cutlass_cudnn_train::reducti
                   "epilogue::thread::LinearCombination<float, 4, float, float, (cutlass_cudnn_train::"
                   "epilogue::thread::ScaleType::Kind)0, (cutlass_cudnn_train::FloatRoundStyle)2>, "
                   "cutlass_cudnn_train::reduction::thread::ReduceAdd<float, float, 4>, 4>::Params)")
-_REDUCE_WGRAD_NCHW = "void cudnn::cnn::reduce_wgrad_nchw_helper<float, float>(void*, void const*, float, int, int)"
+_REDUCE_WGRAD_NCHW = ("void cudnn::cnn::reduce_wgrad_nchw_helper<float, float>(void*, void const*, float, "
+                      "int, int)")
 #: CUTLASS implicit-GEMM wgrad as cuDNN ships it (an unmangled name is never written for it).
 _MANGLED_WGRAD = (
     "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22"
@@ -241,7 +242,8 @@ def _cutlass_conv(kind: str, dt: str, tile: str, unity: bool) -> str:
     """cuDNN's CUTLASS convolution kernels (`cutlass_cudnn_{infer,train}::Kernel<...>`)."""
     ns = "cutlass_cudnn_train" if kind == "wgrad" else "cutlass_cudnn_infer"
     if dt == "fp32":
-        k = f"cutlass_tensorop_s1688{kind}_optimized_tf32_{tile}_nhwc{'_unity_stride' if unity else ''}_align4"
+        stride = "_unity_stride" if unity else ""
+        k = f"cutlass_tensorop_s1688{kind}_optimized_tf32_{tile}_nhwc{stride}_align4"
     else:
         t = "f16" if dt == "fp16" else "bf16"
         k = f"cutlass_tensorop_{t}_s16816{kind}_optimized_{t}_{tile}_nhwc_align8"

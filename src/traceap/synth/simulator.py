@@ -311,7 +311,8 @@ class _Run:
         if cfg.num_workers == 0:
             s = e.begin(e.main, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", gpu=False)
             shown = min(cfg.batch, 24)
-            sample_ops = ("aten::select",) if cfg.loader == "cached" else ("aten::to", "aten::div", "aten::sub")
+            sample_ops = (("aten::select",) if cfg.loader == "cached"
+                          else ("aten::to", "aten::div", "aten::sub"))
             for _ in range(shown):
                 e.idle(e.main, e.host(per * cfg.batch / shown * 0.8))
                 for name in sample_ops:
