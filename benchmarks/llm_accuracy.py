@@ -1,6 +1,6 @@
 """Pattern accuracy of the LLM classifier against the offline classifier (paper Table 4).
 
-On the test splits of a dataset (FORMATS.md), take windows that truly hold an anti-pattern
+On the test splits of a dataset (docs/FORMATS.md), take windows that truly hold an anti-pattern
 (`window_patterns`), a seeded sample per task, and ask both classifiers to name the pattern,
 as the paper does: the window is known to be anomalous, only the name is asked.  Prints per
 task: windows, offline accuracy, LLM accuracy (strict: a fallback counts as wrong), the

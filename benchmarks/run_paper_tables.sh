@@ -6,7 +6,7 @@
 #   DATASET=path/to/any/dataset bash benchmarks/run_paper_tables.sh
 #
 # Environment (all optional):
-#   DATASET     dataset folder (FORMATS.md); default datasets/torchtraceap, generated with
+#   DATASET     dataset folder (docs/FORMATS.md); default datasets/torchtraceap, generated with
 #               `traceap synth --seed 0` (the 610-trace default) when absent
 #   OUT         output folder; default benchmarks/results/paper_tables
 #   DETECTORS   default rule,clustering,expert,model,hybrid (add llm when a server is configured)

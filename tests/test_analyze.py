@@ -20,6 +20,7 @@ from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall
 from traceap.dataset import PATTERNS
 from traceap.errors import TraceapError
+from traceap.patterns import REGISTRY
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
@@ -68,7 +69,10 @@ def test_analysis_json_keeps_formats_v1_and_adds_keys(ddp_analysis):
 
 def test_ddp_findings_ranked_by_gain_with_numbers_and_fixes(ddp_analysis):
     f = ddp_analysis.findings
-    assert [x.pattern for x in f] == ["cpu_bound", "nccl_compute_no_overlap"]
+    # The GPU waits for the framework's dispatch all through this small-CNN run: said once as
+    # the run's nature (a note), not as a cpu_bound anomaly (issue 13).
+    assert [x.pattern for x in f] == ["nccl_compute_no_overlap"]
+    assert any(n.startswith("launch-bound run:") for n in ddp_analysis.notes)
     assert [x.rank for x in f] == list(range(1, len(f) + 1))
     assert all(a.gain_pct >= b.gain_pct for a, b in zip(f, f[1:]))
     # The issue's complaint: 16 event syncs of 51 us in all blamed for an 8 ms gap, under a
@@ -76,7 +80,6 @@ def test_ddp_findings_ranked_by_gain_with_numbers_and_fixes(ddp_analysis):
     assert "excessive_memcpy" not in {x.pattern for x in f}
     # Severity follows the share of the step each fix gains, by the one rule.
     assert all(x.severity == SEVERITY.severity(x.gain_pct) for x in f)
-    assert f[0].severity == "high" and f[0].gain_pct > 50  # the GPU waits for the host
     for x in f:
         assert any(ch.isdigit() for ch in x.evidence) and "window" in x.evidence
         assert x.fix and x.title and x.start_us < x.end_us
@@ -275,7 +278,9 @@ def test_note_suggests_more_windows_when_windows_span_steps(ddp):
 
 
 class _HeadDetector:
-    """The expert detector plus a learned pattern head that believes in graph breaks."""
+    """The expert detector plus a learned pattern head that believes in graph breaks (which
+    the DDP sample has no trace of: nothing is compiled) and in CPU-bound windows (which its
+    rule sees, weakly, in a few windows)."""
 
     name = "headed"
     threshold = 0.5
@@ -288,22 +293,188 @@ class _HeadDetector:
         return ExpertDetector().score_windows(windows)
 
     def pattern_probabilities(self, windows):
-        return {p: np.full(windows.n, 1.0 if p == "graph_break" else 0.0) for p in PATTERNS}
+        return {p: np.full(windows.n, 1.0 if p in ("graph_break", "cpu_bound") else 0.0)
+                for p in PATTERNS}
 
 
 def test_offline_classifier_blends_a_detectors_pattern_head(ddp):
     det = _HeadDetector()
     w = Windows(ddp, 100)
-    clf = make_classifier("offline", pattern_head=det.pattern_probabilities)
+    clf = make_classifier("offline", pattern_head=det.pattern_probabilities, head_weight=0.5)
     flagged = np.flatnonzero(det.score_windows(w) >= 0.5)
     calls = clf.classify(w, flagged.tolist(), det.score_windows(w))
-    # cpu_bound windows score 0.85 by rule (0.43 blended) < graph_break's 0.5 from the head.
-    assert "graph_break" in {c.pattern for c in calls}
-    # ... but a name without a measured cost never becomes a finding (a weak checkpoint's
-    # "0 us lost, 0 of 0 kernels" finding must not show), and its windows stay unnamed.
+    named = {c.pattern for c in calls}
+    # Where the rule sees some Python-bound idle, the head's belief tips the name (0.5 + rule
+    # vs the exposed all-reduce's 0.5) ...
+    assert "cpu_bound" in named
+    # ... but a head never names a mechanism the trace has no trace of (no compiled region).
+    assert "graph_break" not in named
     a = analyze(ddp, n_windows=100, detector=det)
-    assert any("pattern head" in n for n in a.notes)
+    assert any("model's pattern scores" in n for n in a.notes)
     assert "graph_break" not in {f.pattern for f in a.findings}
     assert "graph_break" not in {x.pattern for x in a.windows if x.pattern}
-    assert any("graph_break not reported" in n for n in a.notes)
     assert all(f.time_lost_us > 0 and f.numbers.get("time_lost_us", 0) > 0 for f in a.findings)
+
+
+def test_offline_classifier_names_a_window_after_the_evidence_next_door(ddp):
+    """A stall's lead-in or tail spills into the next window: a window with no mechanism of its
+    own is named after the evidence one window away; far from any, it is a false alarm."""
+    w = Windows(ddp, 100)
+    own = np.stack([REGISTRY[p].score_windows(w) for p in PATTERNS])
+    best = own.max(axis=0)
+    strong = best >= 0.5
+    nxt = [i for i in range(1, w.n - 1)
+           if best[i] < 0.15 and (strong[i - 1] or strong[i + 1])]
+    far = [i for i in range(3, w.n - 3) if best[i - 3:i + 4].max() < 0.15]
+    assert nxt and far
+    calls = make_classifier("offline").classify(w, nxt + far[:1], best)
+    for c in calls[:-1]:
+        i = c.window
+        j = i - 1 if best[i - 1] >= best[i + 1] else i + 1
+        assert c.pattern == PATTERNS[int(own[:, j].argmax())] and not c.false_alarm
+    assert calls[-1].false_alarm and calls[-1].pattern is None
+
+
+# -- a newcomer's first hour: options, output folders, notes ----------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--windows", "100000"], "--windows must be between 1 and 5000"),
+    (["--classifier", "bogus"], "unknown classifier 'bogus'"),
+    (["--detector", "bogus"], "unknown detector 'bogus'"),
+])
+def test_cli_rejects_bad_options_before_loading(monkeypatch, args, message):
+    import importlib
+    loader = importlib.import_module("traceap.load")
+
+    def never(*a, **k):
+        raise AssertionError("the trace was loaded before the options were checked")
+    monkeypatch.setattr(loader, "load", never)
+    monkeypatch.setattr(loader, "load_job", never)
+    r = runner.invoke(app, ["analyze", str(SAMPLE), *args])
+    assert isinstance(r.exception, TraceapError) and message in str(r.exception)
+    assert "\n" not in str(r.exception)
+
+
+def test_cli_creates_missing_output_folders_and_says_so(tmp_path):
+    out = tmp_path / "new" / "deeper" / "a.json"
+    page = tmp_path / "reports" / "r.html"
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(SAMPLE), "--detector",
+                        "expert", "--windows", "20", "--json", str(out), "--html", str(page)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert out.is_file() and page.is_file()
+    said = [ln for ln in p.stderr.splitlines() if "created folder" in ln]
+    assert said == [f"traceap: created folder {out.parent} for the analysis JSON",
+                    f"traceap: created folder {page.parent} for the HTML report"]
+    # an existing folder is used silently
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(SAMPLE), "--detector",
+                        "expert", "--windows", "20", "--json", str(out), "-q"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "created" not in p.stderr
+
+
+def test_cli_job_folder_shows_the_duplicate_rank_warning(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    for name in ("a", "b"):  # the same rank twice: a copy-paste a user can make
+        (job / f"{name}.pt.trace.json.gz").write_bytes(
+            (DATA / "dlrm_job" / "worker0.pt.trace.json.gz").read_bytes())
+    r = runner.invoke(app, ["analyze", str(job), "--detector", "expert", "--windows", "20"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "rank 0: trace warning: duplicate rank ids in job" in flat
+    # identical files are one trace given twice: analysed once and said so
+    assert "2 inputs are copies of one trace" in flat
+
+
+def test_cli_cpu_only_trace_points_to_a_gpu_recording():
+    r = runner.invoke(app, ["analyze", str(DATA / "cpu_only_zoology.json.gz"), "--detector",
+                            "expert"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "CPU-only trace" in flat and "bash scripts/gpu_collect.sh" in flat
+
+
+# -- what people read: 80 columns, pipes, no colour ----------------------------------------------
+def _plain(render_fn, obj, width=80) -> list[str]:
+    import io
+
+    from rich.console import Console
+    buf = io.StringIO()
+    render_fn(obj, Console(file=buf, width=width, color_system=None, force_terminal=False))
+    return buf.getvalue().splitlines()
+
+
+def test_terminal_report_fits_80_columns_and_reads_without_colour(ddp):
+    from traceap.report.terminal import LETTERS, render
+    a = analyze(ddp, n_windows=50, detector="expert")
+    lines = _plain(render, a)
+    code = set()
+    for f in a.findings:
+        code |= {ln.strip() for ln in f.fix.splitlines() if ln.startswith("    ")}
+    for ln in lines:
+        # only a line of code with no comment to move may stay longer than the terminal
+        assert len(ln) <= 80 or ln.strip() in code, ln
+    # the row under the timeline: each flagged window's letter, in its own column
+    strip = next(i for i, ln in enumerate(lines) if set(ln.strip()) <= set("▁▂▃▄▅▆▇█")
+                 and ln.strip())
+    marks = lines[strip + 1][2:].ljust(50)
+    for w in a.windows:
+        want = LETTERS.get(w.pattern, "?") if w.flagged else " "
+        assert marks[w.index] == want, (w.index, w.pattern)
+    assert any(LETTERS[a.findings[0].pattern] in m for m in marks)
+    # each finding names its letter, and the legend spells the letters out
+    assert f"[{LETTERS[a.findings[0].pattern]}] {a.findings[0].title[:20]}" in "\n".join(lines)
+    assert f"{LETTERS[a.findings[0].pattern]} {a.findings[0].pattern}" in "\n".join(lines)
+    # the header keeps each field on one line
+    assert any("GPU busy" in ln and "%" in ln.split("GPU busy")[1] for ln in lines)
+
+
+def test_terminal_words_not_jargon(ddp):
+    from traceap.report.terminal import render
+    a = analyze(ddp, n_windows=100)          # the default: rules and the trained model
+    text = "\n".join(_plain(render, a))
+    assert "blended" not in text and "learned pattern head" not in text
+    assert "rules and model agree" in text or "together" in text
+
+
+def test_long_kernel_names_cut_in_the_middle_never_read_alike(ddp):
+    from traceap.report.terminal import shorten_names
+    names = sorted({ddp.names[c] for c in np.unique(ddp.name[ddp.rows(Kind.KERNEL)])})
+    assert len(names) > 20
+    for width in (24, 40, 60):
+        short = shorten_names(names, width)
+        assert len(set(short)) == len(set(names))            # two kernels never read the same
+        cut = [s for s, n in zip(short, names) if s != n]
+        assert cut and all(len(s) <= width and "\u2026" in s for s in cut)
+    # names that differ only past the first `width` characters keep their difference
+    a = "void at::native::elementwise_kernel<128, 4, Functor<float, " + "x" * 40 + "Add>>(int)"
+    b = a.replace("Add>>", "Mul>>")
+    sa, sb = shorten_names([a, b], 30)
+    assert sa != sb and len(sa) <= 30
+
+
+def test_info_table_fits_and_names_differ(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "traceap", "info", str(SAMPLE)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(ln.rstrip()) for ln in lines) <= 80
+    rows = [ln.split("│")[-1].strip() for ln in lines if ln.count("│") == 4]
+    assert len(rows) == 10 and len(set(rows)) == 10
+
+
+def test_cli_silences_the_text_encoders_progress_bars():
+    """New event names go through the text encoder, whose weights load with a "Loading
+    weights" bar (transformers' tqdm, switched by huggingface_hub): under the traceap command
+    that switch is off.  (Checked on the switch: loading the encoder end to end takes half a
+    minute on 2 cores; the bar appeared on stderr before.)"""
+    import os
+    pytest.importorskip("huggingface_hub")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    code = ("import traceap.cli\n"
+            "from huggingface_hub.utils import are_progress_bars_disabled\n"
+            "print(are_progress_bars_disabled())\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "True"

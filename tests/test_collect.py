@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,12 @@ def test_plan_records_clean_and_graph_break_then_resumes(tmp_path):
     lines: list[str] = []
     first = run_plan(plan, echo=lines.append)
     assert len(first.recorded) == 2 and not first.failed
+    # before starting: how many recordings, and about how long on this CPU
+    assert lines[0].startswith("plan: 3 recording(s): 2 to make on cpu (about ")
+    assert "a rough estimate), 0 already there, 1 not possible here" in lines[0]
+    assert "left for 1" in next(ln for ln in lines if "recorded in" in ln)
+    # nothing but the dataset is left behind (no lock or temporary files)
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["manifest.jsonl", "traces"]
     assert [i for i, _ in first.unavailable] == ["resnet_tiny-train-no_pin_memory-bs2-cpu"]
     assert any("skipped" in ln and "cannot be recorded on cpu" in ln for ln in lines)
 
@@ -130,7 +137,9 @@ def test_plan_records_clean_and_graph_break_then_resumes(tmp_path):
     assert all(_inside((e["ts"], e["ts"] + e["dur"]), broken.anomalies) for e in regions)
 
     calls = []
-    again = run_plan(load_plan(plan_file), echo=lambda s: None, recorder=calls.append)
+    lines = []
+    again = run_plan(load_plan(plan_file), echo=lines.append, recorder=calls.append)
+    assert lines[0].startswith("plan: 3 recording(s): 0 to make on cpu, 2 already there")
     assert calls == [] and sorted(again.existing) == sorted(first.recorded)
     assert len(read_manifest(tmp_path / "ds")) == 2
 
@@ -184,3 +193,52 @@ def test_example_plan_expands_to_the_advertised_sweep():
     ids = plan.configs
     assert len(ids) == 3 * 7 * 2 * 2 + 2 * 6 * 2 + 2 * 6 + 2 * 4
     assert {c.model for c in ids} >= {"resnet18", "vit_b_16", "retinanet_resnet18_fpn", "unet"}
+
+
+def test_estimate_grows_with_the_work():
+    from traceap.collect.plan import estimate_seconds, forward_gflop
+    assert 3.0 < forward_gflop("resnet18", None) < 4.5  # torchvision: 1.8 G multiply-adds
+    small = CollectConfig(model="resnet18", device="cpu", image_size=64, batch_size=2, steps=1)
+    big = CollectConfig(model="resnet18", device="cpu", batch_size=8, steps=3)
+    assert estimate_seconds(small) < estimate_seconds(big)
+    assert estimate_seconds(CollectConfig(model="resnet18", device="cuda")) is None
+
+
+def test_collect_without_device_says_cpu_and_keeps_stderr_clean(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRACEAP_PROGRESS": "0"}
+    r = subprocess.run([sys.executable, "-m", "traceap", "collect", "--model", "resnet_tiny",
+                        "--pattern", "none", "--out", str(tmp_path / "ds"), "--batch-size", "2",
+                        "--steps", "1", "--workers", "3"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.splitlines()
+    assert err[0] == "traceap: no --device given and no CUDA GPU visible: recording on the CPU"
+    assert "no GPU events" in err[1] and "bash scripts/gpu_collect.sh" in err[1]
+    # no profiler USDT/STAGE lines, no torch worker warnings (at most our own note, once)
+    assert not any(ln.startswith(("USDT:", "STAGE:")) for ln in err), err
+    assert not any("UserWarning" in ln for ln in err), err
+    assert len(err) <= 3 and all(ln.startswith("traceap: ") for ln in err), err
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["manifest.jsonl", "traces"]
+
+
+def test_a_stopped_recording_leaves_nothing_behind(tmp_path):
+    """SIGTERM (timeout, a batch system) mid-recording: one line, exit 130, no temporary files."""
+    import signal
+    import time
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRACEAP_PROGRESS": "0"}
+    out = tmp_path / "ds"
+    proc = subprocess.Popen([sys.executable, "-m", "traceap", "collect", "--model", "resnet_tiny",
+                             "--out", str(out), "--device", "cpu", "--steps", "400",
+                             "--batch-size", "2", "--workers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (out / ".collect-tmp").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("traceap: interrupted; nothing of this recording "
+                                            "was kept")
+    assert not (out / ".collect-tmp").exists()
+    assert not list(out.rglob("*.lock"))

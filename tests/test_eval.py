@@ -421,3 +421,72 @@ def test_cli_many_missing_traces_are_counted_not_flooded(traceap_cli, tmp_path):
     assert any("and 2 more" in ln for ln in lines)
     saved = orjson.loads((tmp_path / "o" / "eval.json").read_bytes())["warnings"]
     assert sum("ghost" in w for w in saved) == 12
+
+
+# -- a newcomer's first hour ------------------------------------------------------------------
+def test_model_option_is_the_checkpoint_of_hybrid_too(tmp_path):
+    """`eval --model X` must not be ignored for `hybrid` (it once scored the bundled model)."""
+    import torch
+
+    from traceap.cli.eval import build_detectors
+    from traceap.model.checkpoint import load_model, save_model
+    from traceap.windows import Windows
+
+    ck = load_model()
+    with torch.no_grad():
+        for p in ck.model.relation.parameters():
+            p.mul_(0.5)                   # another opinion: surely other scores
+    other = save_model(ck.model, tmp_path / "other.pt", ck.text_table, ck.meta, ck.encoder_id)
+    dets = build_detectors(["hybrid", "model"], True, other, warn=lambda m: None)
+    assert dets["hybrid"].model.predictor.checkpoint.path == str(other)
+    assert dets["model"].predictor.checkpoint.path == str(other)
+    w = Windows(traceap.load(SAMPLE), 20)
+    bundled = build_detectors(["hybrid"], True, None, warn=lambda m: None)["hybrid"]
+    assert not np.allclose(dets["hybrid"].score_windows(w), bundled.score_windows(w))
+
+
+def test_eval_help_lists_every_detector():
+    from traceap.cli import app
+    from traceap.detectors.registry import DETECTOR_NAMES
+    r = CliRunner().invoke(app, ["eval", "--help"], terminal_width=200)
+    flat = " ".join(r.output.split())
+    assert all(name in flat for name in DETECTOR_NAMES), flat
+    assert "docs/FORMATS.md" in flat
+
+
+class _Failing:
+    """A pure-LLM-like detector that fails on some sub-traces (scores 0 there) and counts them."""
+
+    name = "llm"
+
+    def __init__(self):
+        self.failures: list[str] = []
+        self.subtraces = 0
+
+    def fit(self, traces, labels):
+        return self
+
+    def score_windows(self, windows):
+        self.subtraces += 5
+        self.failures += [f"windows 0-{windows.n // 5 - 1}: no valid answer"] * 2
+        return np.r_[np.zeros(2 * windows.n // 5), np.full(windows.n - 2 * windows.n // 5, 0.9)]
+
+    def failure_note(self):
+        return f"{len(self.failures)} failed" if self.failures else None
+
+
+def test_pure_llm_failures_are_counted_in_the_tables(dataset):
+    warned: list[str] = []
+    r = evaluate(dataset, {"llm": _Failing()}, config=EvalConfig(windows=(20,)),
+                 on_warning=warned.append)
+    f = r.summary["detector_failures"]["llm"]
+    n = len({rec.id for rec in r.records})
+    assert f["failed"] == 2 * n and f["subtraces"] == 5 * n
+    assert f["note"].startswith(f"{2 * n} of {5 * n} sub-trace(s) got no valid answer and scored 0")
+    assert any(w.startswith("llm: ") and "scored 0" in w for w in warned)
+    md = tables.markdown(r.summary)
+    assert f"**Pure LLM: {2 * n} of {5 * n} sub-trace(s)" in md
+    # a detector that never fails adds nothing
+    r = evaluate(dataset, {"random": Coin()}, config=EvalConfig(windows=(20,)),
+                 on_warning=lambda m: None)
+    assert r.summary["detector_failures"] == {}

@@ -18,7 +18,7 @@ from .conftest import SAMPLE
 def test_hybrid_is_the_weighted_mean_of_model_and_rules(sample_trace):
     w = Windows(sample_trace, 100)
     model = ModelDetector().score_windows(w)
-    rules = ExpertDetector().score_windows(w)
+    rules = ExpertDetector(nearby_reach=0).score_windows(w)
     assert np.allclose(HybridDetector().score_windows(w), (model + rules) / 2)
     assert np.allclose(HybridDetector(model_weight=1.0).score_windows(w), model)
     assert np.allclose(HybridDetector(model_weight=0.0).score_windows(w), rules)

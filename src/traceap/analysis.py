@@ -74,9 +74,11 @@ class Analysis:
     #: What the HTML report needs from the trace (`traceap.report.html.TraceDetails`), when it
     #: was computed where the trace was loaded (a job analysed by workers); never in the JSON.
     trace_details: object | None = None
+    #: Whether the trace has GPU activity (a job analysed by workers has no `Trace` at hand).
+    has_gpu: bool = True
 
     def to_json(self) -> dict:
-        """The traceap.analysis/v1 object of FORMATS.md: its keys, then the added ones."""
+        """The traceap.analysis/v1 object of docs/FORMATS.md: its keys, then the added ones."""
         out = {
             "schema": SCHEMA,
             "trace": self.trace_path,
@@ -217,7 +219,7 @@ def resolve_classifier(classifier: Classifier | str | None, detector: Detector |
     if classifier is None or classifier == "offline":
         head = getattr(detector, "pattern_probabilities", None)
         if head is not None and notes is not None:
-            notes.append("classifier: expert rules blended with the detector's pattern head")
+            notes.append("classifier: expert rules, averaged with the model's pattern scores")
         return make_classifier("offline", pattern_head=head)
     if isinstance(classifier, str):
         return make_classifier(classifier)
@@ -294,6 +296,7 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
         notes.append("CPU-only trace: no GPU activity, so the eight GPU anti-patterns do not apply")
     else:
         notes.insert(0, idle_mod.describe(account))
+        notes.extend(n for n in [idle_mod.launch_bound_note(account)] if n)
         if account.by_cause["warmup"] > 0:
             src = ", ".join(f"{k} {fmt_us(v)}" for k, v in
                             sorted(account.warmup_sources.items(), key=lambda kv: -kv[1]))
@@ -318,7 +321,7 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
                     windows=results, findings=findings, detector=det_name,
                     pattern_scores=pscores, summary=summarize(t), notes=notes, idle=account,
                     idle_per_window=idle_mod.cause_per_window(windows), basis=basis,
-                    threshold=thr, severity=severity)
+                    threshold=thr, severity=severity, has_gpu=bool(t.has_gpu))
 
 
 def _findings(windows: Windows, calls: list[PatternCall], registry, account: IdleAccount,

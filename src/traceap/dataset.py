@@ -1,4 +1,4 @@
-"""Datasets in the traceap dataset v1 format (FORMATS.md): DATASET/manifest.jsonl + traces.
+"""Datasets in the traceap dataset v1 format (docs/FORMATS.md): DATASET/manifest.jsonl + traces.
 
 Training is weakly supervised: training code may read `label` and `patterns`, never
 `anomalies` of train entries (`Entry.anomalies_for_eval` guards the distinction).
@@ -26,7 +26,7 @@ PATTERNS = (
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
 )
-SPLITS = ("train", "test_seen", "test_unseen")
+SPLITS = ("train", "validation", "test_seen", "test_unseen")
 TASKS = ("image_classification", "object_detection", "image_segmentation", "image_generation",
          "depth_estimation", "pose_estimation", "action_recognition", "other")
 SEEN_TASKS = ("image_classification", "object_detection", "image_segmentation")
@@ -58,6 +58,8 @@ class Entry(msgspec.Struct, omit_defaults=True):
     source: str | None = None
     notes: str | None = None
     job: str | None = None
+    #: For injected traces: the file name of the real trace they were made from.
+    base: str | None = None
 
     @property
     def is_bad(self) -> bool:
@@ -104,7 +106,7 @@ def trace_path(dataset: str | os.PathLike, entry: Entry) -> Path:
 def encode_entry(entry: Entry) -> bytes:
     """One manifest line (no trailing newline).
 
-    `patterns` and `anomalies` are always written (FORMATS.md lists them as keys of every
+    `patterns` and `anomalies` are always written (docs/FORMATS.md lists them as keys of every
     line, even when empty); unset optional fields (source, notes, job) are left out.
     """
     obj = msgspec.to_builtins(entry)
@@ -122,7 +124,7 @@ def write_manifest(dataset: str | os.PathLike, entries: list[Entry]) -> Path:
 
 
 def window_labels(entry: Entry, windows: Windows) -> np.ndarray:
-    """Per window: True when it overlaps any anomaly interval (FORMATS.md).  Test-time only."""
+    """Per window: True when it overlaps any anomaly interval (docs/FORMATS.md).  Test-time only."""
     y = np.zeros(windows.n, dtype=bool)
     for a in entry.anomalies:
         y[windows.overlapping(a.start_us, a.end_us)] = True

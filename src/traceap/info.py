@@ -3,7 +3,7 @@
 GPU idle time and exposed communication come from `traceap.idle`, the same account every
 analysis report uses: `gpu_idle_us` is its total (no compute kernel, memset or on-device copy
 running in the GPU span), `gpu_idle` its split by cause, and `nccl.exposed_us` its
-`communication` cause.  `gpu_busy_fraction` keeps its FORMATS.md meaning (any GPU activity over
+`communication` cause.  `gpu_busy_fraction` keeps its docs/FORMATS.md meaning (any GPU activity over
 the span of GPU work), so busy + idle can exceed 100% by the communication- and copy-only time.
 """
 
@@ -26,7 +26,7 @@ def _f(x) -> float | None:
 
 
 def summarize(trace: Trace, top: int = 10) -> dict:
-    """The `traceap.info/v1` object for one trace (the FORMATS.md keys plus more)."""
+    """The `traceap.info/v1` object for one trace (the docs/FORMATS.md keys plus more)."""
     kind = trace.kind
     counts = Counter(int(k) for k in kind)
     per_kind = {KIND_NAMES[Kind(k)]: c for k, c in sorted(counts.items())}

@@ -192,6 +192,8 @@ class WindowRecord:
     seconds: float = 0.0
     source: str = "llm"
     answer: Answer | None = None
+    #: the backend was unreachable (said once in the run's notes, not per window)
+    backend_down: bool = False
 
 
 @dataclass(frozen=True)
@@ -270,6 +272,7 @@ class LLMClassifier:
         if self.backend is None or self._down:
             rec.source = "offline" if self.backend is None else "offline-fallback"
             rec.errors.append(self._down or "no LLM configured")
+            rec.backend_down = self._down is not None
             return rec
         allow_none = not self.config.assume_anomalous
         msgs = messages(windows, int(w), self.config.digest, allow_none)
@@ -281,6 +284,7 @@ class LLMClassifier:
                 # The server is unreachable or broken: stop asking for the rest of this run.
                 self._down = str(exc)
                 rec.errors.append(str(exc))
+                rec.backend_down = True
                 break
             rec.replies.append(text)
             try:
@@ -314,8 +318,11 @@ class LLMClassifier:
                 c = offline[rec.window]
                 if rec.source == "offline-fallback":
                     c.source = "offline-fallback"
-                    c.explanation = (f"LLM answer unusable ({rec.errors[-1]}); offline rules: "
-                                     + c.explanation)
+                    # An unreachable server is one fact about the run (`stats`, the notes),
+                    # not something to repeat under every finding.
+                    if not rec.backend_down:
+                        c.explanation = (f"LLM answer unusable ({rec.errors[-1]}); offline "
+                                         f"rules: " + c.explanation)
                 calls.append(c)
                 continue
             if a.false_alarm or a.pattern not in REGISTRY:

@@ -11,6 +11,13 @@ from rich.console import Console
 
 from ..errors import TraceapError
 
+#: Most windows a trace may be cut into.  The model's relation module attends over all pairs of
+#: windows: N^2 x heads x 4 bytes per attention map (5000 windows, 4 heads: 0.4 GB, 100000:
+#: 160 GB), and the paper's settings are 50-200 windows (a few tens per profiler step).
+MAX_WINDOWS = 5000
+#: Where a user records traces with GPU events (a CPU recording has none).
+GPU_COLLECT = "scripts/gpu_collect.sh"
+
 
 def register(app: typer.Typer) -> None:
     app.command("analyze")(analyze)
@@ -26,11 +33,18 @@ def _report_module(name: str, what: str):
         raise
 
 
+def _make_parent(path: Path, what: str) -> None:
+    """Create a missing output folder, and say so (a typo in a path should not go unnoticed)."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True)
+        typer.echo(f"traceap: created folder {path.parent} for {what}", err=True)
+
+
 def analyze(
     trace: Path = typer.Argument(..., help="A trace (.json / .json.gz) or a folder of per-rank traces."),
-    windows: int = typer.Option(100, "--windows", "-w", help="Number of equal time windows."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.analysis/v1 JSON here ('-' = stdout)."),
-    detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model averaged with the expert rules; expert when no model is bundled)."),
+    windows: int = typer.Option(100, "--windows", "-w", help=f"Number of equal time windows (1 to {MAX_WINDOWS})."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.analysis/v1 JSON (docs/FORMATS.md) here ('-' = stdout)."),
+    detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model averaged with the expert rules; expert when no model is bundled). model alone tends to score every window of a bad trace high: it says whether, not where (README)."),
     model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model unless --detector hybrid)."),
     classifier: str = typer.Option("offline", "--classifier", help="offline (expert rules) or llm."),
     llm_url: str | None = typer.Option(None, "--llm-url", help="OpenAI-compatible server for --classifier/--detector llm (else $TRACEAP_LLM_URL / $OPENAI_BASE_URL)."),
@@ -50,12 +64,27 @@ def analyze(
     from ..load import load
     from ..progress import status
 
+    from ..classify import CLASSIFIER_NAMES
+    from ..detectors.registry import DETECTOR_NAMES
+
+    # Every option is checked before the (possibly long) load of the trace.
     if not trace.exists():
         raise TraceapError(f"{trace}: no such file or folder")
-    if windows < 1:
-        raise TraceapError("--windows must be at least 1")
+    if not 1 <= windows <= MAX_WINDOWS:
+        raise TraceapError(f"--windows must be between 1 and {MAX_WINDOWS}, not {windows} (the "
+                           f"paper uses 50-200; the model compares every pair of windows)")
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise TraceapError("--threshold must be between 0 and 1")
+    if detector is not None and detector not in DETECTOR_NAMES:
+        raise TraceapError(f"unknown detector {detector!r}; choose one of "
+                           f"{', '.join(DETECTOR_NAMES)}")
+    if classifier not in CLASSIFIER_NAMES:
+        raise TraceapError(f"unknown classifier {classifier!r}; choose one of "
+                           f"{', '.join(CLASSIFIER_NAMES)}")
+    for path, what in ((json_out, "--json"), (html, "--html"), (annotate, "--annotate")):
+        if path is not None and str(path) != "-" and path.is_dir() and not (
+                what == "--annotate" and trace.is_dir()):
+            raise TraceapError(f"{what} {path}: is a folder; give a file name")
     if model is not None:
         if detector not in (None, "model", "hybrid"):
             raise TraceapError("--model goes with --detector model or hybrid")
@@ -69,6 +98,8 @@ def analyze(
         raise TraceapError("--llm-url / --llm-model go with --classifier llm or --detector llm")
     if detector == "llm":
         det = make_detector("llm", **llm_opts)
+    elif model is None and detector in ("model", "hybrid"):
+        det = make_detector(detector)  # a broken checkpoint fails here, before the load
     if classifier == "llm":
         from ..classify import make_classifier
         clf = make_classifier("llm", **llm_opts)
@@ -101,6 +132,13 @@ def analyze(
         with status("analysing"):
             result = run(loaded, windows, det, clf, threshold)
     result.notes.extend(getattr(clf, "notes", []))
+    failed = getattr(det, "failure_note", None)
+    if failed is not None and failed():
+        result.notes.append(failed())
+    # A job's ranks were read where they were analysed: each rank's analysis says.
+    if not any(a.has_gpu for a in (result.ranks if is_job else [result])):
+        result.notes.append(f"to find them, record the run on a GPU: bash {GPU_COLLECT} (or "
+                            f"traceap collect --device cuda)")
     llm_clf = getattr(clf, "inner", clf)
     if getattr(llm_clf, "name", "") == "llm":
         st = llm_clf.stats
@@ -115,11 +153,13 @@ def analyze(
             typer.echo(data.decode())
             quiet = True
         else:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
+            _make_parent(json_out, "the analysis JSON")
             json_out.write_bytes(data)
     if html_mod is not None:
+        _make_parent(html, "the HTML report")
         html_mod.write_html(result, html, loaded)
     if ann_mod is not None:  # for a folder: OUT is a folder, one annotated trace per rank
+        _make_parent(annotate, "the annotated trace" + ("s" if is_job else ""))
         ann_mod.write_annotated(result, loaded, annotate)
     if not quiet:
         from ..report.terminal import render, render_job

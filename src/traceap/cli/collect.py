@@ -19,7 +19,9 @@ def collect(
                                 help="Anti-pattern to switch on: 'none' (a clean trace), a "
                                      "pattern id, or ids separated by commas."),
     out: Path = typer.Option(None, "--out", "-o", help="Dataset folder: traces/ and manifest.jsonl."),
-    device: str = typer.Option(None, "--device", help="cuda or cpu (default: cuda when visible)."),
+    device: str = typer.Option(None, "--device", help="cuda or cpu (default: cuda when a GPU "
+                               "is visible, else cpu; a CPU trace has no GPU events, so "
+                               "traceap analyze finds none of the patterns in it)."),
     steps: int = typer.Option(3, help="Profiled (active) steps."),
     batch_size: int = typer.Option(None, "--batch-size", "-b",
                                    help="Batch size (default 32 on a GPU, 8 on the CPU)."),
@@ -37,7 +39,13 @@ def collect(
     list_models: bool = typer.Option(False, "--list", help="List the models and patterns."),
 ) -> None:
     """Record a real profiler trace, labelled, into a dataset (one recording or a --plan)."""
+    import signal
+
     import torch
+
+    # `timeout`, a batch system or `kill` stop a sweep with SIGTERM: end like Ctrl-C, so the
+    # recording's temporary files are removed and the manifest stays whole.
+    signal.signal(signal.SIGTERM, _interrupt)
 
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
@@ -50,10 +58,16 @@ def collect(
         typer.echo("patterns: none, " + ", ".join(
             p + (" (GPU)" if p in GPU_ONLY else "") for p in PATTERNS))
         return
+    chosen = device
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if plan is not None:
-        p = load_plan(plan, out=out, device=device)
-        res = run_plan(p, echo=typer.echo)
+        p = load_plan(plan, out=out, device=chosen or (None if torch.cuda.is_available()
+                                                        else "cpu"))
+        _say_device(chosen, p.device)
+        try:
+            res = run_plan(p, echo=typer.echo)
+        except KeyboardInterrupt:
+            _stopped("rerun the same command to record the rest")
         typer.echo(f"plan: {len(res.recorded)} recorded, {len(res.existing)} already there, "
                    f"{len(res.unavailable)} skipped (not possible here), "
                    f"{len(res.failed)} failed -> {p.out}")
@@ -66,8 +80,40 @@ def collect(
                         steps=steps, batch_size=batch_size, inference=inference, task=task,
                         split=split, image_size=image_size, workers=workers,
                         compile_backend=compile_backend, overwrite=overwrite)
-    rec = record(cfg)
+    cfg.validate()  # a bad option is one line before anything is said or recorded
+    _say_device(chosen, device)
+    try:
+        rec = record(cfg)
+    except KeyboardInterrupt:
+        _stopped("nothing of this recording was kept")
     e = rec.entry
     typer.echo(f"recorded {e.id} ({e.label}, {len(e.anomalies)} anomaly intervals) in "
                f"{rec.seconds:.1f} s -> {rec.trace}")
 
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _stopped(what: str) -> None:
+    """One line for a stopped recording (Ctrl-C or SIGTERM) and the shell's code for it."""
+    typer.echo(f"traceap: interrupted; {what}", err=True)
+    raise typer.Exit(130)
+
+
+def _say_device(asked: str | None, device: str) -> None:
+    """Say which device records, and what a CPU recording cannot show (stderr, before the
+    recording starts)."""
+    if device != "cpu":
+        return
+    if asked is None:
+        typer.echo("traceap: no --device given and no CUDA GPU visible: recording on the CPU",
+                   err=True)
+    typer.echo(f"traceap: note: {CPU_NOTE}", err=True)
+
+
+#: What a CPU recording is good for (said by `collect` and, for CPU-only traces, by `analyze`).
+CPU_NOTE = ("a CPU recording has no GPU events, so traceap analyze can find none of the eight "
+            "GPU anti-patterns in it (its labels still test the recorder); record real traces "
+            "on a GPU machine: bash scripts/gpu_collect.sh")

@@ -17,6 +17,8 @@ DEFAULT_DETECTORS = "rule,clustering,expert,model"
 FIT = ("rule", "clustering")
 #: Detectors whose window features depend on the window width: one instance per N.
 PER_N = ("clustering",)
+#: Detectors that load the trained model checkpoint (--model replaces the bundled one).
+MODEL_BASED = ("model", "hybrid")
 ABLATION_FLAGS = ("no_event_adapter", "no_transformer", "no_relation")
 MAX_SHOWN_WARNINGS = 10
 
@@ -52,7 +54,8 @@ def build_detectors(names: list[str], explicit: bool, model: Path | None,
         raise TraceapError(f"unknown detector {unknown[0]!r}; choose from {', '.join(DETECTOR_NAMES)}")
     out: dict[str, object] = {}
     for name in names:
-        options = {"path": model} if name == "model" and model is not None else {}
+        # --model is the checkpoint of every detector built on the trained model
+        options = {"path": model} if name in MODEL_BASED and model is not None else {}
         try:
             det = make_detector(name, **options)
         except TraceapError as exc:
@@ -145,9 +148,10 @@ def commit_of() -> str | None:
 
 
 def eval_(
-    dataset: Path = typer.Option(..., "--dataset", "-d", help="A dataset folder with manifest.jsonl (FORMATS.md)."),
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="A dataset folder with manifest.jsonl (docs/FORMATS.md)."),
     detectors: str = typer.Option(DEFAULT_DETECTORS, "--detectors",
-                                  help="Comma-separated: rule, clustering, expert, model, llm."),
+                                  help="Comma-separated: rule, clustering, expert, model, hybrid (model + expert "
+                                       "rules, the default of analyze), llm."),
     windows: str = typer.Option("50,100,200", "--windows", help="Window counts N, comma-separated."),
     split: str = typer.Option("test_seen,test_unseen", "--split",
                               help="Splits to test on: test_seen, test_unseen (train for inspection)."),
@@ -165,7 +169,7 @@ def eval_(
                                          help="At most N train traces to fit rule/clustering on."),
     threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0,
                                     help="Flagging threshold for detectors without their own."),
-    model: Path | None = typer.Option(None, "--model", help="Checkpoint for the 'model' detector."),
+    model: Path | None = typer.Option(None, "--model", help="Checkpoint for the 'model' and 'hybrid' detectors and the offline+model classifier (default: the bundled one)."),
     plot_traces: str = typer.Option("", "--plot-traces",
                                     help="Trace ids for the score timelines (default: one bad trace per task)."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON summary instead of Markdown."),

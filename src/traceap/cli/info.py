@@ -8,6 +8,7 @@ import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..info import summarize
 from ..load import load, load_job
@@ -38,44 +39,59 @@ def info(
 
 
 def _print(console: Console, s: dict) -> None:
-    console.print(f"[bold]{s['trace']}[/bold]")
+    from ..report.terminal import console_width, shorten_names, wrap_fields, wrap_words
+
+    width = console_width(console)
+
+    def fields(parts: list[str], sep: str = "   ") -> None:
+        # lines break between fields, never inside one (pipes and 80-column terminals)
+        for line in wrap_fields(parts, width, sep=sep):
+            console.print(Text(line), soft_wrap=True)
+
+    console.print(Text(s["trace"], style="bold"), soft_wrap=True)
     busy = s["gpu_busy_fraction"]
     rank = f"rank {s['rank']}/{s['world_size']}" if s["world_size"] else (
         f"rank {s['rank']}" if s["rank"] is not None else "single process")
-    console.print(f"  span {_fmt_us(s['duration_us'])}   steps {s['n_profiler_steps']}   "
-                  f"GPU {s['gpu_name'] or 'unknown'}   {rank}")
-    console.print(f"  events {s['n_events']}: " + ", ".join(
-        f"{k} {v}" for k, v in s["events_per_kind"].items()))
-    console.print(f"  kernels {s['n_kernels']} on streams {s['gpu_streams']}   "
-                  f"GPU busy {'-' if busy is None else f'{100 * busy:.1f}%'}   "
-                  f"idle {_fmt_us(s['gpu_idle_us'])}")
+    fields([f"span {_fmt_us(s['duration_us'])}", f"steps {s['n_profiler_steps']}",
+            f"GPU {s['gpu_name'] or 'unknown'}", rank])
+    kinds = [f"{k} {v}" for k, v in s["events_per_kind"].items()]
+    fields([f"events {s['n_events']}:"] + [k + "," for k in kinds[:-1]] + kinds[-1:], sep=" ")
+    fields([f"kernels {s['n_kernels']} on streams {s['gpu_streams']}",
+            f"GPU busy {'-' if busy is None else f'{100 * busy:.1f}%'}",
+            f"idle {_fmt_us(s['gpu_idle_us'])}"])
     m = s["memcpy"]
     if m["count"]:
         parts = []
         for d, v in m["by_direction"].items():
             mem = ", ".join(f"{k} {x['count']}" for k, x in v["by_memory"].items())
             parts.append(f"{d} {v['count']} ({_fmt_bytes(v['bytes'])}, {_fmt_us(v['time_us'])}; {mem})")
-        console.print("  memcpy " + "; ".join(parts))
+        fields(["memcpy"] + [p + ";" for p in parts[:-1]] + parts[-1:], sep=" ")
     n = s["nccl"]
     if n["count"]:
         exp = n["exposed_fraction"]
-        console.print(f"  NCCL kernels {n['count']} ({_fmt_us(n['time_us'])}) on streams "
-                      f"{n['streams']}, exposed {_fmt_us(n['exposed_us'])}"
-                      + (f" ({100 * exp:.0f}%)" if exp is not None else ""))
+        fields([f"NCCL kernels {n['count']} ({_fmt_us(n['time_us'])}) on streams {n['streams']},",
+                f"exposed {_fmt_us(n['exposed_us'])}" + (f" ({100 * exp:.0f}%)" if exp is not None
+                                                         else "")], sep=" ")
     la = s["launch"]
-    console.print(f"  launch delay median {_fmt_us(la['launch_delay_median_us'])}, p95 "
-                  f"{_fmt_us(la['launch_delay_p95_us'])}; sync calls {la['sync_calls']} "
-                  f"({_fmt_us(la['sync_time_us'])})")
+    fields([f"launch delay median {_fmt_us(la['launch_delay_median_us'])},",
+            f"p95 {_fmt_us(la['launch_delay_p95_us'])};",
+            f"sync calls {la['sync_calls']} ({_fmt_us(la['sync_time_us'])})"], sep=" ")
     if s["top_kernels"]:
         table = Table(title="top kernels by GPU time", show_edge=False, title_justify="left")
-        for col in ("share", "total", "count", "mean", "kernel"):
-            if col == "kernel":  # long C++ names: one line each, cut with an ellipsis
-                table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=20)
-            else:
-                table.add_column(col, justify="right", no_wrap=True, min_width=len(col) + 2)
-        for k in s["top_kernels"]:
-            table.add_row(f"{100 * k['share']:.1f}%", _fmt_us(k["total_us"]), str(k["count"]),
-                          _fmt_us(k["mean_us"]), k["name"])
+        numbers = [(f"{100 * k['share']:.1f}%", _fmt_us(k["total_us"]), str(k["count"]),
+                    _fmt_us(k["mean_us"])) for k in s["top_kernels"]]
+        heads = ("share", "total", "count", "mean")
+        sizes = [max(len(h), *(len(r[i]) for r in numbers)) for i, h in enumerate(heads)]
+        for col, size in zip(heads, sizes):
+            table.add_column(col, justify="right", no_wrap=True, min_width=size)
+        # Long C++ names, one line each, cut in the middle so two kernels never read the same.
+        room = max(20, width - sum(size + 3 for size in sizes) - 2)
+        names = shorten_names([k["name"] for k in s["top_kernels"]], room)
+        table.add_column("kernel", no_wrap=True, overflow="fold",
+                         min_width=min(room, max(len(n) for n in names)))
+        for row, name in zip(numbers, names):
+            table.add_row(*row, name)
         console.print(table)
     for w in s["warnings"]:
-        console.print(f"  [yellow]warning:[/yellow] {w}")
+        for i, line in enumerate(wrap_words(w, width, "  warning: ", " " * 11)):
+            console.print(Text(line, style="yellow" if i == 0 else ""), soft_wrap=True)

@@ -1,6 +1,6 @@
 """Recording real traces with torch.profiler, each anti-pattern switched on by its real cause.
 
-`collect(CollectConfig(...))` records one trace into a dataset (FORMATS.md) with ground truth
+`collect(CollectConfig(...))` records one trace into a dataset (docs/FORMATS.md) with ground truth
 from markers; `run_plan(plan)` sweeps models x patterns x batch sizes and resumes.
 """
 

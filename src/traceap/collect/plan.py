@@ -20,8 +20,10 @@ sweep goes on.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import product
 from pathlib import Path
 
@@ -31,6 +33,16 @@ import yaml
 from ..errors import TraceapError
 from .patterns import PatternUnavailable, check_available, parse_patterns
 from .runner import CollectConfig, collect, entry_id, existing_ids
+
+#: CPU training throughput and the fixed cost of one recording (model build, DataLoader
+#: workers, profiler export, gzip), measured with `traceap collect --device cpu` on the 2
+#: shared cores of the development VM: resnet18 224 px batch 8 ran 17 GFLOP/s, vit_s_16
+#: batch 4 14 GFLOP/s; a 64 px resnet18 recording took 10-15 s in all.  Rough by nature: the
+#: estimate is rescaled by the recordings already made as the sweep goes.
+CPU_GFLOPS = 15.0
+RECORDING_OVERHEAD_S = 10.0
+#: Backward costs about twice the forward pass.
+TRAIN_FLOP_FACTOR = 3.0
 
 _RUN_KEYS = {"models", "patterns", "batch_sizes", "inference", "image_size", "task", "split",
              "steps", "workers", "compile_backend"}
@@ -118,15 +130,74 @@ def _check_keys(mapping: dict, known: set[str], where: str) -> None:
                            + ", ".join(sorted(known)))
 
 
+@lru_cache(maxsize=None)
+def forward_gflop(model: str, image_size: int | None) -> float | None:
+    """GFLOP of one image's forward pass, counted on the meta device (no memory, no compute);
+    None when the model cannot be traced that way."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .models import build_model
+    try:
+        with torch.device("meta"):
+            net, _, size = build_model(model, image_size)
+            x = torch.empty(2, 3, size, size)  # 2: batch norm needs more than one value
+        with FlopCounterMode(display=False) as counter:
+            net(x)
+    except Exception:  # noqa: BLE001 - an estimate must never stop a sweep
+        return None
+    return counter.get_total_flops() / 2 / 1e9
+
+
+def estimate_seconds(cfg: CollectConfig) -> float | None:
+    """Rough wall time of one recording on the CPU (None on a GPU: no reference measured)."""
+    if cfg.device != "cpu":
+        return None
+    gflop = forward_gflop(cfg.model, cfg.image_size)
+    if gflop is None:
+        return None
+    steps = cfg.wait + cfg.warmup + cfg.steps
+    work = gflop * cfg.resolved_batch_size * steps * (1.0 if cfg.inference else TRAIN_FLOP_FACTOR)
+    return RECORDING_OVERHEAD_S + work / CPU_GFLOPS
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def run_plan(plan: Plan, echo: Callable[[str], None] = print,
              recorder: Callable[[CollectConfig], object] = collect) -> PlanResult:
-    """Record every configuration the manifest does not hold yet; return what happened."""
+    """Record every configuration the manifest does not hold yet; return what happened.
+
+    Before the first recording it says how many there are to make and, on the CPU, about how
+    long they take; after each one, the time left at the pace measured so far."""
     if plan.out is None:
         raise TraceapError("the plan names no 'out' dataset folder (give --out DIR)")
     result = PlanResult()
     done = existing_ids(plan.out)
-    for i, cfg in enumerate(plan.configs, 1):
+    todo: dict[int, float | None] = {}
+    impossible = there = 0
+    for i, cfg in enumerate(plan.configs):
         cfg.out = plan.out
+        try:
+            check_available(cfg.patterns, cfg.device, cfg.world_size, cfg.inference)
+        except PatternUnavailable:
+            impossible += 1
+            continue
+        if entry_id(cfg) in done:
+            there += 1
+        else:
+            todo[i] = None
+    for i in todo:
+        todo[i] = estimate_seconds(plan.configs[i])
+    known = all(v is not None for v in todo.values())
+    total = sum(v for v in todo.values() if v is not None)
+    echo(f"plan: {len(plan.configs)} recording(s): {len(todo)} to make on {plan.device}"
+         + (f" (about {_duration(total)}, a rough estimate)" if todo and known else "")
+         + f", {there} already there, {impossible} not possible here -> {plan.out}")
+    spent = estimated = 0.0
+    for i, cfg in enumerate(plan.configs, 1):
         eid = entry_id(cfg)
         prefix = f"[{i}/{len(plan.configs)}] {eid}"
         if eid in done:
@@ -139,19 +210,28 @@ def run_plan(plan: Plan, echo: Callable[[str], None] = print,
             result.unavailable.append((eid, str(exc)))
             echo(f"{prefix}: skipped: {exc}")
             continue
+        t0 = time.perf_counter()
         try:
             rec = recorder(cfg)
         except (TraceapError, RuntimeError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             result.failed.append((eid, msg))
+            todo.pop(i - 1, None)
             echo(f"{prefix}: failed: {msg}")
         else:
             result.recorded.append(eid)
             done.add(eid)
             secs = getattr(rec, "seconds", None)
             n = len(getattr(getattr(rec, "entry", None), "anomalies", []) or [])
+            left = ""
+            est = todo.pop(i - 1, None)
+            if est and known and todo:
+                spent += time.perf_counter() - t0
+                estimated += est
+                rest = sum(todo.values()) * spent / estimated
+                left = f"; about {_duration(rest)} left for {len(todo)}"
             echo(f"{prefix}: recorded" + (f" in {secs:.1f} s, {n} anomaly intervals"
-                                          if secs is not None else ""))
+                                          if secs is not None else "") + left)
         finally:
             gc.collect()
             if torch.cuda.is_available():

@@ -16,11 +16,14 @@ import fcntl
 import os
 import re
 import shutil
+import sys
 import time
+import warnings
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from torch.utils.data import DataLoader
@@ -176,16 +179,29 @@ def existing_ids(out: Path) -> set[str]:
 
 
 def append_entry(out: Path, entry: Entry, replace: bool = False) -> None:
-    """Append one manifest line under a lock (ranks of a job append concurrently)."""
+    """Append one manifest line under a lock (ranks of a job append concurrently).
+
+    The lock is taken on the manifest itself, so no lock file is left behind in the dataset."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / (MANIFEST + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        path = out / MANIFEST
-        if replace and path.exists():
-            kept = [e for e in read_manifest(out) if e.id != entry.id]
-            path.write_bytes(b"".join(encode_entry(e) + b"\n" for e in kept))
-        with open(path, "ab") as f:
-            f.write(encode_entry(entry) + b"\n")
+    with open(out / MANIFEST, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        if replace:
+            f.seek(0)
+            kept = [line for line in f.read().splitlines()
+                    if line.strip() and _decode_id(line) != entry.id]
+            f.seek(0)
+            f.truncate()
+            f.write(b"".join(line + b"\n" for line in kept))
+        f.write(encode_entry(entry) + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _decode_id(line: bytes) -> str | None:
+    try:
+        return orjson.loads(line).get("id")
+    except orjson.JSONDecodeError:
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,8 +230,29 @@ def _distributed(cfg: CollectConfig):
     dist.barrier()  # every rank's manifest line is written before anyone moves on
 
 
+#: Kineto prints USDT/STAGE lines on stderr at its default log level; 6 is above all of its
+#: levels (ERROR 4, USDT 5; the default already hides errors), so nothing is lost.
+KINETO_QUIET_LEVEL = "6"
+_said: set[str] = set()
+
+
+def note_once(message: str) -> None:
+    """One line on stderr, once per process (a sweep records many traces)."""
+    if message not in _said:
+        _said.add(message)
+        print(f"traceap: note: {message}", file=sys.stderr, flush=True)
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Path:
     """Run the loop under the profiler; return the raw trace file it wrote."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
     torch.manual_seed(cfg.seed + cfg.rank)
     model, spec, size = build_model(cfg.model, cfg.image_size)
     model = model.to(device)
@@ -223,9 +260,16 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
     recipe = Recipe.make(cfg.patterns, cfg.device, cfg.workers, cfg.compile_backend)
     bs, total = cfg.resolved_batch_size, cfg.wait + cfg.warmup + cfg.steps
     data = SyntheticImages(spec, size, bs * total, seed=cfg.seed * 100 + cfg.rank)
-    loader = DataLoader(data, batch_size=bs, shuffle=False, drop_last=True,
-                        num_workers=recipe.num_workers, pin_memory=recipe.pin_memory,
-                        prefetch_factor=2 if recipe.num_workers else None)
+    if recipe.num_workers > _cpus():
+        # torch warns at every DataLoader (its warning filters are reset between recordings)
+        note_once(f"{recipe.num_workers} DataLoader workers on {_cpus()} CPU(s): recordings "
+                  f"may run slowly (--workers sets the number)")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create",
+                                category=UserWarning)
+        loader = DataLoader(data, batch_size=bs, shuffle=False, drop_last=True,
+                            num_workers=recipe.num_workers, pin_memory=recipe.pin_memory,
+                            prefetch_factor=2 if recipe.num_workers else None)
     if cfg.world_size > 1 and not cfg.inference:
         model = wrap_distributed(model, recipe, device)
     if recipe.compile_backend:
@@ -245,7 +289,10 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     non_blocking = device.type == "cuda"
-    it = iter(loader)  # worker processes start here, outside the profiled steps
+    with warnings.catch_warnings():  # said once above
+        warnings.filterwarnings("ignore", message="This DataLoader will create",
+                                category=UserWarning)
+        it = iter(loader)  # worker processes start here, outside the profiled steps
     with profile(activities=activities,
                  schedule=schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.steps, repeat=1),
                  record_shapes=True,

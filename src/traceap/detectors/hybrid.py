@@ -32,7 +32,9 @@ class HybridDetector:
         if not 0.0 <= model_weight <= 1.0:
             raise ValueError("model_weight must be between 0 and 1")
         self.model = ModelDetector(path)
-        self.expert = ExpertDetector()
+        # The rules' own evidence only: credit for evidence next door ranks windows for the
+        # expert detector alone, but in a mean it would lift model-only windows over the flag.
+        self.expert = ExpertDetector(nearby_reach=0)
         self.model_weight = model_weight
 
     def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "HybridDetector":

@@ -7,7 +7,9 @@ paper's GPT-4.1 budget and any small local model, so each window is given as one
 (GPU busy, kernels, launch delays, memcpys, NCCL, syncs, heaviest op) from `prompt.summary_line`.
 The reply is validated (exactly one number in [0, 1] per window) and retried once; a sub-trace
 the model fails on scores 0 and is counted in `failures`, never filled in by the expert rules,
-so the baseline stays a pure LLM.
+so the baseline stays a pure LLM.  `failure_note()` says how many sub-traces failed, for the
+notes of `traceap analyze` and the tables of `traceap eval`; once the server is unreachable the
+remaining sub-traces are not sent (they fail with the same reason).
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ class PureLLMDetector:
         self.retries = retries
         self.threshold = threshold
         self.failures: list[str] = []
+        self.subtraces = 0
         self.seconds = 0.0
         self.calls = 0
+        self._down: str | None = None
 
     def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "PureLLMDetector":
         """Nothing to train: the baseline is the model as it is."""
@@ -56,13 +60,14 @@ class PureLLMDetector:
         msgs = score_messages(windows, idx)
         schema = score_schema(len(idx))
         max_tokens = 8 * len(idx) + 48
-        err = ""
-        for attempt in range(self.retries + 1):
+        self.subtraces += 1
+        err = self._down or ""
+        for attempt in range(self.retries + 1 if not self._down else 0):
             self.calls += 1
             try:
                 text = self.backend.complete(msgs, schema, max_tokens)
             except BackendError as exc:
-                err = str(exc)
+                err = self._down = str(exc)
                 break
             try:
                 return parse_scores(text, len(idx))
@@ -82,6 +87,15 @@ class PureLLMDetector:
         scores = np.concatenate([self._score_part(windows, p) for p in parts])
         self.seconds += time.perf_counter() - t0
         return np.clip(scores, 0.0, 1.0)
+
+    def failure_note(self) -> str | None:
+        """One line on the sub-traces the model gave no valid answer for (None: no failure)."""
+        if not self.failures:
+            return None
+        reasons = list(dict.fromkeys(f.split(": ", 1)[-1] for f in self.failures))
+        return (f"pure-LLM detector: {len(self.failures)} of {self.subtraces} sub-trace(s) got "
+                f"no valid answer and scored 0 ({reasons[0]}"
+                + (f"; {len(reasons) - 1} other reason(s)" if len(reasons) > 1 else "") + ")")
 
 
 __all__ = ["PureLLMDetector"]

@@ -1,4 +1,4 @@
-"""The paper's benchmark tables on any dataset in the FORMATS.md format (`traceap eval`).
+"""The paper's benchmark tables on any dataset in the docs/FORMATS.md format (`traceap eval`).
 
 `runner.evaluate` scores every test trace once per window count; `tables` renders the summary
 as Markdown/JSON; `plots` draws ROC curves and score timelines; `metrics` wraps scikit-learn.

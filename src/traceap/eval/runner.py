@@ -33,11 +33,11 @@ from ..windows import Windows
 from . import metrics
 
 SCHEMA = "traceap.eval/v1"
-#: Column order of the tables: the paper's Table 3, then the other tasks of FORMATS.md.
+#: Column order of the tables: the paper's Table 3, then the other tasks of docs/FORMATS.md.
 _PAPER_ORDER = SEEN_TASKS + ("pose_estimation", "depth_estimation", "image_generation")
 TASK_ORDER = _PAPER_ORDER + tuple(t for t in TASKS if t not in _PAPER_ORDER)
 #: Split name -> the group it is reported under (the paper's "Seen" and "Unseen").
-GROUPS = {"test_seen": "seen", "test_unseen": "unseen", "train": "train"}
+GROUPS = {"test_seen": "seen", "test_unseen": "unseen", "train": "train", "validation": "validation"}
 
 
 @dataclass(frozen=True)
@@ -239,6 +239,9 @@ class EvalResult:
     n_fit_traces: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: detector -> {"failed", "subtraces", "note"} for detectors that count the parts they
+    #: could not score (the pure-LLM baseline scores those 0; readers must know how many)
+    failures: dict[str, dict] = field(default_factory=dict)
 
     def of(self, n: int, split: str | None = None, task: str | None = None) -> list[TraceRecord]:
         """Records at window count n, optionally of one split and task."""
@@ -359,6 +362,7 @@ class EvalResult:
                                            for k in scored + self.ablation + self.classifiers}
                                   for n in ns},
             "seconds": self.seconds,
+            "detector_failures": self.failures,
             "warnings": self.warnings,
         }
         return out
@@ -433,9 +437,35 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
         records += recs
     if not records:
         raise DatasetError(f"{dataset}: none of the {len(chosen)} test traces could be read")
+    failures = detector_failures(per_n)
+    for name, f in failures.items():
+        warn(f"{name}: {f['note']}")
     return EvalResult(str(dataset), config, list(detectors), list(classifiers), records,
                       list(ablation), {n: n_fit for n in fit_names}, warned,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, failures)
+
+
+def detector_failures(per_n: Mapping[int, Mapping[str, Detector]]) -> dict[str, dict]:
+    """Per detector name: the sub-traces it failed to score, summed over its instances (a
+    detector shared by every N is counted once)."""
+    out: dict[str, dict] = {}
+    seen: set[int] = set()
+    for dets in per_n.values():
+        for name, det in dets.items():
+            if id(det) in seen or not hasattr(det, "failure_note"):
+                continue
+            seen.add(id(det))
+            f = out.setdefault(name, {"failed": 0, "subtraces": 0, "reasons": []})
+            f["failed"] += len(det.failures)
+            f["subtraces"] += int(getattr(det, "subtraces", 0))
+            f["reasons"] += [x for x in det.failures if x not in f["reasons"]][:3]
+    for name in [n for n, f in out.items() if not f["failed"]]:
+        del out[name]
+    for f in out.values():
+        why = f["reasons"][0].split(": ", 1)[-1] if f["reasons"] else ""
+        f["note"] = (f"{f['failed']} of {f['subtraces']} sub-trace(s) got no valid answer and "
+                     f"scored 0" + (f" (first: {why})" if why else ""))
+    return out
 
 
 __all__ = ["DetectorSpec", "EntryWork", "EvalConfig", "EvalResult", "GROUPS", "SCHEMA",

@@ -32,7 +32,7 @@ PATTERN_SHORT = {
     "graph_break": "GB", "cpu_bound": "CPU", "small_nccl_kernels": "SNK",
     "nccl_blocks_compute_stream": "NBS", "nccl_compute_no_overlap": "NNO", NO_PATTERN: "none",
 }
-GROUP_TITLES = {"seen": "Seen", "unseen": "Unseen", "train": "Train"}
+GROUP_TITLES = {"seen": "Seen", "unseen": "Unseen", "train": "Train", "validation": "Validation"}
 
 
 def pct(x: float | None, digits: int = 2) -> str:
@@ -183,6 +183,9 @@ def markdown(s: dict, heading: str = "##") -> str:
                   "A window is positive when it overlaps a labelled anomaly interval; "
                   "AUC over the pooled windows of each task's test traces; Avg = mean over tasks.",
                   detection_table(s)]
+        for d, f in (s.get("detector_failures") or {}).items():
+            parts.append(f"**{_title(d, DETECTOR_TITLES)}: {f['note']}**; its AUC counts "
+                         f"those windows as scored 0.")
         parts += [f"{h} Trace level: good vs bad, and false findings on healthy traces",
                   f"Trace score = mean or max of its window scores.  A window is flagged at score "
                   f">= {s['threshold']} (or the detector's own threshold); a finding is a run of "

@@ -190,7 +190,7 @@ def train(dataset: str | os.PathLike, out: str | os.PathLike | None = None,
           workers: int = 1, limit: int | None = None, seed: int | None = None,
           log: Callable[[str], None] | None = None, ray: str | None = None
           ) -> tuple[TraceAPModel, TrainLog]:
-    """Train on the `train` split of a dataset (FORMATS.md) and optionally save a checkpoint.
+    """Train on the `train` split of a dataset (docs/FORMATS.md) and optionally save a checkpoint.
 
     Featurising (the part that reads traces) runs `workers` at a time or on Ray (`ray`)."""
     dataset = Path(dataset)

@@ -2,12 +2,21 @@
 
     GPU, span, steps, GPU busy, detector
     ▁▁▃█▇▁▁▁▂▁▁▃█▇▁▁ ...   one block per window, height = score, colour = pattern
-    #1 HIGH  CPU-bound ...  time lost, evidence in numbers, the fix as code
+      C  CC      O           the pattern's letter under each flagged window (no colour needed)
+    #1 HIGH  [C] CPU-bound ...  time lost, evidence in numbers, the fix as code
+
+Everything fits the console width (80 columns in a pipe): lines break between fields and
+words, never inside one; code lines are kept whole (a trailing comment moves above its line
+when the line would not fit).
 """
 
 from __future__ import annotations
 
+import io
+import re
 import textwrap
+import tokenize
+from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
@@ -23,17 +32,159 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 COLORS = TERMINAL_COLORS
 UNNAMED = "magenta"
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+#: One letter per pattern, written under its flagged windows and beside its findings, so the
+#: timeline reads without colour (pipes, logs, colour-blind readers).  "?" = flagged, unnamed.
+LETTERS = {
+    "single_process_dataloading": "D",
+    "no_pin_memory": "P",
+    "excessive_memcpy": "M",
+    "graph_break": "G",
+    "cpu_bound": "C",
+    "small_nccl_kernels": "S",
+    "nccl_blocks_compute_stream": "B",
+    "nccl_compute_no_overlap": "O",
+}
+UNNAMED_LETTER = "?"
+ELLIPSIS = "\u2026"
+
+
+def letter(pattern: str | None) -> str:
+    """The timeline letter of a pattern id ("?" for a flagged window without a pattern)."""
+    return LETTERS.get(pattern or "", UNNAMED_LETTER)
+
+
+# -- fitting text to the console -------------------------------------------------------------
+def console_width(console: Console) -> int:
+    """The width to fit: the console's (80 in a pipe), never below 40."""
+    return max(40, console.width or 80)
+
+
+def wrap_words(text: str, width: int, indent: str = "", subsequent: str | None = None) -> list[str]:
+    """Lines of at most `width` columns broken between words only (a long word, such as a
+    kernel name or a path, stays whole on a line of its own)."""
+    return textwrap.wrap(text, width, initial_indent=indent,
+                         subsequent_indent=indent if subsequent is None else subsequent,
+                         break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+
+
+def wrap_fields(fields: Sequence[str], width: int, indent: str = "  ", sep: str = "   ") -> list[str]:
+    """Fields joined by `sep`, a new line (at `indent`) before a field that would not fit."""
+    lines: list[str] = []
+    line = ""
+    for f in fields:
+        if line and len(line) + len(sep) + len(f) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}{sep}{f}" if line else indent + f
+    if line:
+        lines.append(line)
+    return lines
+
+
+def shorten_middle(name: str, width: int) -> str:
+    """`name` in at most `width` characters, cut in the middle with an ellipsis (the start
+    says what a kernel is, the end its template arguments or variant)."""
+    if len(name) <= width:
+        return name
+    if width < 2:
+        return name[:width]
+    head = width // 2
+    tail = width - 1 - head
+    return name[:head] + ELLIPSIS + (name[-tail:] if tail else "")
+
+
+def drop_parameters(name: str) -> str:
+    """A C++ kernel signature without its parameter list: `f<T>(int, float*)` -> `f<T>(…)`."""
+    depth = 0
+    for i, ch in enumerate(name):
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0 and i > 0 and name.endswith(")"):
+            return name[:i] + "(" + ELLIPSIS + ")"
+    return name
+
+
+def _cut_apart(full: list[str], width: int, taken: set[str]) -> list[str] | None:
+    """One cut position (head + ellipsis + tail) at which the names all read differently."""
+    for head in range(width - 1, -1, -1):
+        tail = width - 1 - head
+        cut = [n if len(n) <= width else n[:head] + ELLIPSIS + (n[-tail:] if tail else "")
+               for n in full]
+        if len(set(cut)) == len(full) and not set(cut) & taken:
+            return cut
+    return None
+
+
+def shorten_names(names: Sequence[str], width: int) -> list[str]:
+    """Each name in at most `width` characters, such that different names never read the same.
+
+    A long C++ signature loses its parameter list first, then the name is cut in the middle;
+    names that would collide get the cut moved (more of the start or of the end kept), and
+    names no single cut tells apart are kept whole."""
+    def short(n: str) -> str:
+        return shorten_middle(drop_parameters(n) if len(n) > width else n, width)
+
+    out = [short(n) for n in names]
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(out):
+        groups.setdefault(s, []).append(i)
+    taken = {s for s, ix in groups.items() if len({names[i] for i in ix}) == 1}
+    for s, ix in groups.items():
+        distinct = list(dict.fromkeys(names[i] for i in ix))
+        if len(distinct) == 1:
+            continue
+        cut = None
+        for form in ([drop_parameters(n) if len(n) > width else n for n in distinct], distinct):
+            if len(set(form)) == len(form):
+                cut = _cut_apart(form, width, taken)
+                if cut is not None:
+                    break
+        chosen = dict(zip(distinct, cut or distinct))
+        for i in ix:
+            out[i] = chosen[names[i]]
+        taken |= set(chosen.values())
+    return out
+
+
+def _comment_start(line: str) -> int | None:
+    """Column of a trailing Python comment in one line of code (None: none, or not Python)."""
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(line).readline):
+            if tok.type == tokenize.COMMENT:
+                return tok.start[1]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # a line of a longer statement: the tokens before the error were read
+    return None
+
+
+def fit_code_line(line: str, width: int) -> list[str]:
+    """A code line as is when it fits; else its trailing `# comment` moved onto its own line
+    above it (same indent), which Python reads the same.  Code itself is never broken."""
+    if len(line) <= width:
+        return [line]
+    at = _comment_start(line)
+    code = line[:at].rstrip() if at else ""
+    if not code.strip():
+        return [line]
+    pad = code[:len(code) - len(code.lstrip())]
+    return [pad + line[at:], code]
+
+
+# -- the timeline ----------------------------------------------------------------------------
+def _bins(analysis, width: int) -> list[int]:
+    """For each column, the window shown: the highest-scoring of the windows it covers."""
+    scores = np.array([w.score for w in analysis.windows])
+    n = len(scores)
+    if not n:
+        return []
+    return [int(b[int(np.argmax(scores[b]))])
+            for b in np.array_split(np.arange(n), min(n, width))]
 
 
 def timeline(analysis, width: int = 100) -> Text:
     """One character per window (bins of windows beyond `width`): height by score, colour by
     pattern for flagged windows, grey otherwise."""
-    scores = np.array([w.score for w in analysis.windows])
-    n = len(scores)
-    bins = np.array_split(np.arange(n), min(n, width)) if n else []
     text = Text()
-    for b in bins:
-        k = b[int(np.argmax(scores[b]))]
+    for k in _bins(analysis, width):
         w = analysis.windows[k]
         ch = BLOCKS[min(int(w.score * len(BLOCKS)), len(BLOCKS) - 1)]
         if w.flagged:
@@ -44,18 +195,35 @@ def timeline(analysis, width: int = 100) -> Text:
     return text
 
 
+def timeline_letters(analysis, width: int = 100) -> Text:
+    """The row under the timeline: each flagged window's pattern letter, blank elsewhere."""
+    text = Text()
+    for k in _bins(analysis, width):
+        w = analysis.windows[k]
+        if w.flagged:
+            text.append(letter(w.pattern), style=COLORS.get(w.pattern, UNNAMED)
+                        if w.pattern else UNNAMED)
+        else:
+            text.append(" ")
+    text.rstrip()
+    return text
+
+
 def _header(console: Console, a) -> None:
     s = a.summary or {}
     busy = s.get("gpu_busy_fraction")
     span = a.span_us[1] - a.span_us[0]
-    rank = (f"   rank {s['rank']}/{s['world_size']}" if s.get("world_size")
-            else (f"   rank {s['rank']}" if s.get("rank") is not None else ""))
-    console.print(f"[bold]{escape(str(a.trace_path))}[/bold]   [dim]detector {a.detector}, "
-                  f"{a.n_windows} windows[/dim]")
-    console.print(f"  GPU {escape(str(s.get('gpu_name') or 'unknown'))}{rank}   span "
-                  f"{fmt_us(span)}   steps {s.get('n_profiler_steps', 0)}   GPU busy "
-                  f"{'-' if busy is None else f'{100 * busy:.0f}%'}   kernels "
-                  f"{s.get('n_kernels', 0)}")
+    width = console_width(console)
+    rank = (f"rank {s['rank']}/{s['world_size']}" if s.get("world_size")
+            else (f"rank {s['rank']}" if s.get("rank") is not None else ""))
+    console.print(Text(str(a.trace_path), style="bold"), soft_wrap=True)
+    fields = [f"detector {a.detector}, {a.n_windows} windows",
+              f"GPU {s.get('gpu_name') or 'unknown'}"] + ([rank] if rank else []) + [
+              f"span {fmt_us(span)}", f"steps {s.get('n_profiler_steps', 0)}",
+              f"GPU busy {'-' if busy is None else f'{100 * busy:.0f}%'}",
+              f"kernels {s.get('n_kernels', 0)}"]
+    for line in wrap_fields(fields, width):
+        console.print(Text(line), soft_wrap=True)
 
 
 def _axis(a, width: int) -> Text:
@@ -67,18 +235,29 @@ def _axis(a, width: int) -> Text:
     return Text("  " + left + " " * gap1 + mid + " " * gap2 + right, style="dim")
 
 
-def _legend(a) -> Text:
-    text = Text("  ")
-    seen = []
-    for w in a.windows:
-        if w.flagged and w.pattern not in seen:
-            seen.append(w.pattern)
-    for p in seen:
-        text.append("■ ", style=COLORS.get(p, UNNAMED) if p else UNNAMED)
-        text.append(f"{p or 'unnamed'}  ", style="dim")
+def _legend(console: Console, windows_of: Sequence) -> None:
+    """'C cpu_bound   O nccl_compute_no_overlap' for the patterns flagged, wrapped to fit."""
+    seen: list[str | None] = []
+    for windows in windows_of:
+        for w in windows:
+            if w.flagged and w.pattern not in seen:
+                seen.append(w.pattern)
     if not seen:
-        text.append("no window flagged", style="dim")
-    return text
+        console.print(Text("  no window flagged", style="dim"))
+        return
+    fields = [f"{letter(p)} {p or 'flagged, no pattern named'}" for p in seen]
+    style = {f: COLORS.get(p, UNNAMED) if p else UNNAMED for f, p in zip(fields, seen)}
+    for line in wrap_fields(fields, console_width(console)):
+        text = Text()
+        for part in re.split(r"(\s{3,})", line):
+            key = part.strip()
+            if key in style:
+                text.append(part[:len(part) - len(part.lstrip())])
+                text.append(key[0], style=f"bold {style[key]}")
+                text.append(key[1:], style="dim")
+            else:
+                text.append(part)
+        console.print(text, soft_wrap=True)
 
 
 def _paragraphs(text: str) -> list[tuple[str, bool]]:
@@ -100,16 +279,16 @@ def _paragraphs(text: str) -> list[tuple[str, bool]]:
 
 def _block(console: Console, text: str, indent: int, style: str = "",
            code_style: str | None = None) -> None:
-    """Print text indented: prose re-wrapped to the console, code lines never wrapped."""
-    width = max(40, (console.width or 100) - indent)
+    """Print text indented: prose re-wrapped to the console between words, code lines whole."""
+    width = console_width(console)
     pad = " " * indent
     for para, is_code in _paragraphs(text):
         if is_code:
-            line = (pad + para) if para.strip() else ""
-            console.print(Text(line, style=code_style or style), soft_wrap=True)
+            for line in fit_code_line((pad + para) if para.strip() else "", width):
+                console.print(Text(line, style=code_style or style), soft_wrap=True)
             continue
-        for line in textwrap.wrap(para, width) or [""]:
-            console.print(Text(pad + line, style=style), soft_wrap=True)
+        for line in wrap_words(para, width, pad):
+            console.print(Text(line, style=style), soft_wrap=True)
 
 
 #: Short cause names for the one-line idle bar (letters stand in for colours in pipes).
@@ -152,12 +331,23 @@ def _apportion(values: list[float], width: int) -> list[int]:
 
 
 def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -> None:
-    """One finding: rank, severity, title, time lost, evidence and fix."""
-    head = Text(f"#{f.rank} " if isinstance(f.rank, int) and f.windows else "- ")
-    head.append(f"{f.severity.upper():6s} ", style=SEVERITY_STYLE.get(f.severity, ""))
-    head.append(f.title, style=f"bold {COLORS.get(f.pattern, '')}".strip())
-    head.append(f"  ({f.pattern})", style="dim")
-    console.print(head)
+    """One finding: rank, severity, letter and title, its cost, evidence, fix."""
+    width = console_width(console)
+    number = f"#{f.rank} " if isinstance(f.rank, int) and f.windows else "- "
+    severity = f"{f.severity.upper():6s} "
+    mark = f"[{LETTERS[f.pattern]}] " if f.pattern in LETTERS else ""
+    lead = len(number) + len(severity) + len(mark)
+    color = COLORS.get(f.pattern, "")
+    for i, line in enumerate(wrap_words(f"{f.title} ({f.pattern})", width - lead)):
+        head = Text()
+        if i == 0:
+            head.append(number)
+            head.append(severity, style=SEVERITY_STYLE.get(f.severity, ""))
+            head.append(mark, style=f"bold {color}".strip())
+        else:
+            head.append(" " * lead)
+        head.append(line, style=f"bold {color}".strip())
+        console.print(head, soft_wrap=True)
     _block(console, cost_sentence(f), 4, "bold")
     _block(console, f.evidence, 4)
     if f.explanation:
@@ -167,44 +357,77 @@ def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -
         _block(console, f.fix, 6, code_style="cyan")
 
 
+def _notes(console: Console, notes: Sequence[str]) -> None:
+    width = console_width(console)
+    for n in notes:
+        for line in wrap_words(n, width, "  note: ", " " * 8):
+            console.print(Text(line, style="dim"), soft_wrap=True)
+
+
 def render(analysis, console: Console | None = None, show_fix: bool = True) -> None:
     """Print the summary of one `Analysis`."""
     console = console or Console()
     a = analysis
     _header(console, a)
     console.print(idle_line(getattr(a, "idle", None), letters=console.no_color or not console.is_terminal))
-    width = max(20, min(a.n_windows, (console.width or 100) - 4))
-    line = Text("  ")
+    width = max(20, min(a.n_windows, console_width(console) - 4))
     strip = timeline(a, width)
-    line.append_text(strip)
-    console.print(line)
-    console.print(_axis(a, len(strip)))
-    console.print(_legend(a))
+    console.print(Text("  ").append_text(strip), soft_wrap=True)
+    marks = timeline_letters(a, width)
+    if marks.plain.strip():
+        console.print(Text("  ").append_text(marks), soft_wrap=True)
+    console.print(_axis(a, len(strip)), soft_wrap=True)
+    _legend(console, [a.windows])
     span = a.span_us[1] - a.span_us[0]
     if not a.findings:
         console.print("  [green]no anti-pattern found[/green]")
     for f in a.findings:
         console.print()
         render_finding(console, f, span, show_fix)
-    for n in a.notes:
-        console.print(f"  [dim]note: {escape(n)}[/dim]")
+    _notes(console, a.notes)
+
+
+def job_notes(job) -> list[str]:
+    """The job's notes, then each rank's own (trace warnings such as duplicate rank ids, a
+    CPU-only rank), a note shared by several ranks said once with the ranks it concerns."""
+    ranks_of: dict[str, list] = {}
+    for a in job.ranks:
+        for n in a.notes:
+            if n not in job.notes:
+                ranks_of.setdefault(n, []).append(a.summary.get("rank"))
+    out = list(job.notes)
+    for n, ranks in ranks_of.items():
+        if len(ranks) == len(job.ranks) and len(ranks) > 1:
+            out.append(f"every rank: {n}")
+        else:
+            out.append(f"rank{'s' if len(ranks) > 1 else ''} "
+                       f"{', '.join(str(r) for r in ranks)}: {n}")
+    return out
 
 
 def render_job(job, console: Console | None = None) -> None:
     """Print a job: a timeline per rank, cross-rank findings, then each rank's findings (fixes
     shown once per pattern)."""
     console = console or Console()
-    console.print(f"[bold]job {escape(job.path)}[/bold]: {len(job.ranks)} ranks")
+    console.print(Text(f"job {job.path}: {len(job.ranks)} ranks", style="bold"), soft_wrap=True)
+    width = console_width(console)
     for a in job.ranks:
         r = a.summary.get("rank")
         busy = a.summary.get("gpu_busy_fraction")
-        line = Text(f"  rank {r if r is not None else '?':>3} ")
-        line.append_text(timeline(a, max(20, min(a.n_windows, (console.width or 100) - 42))))
         acc = getattr(a, "idle", None)
         idle = f"idle {100 * acc.total_us / acc.span_us:.0f}%" if acc and acc.span_us > 0 else "idle -"
-        line.append(f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, {idle}, "
-                    f"{len(a.findings)} findings", style="dim")
-        console.print(line)
+        lead = f"  rank {r if r is not None else '?':>3} "
+        tail = (f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, {idle}, "
+                f"{len(a.findings)} findings")
+        cols = max(20, min(a.n_windows, width - len(lead) - len(tail)))
+        line = Text(lead)
+        line.append_text(timeline(a, cols))
+        line.append(tail, style="dim")
+        console.print(line, soft_wrap=True)
+        marks = timeline_letters(a, cols)
+        if marks.plain.strip():
+            console.print(Text(" " * len(lead)).append_text(marks), soft_wrap=True)
+    _legend(console, [a.windows for a in job.ranks])
     for group in getattr(job, "copies", None) or []:
         console.print(f"  [yellow]{len(group)} inputs are copies of one trace: analysed once, "
                       f"not compared as ranks[/yellow]")
@@ -222,10 +445,9 @@ def render_job(job, console: Console | None = None) -> None:
     for a in job.ranks:
         if not a.findings:
             continue
-        console.print(f"\n[bold]rank {a.summary.get('rank')}[/bold]")
+        console.print(f"\n[bold]rank {escape(str(a.summary.get('rank')))}[/bold]")
         span = a.span_us[1] - a.span_us[0]
         for f in a.findings:
             render_finding(console, f, span, show_fix=f.pattern not in shown)
             shown.add(f.pattern)
-    for n in job.notes:
-        console.print(f"  [dim]note: {escape(n)}[/dim]")
+    _notes(console, job_notes(job))

@@ -1,10 +1,18 @@
-"""The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per FORMATS.md.
+"""The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per docs/FORMATS.md.
 
-Default as in the paper: 610 traces; 460 train (classification, detection, segmentation) and
-150 test with window-level labels, split into test_seen (the same three tasks) and test_unseen
-(generation, depth, pose, action recognition); a pattern mix like Table 2; single- and
-multi-GPU jobs (one manifest line per rank, sharing "job").  The plan is drawn from the seed in
+Default as in the paper: 610 traces; 460 on the seen tasks (classification, detection,
+segmentation) split 400 train / 60 validation (docs/FORMATS.md: validation is for every tunable
+choice), and 150 test with window-level labels, split into test_seen (the same three tasks) and
+test_unseen (generation, depth, pose, action recognition); a pattern mix like Table 2; single-
+and multi-GPU jobs (one manifest line per rank, sharing "job").  The plan is drawn from the seed in
 the parent process and each job from its own seed, so the output does not depend on --jobs.
+
+The workload mix is what people profile, not only large-batch training: a third of the
+single-GPU jobs are inference, 40% of the jobs run small batches (1-8: latency checks,
+debugging runs), 40% use torch.compile.  With it (and the host/launch calibration of the
+simulator), benchmarks/realism.py's classifier tells generated healthy windows from the real
+NVIDIA traces with AUC 0.67 +- 0.02 over 5 samples (workloads held out), against 0.87 +- 0.02
+for the earlier simulator whose healthy runs were mostly large-batch training.
 """
 
 from __future__ import annotations
@@ -12,13 +20,16 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 
-from ..dataset import Anomaly, Entry, SEEN_TASKS, write_manifest
+from ..dataset import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write_manifest
+from ..errors import DatasetError
 from ..progress import track
+from . import ops
 from . import patterns as pat
 from .models import MODELS, ModelSpec
 from .platforms import PLATFORM_LABELS, PLATFORMS
@@ -27,8 +38,14 @@ from .writer import trace_document, write_trace
 
 UNSEEN_TASKS = ("image_generation", "depth_estimation", "pose_estimation", "action_recognition")
 DEFAULT_TRACES = 610
-#: Share of each split in the paper's 610 traces.
-SPLIT_SHARE = {"train": 460 / 610, "test_seen": 75 / 610, "test_unseen": 75 / 610}
+#: The record of what `generate` wrote into a folder (docs/FORMATS.md, "synth.json"): its
+#: configuration and every file it writes, so a rerun knows what it may replace or remove.
+STAMP = "synth.json"
+STAMP_SCHEMA = "traceap.synth/v1"
+#: Share of each split in the paper's 610 traces (its 460 training traces: 400 train + 60 validation).
+SPLIT_SHARE = {"train": 400 / 610, "validation": 60 / 610, "test_seen": 75 / 610,
+               "test_unseen": 75 / 610}
+SPLIT_ORDER = ("train", "validation", "test_seen", "test_unseen")
 
 
 @dataclass(frozen=True)
@@ -43,7 +60,12 @@ class SynthConfig:
     two_patterns: float = 0.25
     world_sizes: tuple[int, ...] = (1, 2, 4, 8)
     world_size_p: tuple[float, ...] = (0.68, 0.2, 0.09, 0.03)
-    infer_fraction: float = 0.15
+    #: single-GPU jobs that profile inference (realism.py: the real traces are mostly inference)
+    infer_fraction: float = 0.35
+    #: jobs at batch 1-8 (latency checks, debugging runs)
+    small_batch_fraction: float = 0.4
+    #: torch.compile is common in PyTorch 2.x training scripts; graph_break runs add to this
+    compiled_fraction: float = 0.4
 
     def __post_init__(self):
         if self.traces < 3:
@@ -70,14 +92,27 @@ class JobPlan:
     def job_id(self) -> str:
         return f"{self.split}-{self.index:04d}"
 
+    def trace_id(self, rank: int) -> str:
+        """The manifest id of one rank's trace."""
+        return f"{self.job_id}-r{rank}" if self.world_size > 1 else self.job_id
+
+
+def trace_rel(trace_id: str) -> str:
+    """A trace's path relative to the dataset folder (the manifest's "path")."""
+    return f"traces/{trace_id}.pt.trace.json.gz"
+
 
 def split_counts(n: int) -> dict[str, int]:
-    """Traces per split for a dataset of n traces (the paper's 460/75/75 for 610)."""
-    train = max(1, round(n * SPLIT_SHARE["train"]))
+    """Traces per split for a dataset of n traces (400/60/75/75 for the paper's 610).
+
+    Validation takes its share once there are 6 traces or more; every other split has one
+    trace at least.
+    """
     seen = max(1, round(n * SPLIT_SHARE["test_seen"]))
-    unseen = max(1, n - train - seen)
-    train = n - seen - unseen
-    return {"train": train, "test_seen": seen, "test_unseen": unseen}
+    unseen = max(1, round(n * SPLIT_SHARE["test_unseen"]))
+    val = round(n * SPLIT_SHARE["validation"]) if n >= 6 else 0
+    train = n - seen - unseen - val
+    return {"train": train, "validation": val, "test_seen": seen, "test_unseen": unseen}
 
 
 _SHARE = {p: w / sum(pat.TABLE2_WEIGHTS.values()) for p, w in pat.TABLE2_WEIGHTS.items()}
@@ -109,6 +144,8 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
     rng = np.random.default_rng(cfg.seed)
     jobs: list[JobPlan] = []
     for split, count in split_counts(cfg.traces).items():
+        if count == 0:
+            continue
         counts = {p: 0 for p in pat.TABLE2_WEIGHTS}      # traces per pattern in this split
         tasks = SEEN_TASKS if split != "test_unseen" else UNSEEN_TASKS
         left = count
@@ -123,14 +160,25 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
             k = 2 if rng.random() < cfg.two_patterns else 1
             pats = _pick_patterns(rng, ws, mode, k, counts) if bad else ()
             plat = str(rng.choice(list(PLATFORMS)))
+            small = rng.random() < cfg.small_batch_fraction
             settings = {"mode": mode, "steps": int(rng.choice([2, 3, 3])),
                         "amp": bool(rng.random() < 0.55), "channels_last": bool(rng.random() < 0.3),
-                        "compiled": bool(rng.random() < 0.2), "efficiency": float(rng.uniform(0.45, 0.85)),
+                        "compiled": bool(rng.random() < cfg.compiled_fraction),
+                        "efficiency": float(rng.uniform(0.45, 0.85)),
                         "batch_i": int(rng.integers(0, 8)), "res_i": int(rng.integers(0, 8)),
-                        "old_nccl": bool(rng.random() < 0.2),
+                        # latency-oriented inference and debugging runs use batches of 1-8
+                        "small_batch": int(rng.choice([1, 2, 4, 8])) if small else 0,
+                        # NCCL versions in use: 2.21 (PyTorch 2.5+), 2.19/2.18 (2.2-2.4),
+                        # 2.14 (1.13-2.0), 2.10 (1.10-1.12): three kernel-name dialects
+                        "nccl_version": str(rng.choice(ops.NCCL_VERSIONS, p=[0.35, 0.15, 0.2, 0.2, 0.1])),
+                        # the tuner's LL / LL128 limits move with topology and version
+                        "nccl_ll_max": float(np.exp(rng.uniform(np.log(16e3), np.log(2e6)))),
+                        "nccl_ll128_max": float(np.exp(rng.uniform(np.log(4e6), np.log(64e6)))),
+                        "tf32_matmul": bool(rng.random() < 0.35),
+                        "algo_salt": int(rng.integers(0, 1 << 16)),
                         # hosts differ a lot: workstation CPUs, shared cloud vCPUs, profiler
                         # options (record_shapes, with_stack) that inflate every op
-                        "host_factor": float(np.clip(rng.lognormal(np.log(1.6), 0.45), 0.8, 5.0)),
+                        "host_factor": float(np.clip(rng.lognormal(np.log(1.35), 0.45), 0.8, 5.0)),
                         "fused_adam": bool(rng.random() < 0.3),
                         "zero_grad_fill": bool(rng.random() < 0.25)}
             jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,
@@ -152,14 +200,17 @@ def run_config(job: JobPlan, rank: int, strength: float = 1.0) -> RunConfig:
     s = job.settings
     p = PLATFORMS[job.platform]
     dt = ("bf16" if p.cc[0] >= 8 and jrng.random() < 0.6 else "fp16") if s["amp"] else "fp32"
-    cfg = RunConfig(model=m, platform=p, batch=m.batch_choices[s["batch_i"] % len(m.batch_choices)],
+    batch = s["small_batch"] or m.batch_choices[s["batch_i"] % len(m.batch_choices)]
+    cfg = RunConfig(model=m, platform=p, batch=batch,
                     res=m.res_choices[s["res_i"] % len(m.res_choices)], dt=dt,
                     channels_last=s["channels_last"], compiled=s["compiled"], mode=s["mode"],
                     world_size=job.world_size, rank=rank, steps=s["steps"],
                     first_step=int(jrng.integers(1, 20)), seed=int(rng.integers(0, 2**31 - 1)),
                     t0_us=float(jrng.uniform(1e12, 6e12)) + float(rng.uniform(0, 300)),
                     efficiency=s["efficiency"] * float(rng.uniform(0.97, 1.03)),
-                    optimizer=m.optimizer, old_nccl_names=s["old_nccl"],
+                    optimizer=m.optimizer, nccl_version=s["nccl_version"],
+                    nccl_ll_max=s["nccl_ll_max"], nccl_ll128_max=s["nccl_ll128_max"],
+                    tf32_matmul=s["tf32_matmul"], algo_salt=s["algo_salt"],
                     host_factor=s["host_factor"],
                     extra={"fused_adam": s["fused_adam"], "zero_grad_fill": s["zero_grad_fill"]})
     pat.healthy(cfg, np.random.default_rng([job.seed, 7]))
@@ -183,8 +234,8 @@ def simulate_job(args: tuple[JobPlan, str]) -> list[tuple[Entry, int]]:
             if set(job.patterns) <= found:
                 break
             strength *= 1.8      # the mechanism was hidden behind GPU work: make it stronger
-        tid = f"{job.job_id}-r{rank}" if job.world_size > 1 else job.job_id
-        rel = f"traces/{tid}.pt.trace.json.gz"
+        tid = job.trace_id(rank)
+        rel = trace_rel(tid)
         base_ns = int(1.7e18) + job.seed * 1000
         nbytes = write_trace(out_dir / rel, trace_document(res, base_ns))
         anomalies = [Anomaly(round(a, 3), round(b, 3), p) for a, b, p in sorted(res.anomalies)]
@@ -212,14 +263,120 @@ class SynthReport:
     seconds: float
     pattern_counts: dict[str, int]
     split_counts: dict[str, int]
+    #: split -> {"traces", "good", "bad"}, in split order
+    per_split: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: what happened to files already in the folder (one line each, for the user)
+    notes: list[str] = field(default_factory=list)
 
 
-def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig()) -> SynthReport:
-    """Generate a whole dataset into `out` (manifest.jsonl + traces/)."""
+def _stamp_config(cfg: SynthConfig) -> dict:
+    """The settings that decide the output (not --jobs: the bytes do not depend on it)."""
+    d = asdict(cfg)
+    d.pop("jobs")
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def planned_files(jobs: list[JobPlan]) -> list[str]:
+    """Relative paths of the trace files a plan writes (as in its manifest lines)."""
+    return sorted(trace_rel(j.trace_id(r)) for j in jobs for r in range(j.world_size))
+
+
+def _read_stamp(out: Path) -> dict | None:
+    try:
+        stamp = orjson.loads((out / STAMP).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return stamp if isinstance(stamp, dict) and stamp.get("schema") == STAMP_SCHEMA else None
+
+
+def _legacy_synth_files(out: Path) -> set[str] | None:
+    """Files of a synth output written before synth.json existed: a manifest of synthetic
+    traces only and nothing else in the folder.  None when the folder is anything else."""
+    try:
+        entries = read_manifest(out)
+    except DatasetError:
+        return None
+    if not entries or any(e.source != "synthetic" for e in entries):
+        return None
+    listed = {e.path for e in entries}
+    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    return listed if present <= listed | {MANIFEST} else None
+
+
+def prepare_out(out: Path, cfg: SynthConfig, jobs: list[JobPlan], overwrite: bool = False
+                ) -> tuple[set[str], list[str]]:
+    """Check that `out` may receive this dataset; returns (files an earlier synth run wrote
+    there, notes).  Raises DatasetError (nothing written) for a folder that holds anything but
+    a previous synth output of the same configuration, unless `overwrite`.  Files traceap synth
+    did not write are never replaced or deleted: even with `overwrite`, a trace file in the
+    way stops the run, and a foreign manifest.jsonl is kept under another name."""
+    notes: list[str] = []
+    if out.exists() and not out.is_dir():
+        raise DatasetError(f"{out}: exists and is not a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return set(), notes
+    stamp = _read_stamp(out)
+    if stamp is not None:
+        ours = set(stamp.get("files", []))
+        if stamp.get("config") == _stamp_config(cfg) or overwrite:
+            return ours, notes
+        old = stamp.get("config", {})
+        raise DatasetError(
+            f"{out}: holds a traceap synth dataset of another configuration (traces="
+            f"{old.get('traces')}, seed={old.get('seed')}); nothing written: give another "
+            f"--out, or --overwrite to replace it")
+    legacy = _legacy_synth_files(out)
+    if legacy is not None:
+        if overwrite:
+            return legacy, notes
+        raise DatasetError(f"{out}: holds a synth dataset of unknown configuration (no {STAMP}; "
+                           f"written by an older traceap); nothing written: give another --out, "
+                           f"or --overwrite to replace it")
+    n = sum(1 for p in out.rglob("*") if p.is_file())
+    if not overwrite:
+        raise DatasetError(f"{out}: not empty ({n} files) and not a traceap synth output; "
+                           f"nothing written: give an empty or new --out folder (--overwrite "
+                           f"writes into it, keeping every file already there)")
+    clash = [f for f in planned_files(jobs) if (out / f).exists()]
+    if clash:
+        raise DatasetError(f"{out}: {clash[0]} (and {len(clash) - 1} more) exist and were not "
+                           f"written by traceap synth; nothing written: use another --out")
+    if (out / MANIFEST).exists():
+        k, keep = 0, out / "manifest.before-synth.jsonl"
+        while keep.exists():
+            k += 1
+            keep = out / f"manifest.before-synth.{k}.jsonl"
+        os.replace(out / MANIFEST, keep)
+        notes.append(f"the manifest that was in {out} is kept as {keep.name}")
+    notes.append(f"the {n} file(s) already in {out} are kept")
+    return set(), notes
+
+
+def _write_stamp(out: Path, cfg: SynthConfig, files: list[str]) -> None:
+    data = orjson.dumps({"schema": STAMP_SCHEMA, "config": _stamp_config(cfg), "files": files},
+                        option=orjson.OPT_INDENT_2)
+    tmp = out / (STAMP + ".tmp")
+    tmp.write_bytes(data + b"\n")
+    os.replace(tmp, out / STAMP)
+
+
+def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
+             overwrite: bool = False) -> SynthReport:
+    """Generate a whole dataset into `out` (manifest.jsonl + traces/ + synth.json).
+
+    `out` must be new, empty, or a previous synth output of the same configuration (rerun in
+    place: same seed, same bytes); anything else raises DatasetError before a byte is written,
+    unless `overwrite` (see `prepare_out`).  Only trace files an earlier synth run wrote there
+    and the new manifest no longer lists are deleted."""
     t0 = time.time()
     out = Path(out)
-    (out / "traces").mkdir(parents=True, exist_ok=True)
     jobs = plan(cfg)
+    previous, notes = prepare_out(out, cfg, jobs, overwrite)
+    files = planned_files(jobs)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    # Written first, so an interrupted run is still recognised as ours; it lists the previous
+    # run's files too until the new manifest is in place.
+    _write_stamp(out, cfg, sorted(set(files) | previous))
     work = [(j, str(out)) for j in jobs]
     # big jobs first so the pool does not end on a straggler
     work.sort(key=lambda w: -w[0].world_size)
@@ -237,15 +394,28 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig()) -> SynthR
             for e, n in simulate_job(w):
                 entries.append(e)
                 total += n
-    order = {"train": 0, "test_seen": 1, "test_unseen": 2}
+    order = {sp: i for i, sp in enumerate(SPLIT_ORDER)}
     entries.sort(key=lambda e: (order[e.split], e.id))
     write_manifest(out, entries)
+    # Regenerating in place: each trace was replaced atomically while readers may still be at
+    # work; only now drop the files of the previous run that the new manifest no longer lists.
+    stale = previous - set(files)
+    for rel in sorted(stale):
+        (out / rel).unlink(missing_ok=True)
+    if stale:
+        notes.append(f"removed {len(stale)} trace(s) of the previous synth run that this "
+                     f"configuration does not make")
+    _write_stamp(out, cfg, files)
     counts: dict[str, int] = {p: 0 for p in pat.TABLE2_WEIGHTS}
     for e in entries:
         for a in e.anomalies:
             counts[a.pattern] += 1
     splits: dict[str, int] = {}
+    per_split: dict[str, dict[str, int]] = {}
     for e in entries:
         splits[e.split] = splits.get(e.split, 0) + 1
+        row = per_split.setdefault(e.split, {"traces": 0, "good": 0, "bad": 0})
+        row["traces"] += 1
+        row[e.label] += 1
     return SynthReport(str(out), len(entries), sum(e.label == "bad" for e in entries), total,
-                       time.time() - t0, counts, splits)
+                       time.time() - t0, counts, splits, per_split, notes)

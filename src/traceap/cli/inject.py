@@ -1,0 +1,90 @@
+"""`traceap inject` (real traces with planted anti-patterns) and `traceap label` (natural labels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def inject(
+        traces: list[Path] = typer.Argument(..., help="Real Kineto traces, or folders of them."),
+        out: Path = typer.Option(..., "--out", "-o", help="Dataset folder to write (manifest.jsonl + traces/)."),
+        patterns: str = typer.Option("all", "--patterns",
+                                     help="Comma-separated pattern ids to plant (default: all eight)."),
+        copies: int = typer.Option(1, "--copies", min=1, help="Injected traces per base and pattern (different draws)."),
+        seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same bytes."),
+        jobs: int = typer.Option(1, "--jobs", min=1, help="Bases processed in parallel processes."),
+        split: str = typer.Option("test_unseen", "--split", help="Split written in the manifest for every trace."),
+        split_plan: Path | None = typer.Option(None, "--split-plan",
+                                               help="YAML: split -> globs of base paths (by project folder), and copies per split; overrides --split (see benchmarks/real_splits.yaml)."),
+        task: str = typer.Option("other", "--task", help="Task written in the manifest (docs/FORMATS.md task ids)."),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="Write into a non-empty folder that is not a previous inject output."),
+    ) -> None:
+        """Plant each anti-pattern into real traces by its mechanism; write a labelled dataset.
+
+        Per base: one unmodified copy (label good, or bad with its natural anomalies) and one
+        trace per pattern and copy.  Bases without GPU work or without a usable insertion
+        point are skipped with one line each.
+        """
+        from ..dataset import PATTERNS
+        from ..inject.dataset import InjectConfig, SplitPlan, build
+
+        chosen = PATTERNS if patterns.strip() in ("", "all") else tuple(
+            p.strip() for p in patterns.split(",") if p.strip())
+        config = InjectConfig(patterns=chosen, copies=copies, seed=seed, jobs=jobs, split=split,
+                              task=task, overwrite=overwrite)
+        plan = SplitPlan.read(split_plan) if split_plan is not None else None
+        rep = build([str(t) for t in traces], out, config, log=lambda line: typer.echo(line, err=True),
+                    plan=plan)
+        counts = rep.counts()
+        bases = counts.get("good", 0) + counts.get("natural", 0)
+        mix = ", ".join(f"{p}={counts[p]}" for p in PATTERNS if p in counts)
+        typer.echo(f"wrote {len(rep.entries)} traces from {bases} bases to {rep.out} in "
+                   f"{rep.seconds:.1f} s ({counts.get('good', 0)} good, "
+                   f"{counts.get('natural', 0)} with natural anomalies); skipped {len(rep.skipped)}")
+        typer.echo(f"injected per pattern: {mix or 'none'}")
+        if plan is not None:
+            per = {}
+            for e in rep.entries:
+                per[e.split] = per.get(e.split, 0) + 1
+            typer.echo("per split: " + ", ".join(f"{k}={v}" for k, v in per.items()))
+
+    @app.command()
+    def label(
+        traces: list[Path] = typer.Argument(..., help="Kineto traces to label."),
+        patterns: str = typer.Option("all", "--patterns", help="Comma-separated pattern ids (default: all)."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON object per trace (anomalies in the manifest's form)."),
+    ) -> None:
+        """Natural labels: anomaly intervals a real trace shows by itself (see docs/INJECT.md)."""
+        import json
+
+        from .. import load
+        from ..dataset import PATTERNS
+        from ..errors import DatasetError
+        from ..inject.natural import natural_anomalies
+
+        chosen = PATTERNS if patterns.strip() in ("", "all") else tuple(
+            p.strip() for p in patterns.split(",") if p.strip())
+        bad = [p for p in chosen if p not in PATTERNS]
+        if bad:
+            raise DatasetError(f"unknown pattern {bad[0]!r}; choose from {', '.join(PATTERNS)}")
+        for path in traces:
+            tr = load(path)
+            found = natural_anomalies(tr, chosen)
+            if json_out:
+                typer.echo(json.dumps({"trace": str(path), "label": "bad" if found else "good",
+                                       "patterns": sorted({p for _, _, p in found}),
+                                       "anomalies": [{"start_us": a, "end_us": b, "pattern": p}
+                                                     for a, b, p in found]}))
+                continue
+            if not found:
+                typer.echo(f"{path}: no natural anomaly")
+                continue
+            t0 = tr.span[0]
+            typer.echo(f"{path}: {len(found)} natural anomalies")
+            for a, b, p in found:
+                typer.echo(f"  {p:28s} {a - t0:12.1f} .. {b - t0:12.1f} us from start ({b - a:.1f} us)")

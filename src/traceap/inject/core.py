@@ -1,0 +1,405 @@
+"""One output: plan a pattern into a base, replay the physics, move the base's events, emit the
+new ones, label where the GPU waited, validate, encode.
+
+`inject_one(base, pattern, rng)` returns an `Output` (the JSON bytes, the anomalies) or
+raises `Unusable` / `Invalid` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from isal import isal_zlib
+
+from ..trace import Kind
+from .dialect import Factory
+from .edit import PH_FLOW_END, PH_FLOW_START, PH_FLOW_STEP, PH_INSTANT, PH_X
+from .mechanisms import MECHANISMS, Base, Plan, Unusable
+from .mechanisms.base import idle_intervals
+from .physics import Result, propagate
+from .validate import Columns, Tree, anomalies_outside, compare, describe, offenders, span_of
+
+#: GPU idle shorter than this inside a labelled window is launch latency, not waiting (us).
+MIN_GAP_US = 2.0
+#: How far past a block's end its GPU idle may reach: the relaunch latency and first op (us).
+RESUME_PAD_US = 50.0
+#: Plans are re-placed at most this many times after dropping instances that did not show.
+MAX_REPLANS = 3
+
+
+class Invalid(Exception):
+    """The edited trace breaks a structural rule its base kept; it is not written."""
+
+
+@dataclass
+class Output:
+    """One injected trace, ready to write (`gz`: the gzip bytes `traceap inject` writes)."""
+
+    pattern: str
+    gz: bytes
+    anomalies: list            # [(start_us, end_us)] absolute, this pattern
+    world_size: int | None = None
+    n_instances: int = 0
+    result: Result | None = None
+    t0: float = 0.0
+
+    @property
+    def data(self) -> bytes:
+        """The trace's JSON."""
+        return isal_zlib.decompress(self.gz, 47)
+
+    def shift_start(self, t: float) -> float:
+        """Where a base time that starts something (absolute us) lies in this output."""
+        return float(t + self.result.host_shift_start(np.array([t - self.t0]))[0])
+
+    def shift_end(self, t: float) -> float:
+        """Where a base time that ends something lies in this output."""
+        return float(t + self.result.host_shift_end(np.array([t - self.t0]))[0])
+
+
+def flow_binding(base: Base) -> np.ndarray:
+    """For every flow event, the X event on its thread it sits on (-1 when none)."""
+    doc = base.doc
+    cached = getattr(doc, "_flow_bound", None)
+    if cached is not None:
+        return cached
+    n = len(doc.events)
+    bound = np.full(n, -1, np.int64)
+    flows = np.flatnonzero(((doc.ph == PH_FLOW_START) | (doc.ph == PH_FLOW_END) |
+                            (doc.ph == PH_FLOW_STEP)) & np.isfinite(doc.ts))
+    x = np.flatnonzero((doc.ph == PH_X) & np.isfinite(doc.ts))
+    key = doc.thread_key
+    for t in np.unique(key[flows]).tolist():
+        f = flows[key[flows] == t]
+        xr = x[key[x] == t]
+        if not len(xr):
+            continue
+        o = np.lexsort((-np.nan_to_num(doc.dur[xr]), doc.ts[xr]))
+        xr = xr[o]
+        xs = doc.ts[xr]
+        j = np.searchsorted(xs, doc.ts[f], side="left")
+        exact = (j < len(xs))
+        exact[exact] = xs[j[exact]] == doc.ts[f][exact]
+        # a flow sits on the event starting at its time (the outermost one), else on the
+        # latest event started before it
+        j2 = np.searchsorted(xs, doc.ts[f], side="right") - 1
+        pick = np.where(exact, j, j2)
+        ok = pick >= 0
+        bound[f[ok]] = xr[pick[ok]]
+    doc._flow_bound = bound
+    return bound
+
+
+def new_times(base: Base, res: Result) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New absolute (ts, end) and dur of every base event, rounded as the trace writes times.
+
+    Everything is computed relative to the trace start and rounded there (integer us in
+    2021 traces, ns otherwise), then the start is added back: an absolute epoch time in us
+    (~1.7e15) has no room left for rounding in a double.  Unmoved values are kept as read.
+    """
+    doc, tl = base.doc, base.tl
+    t0 = tl.t0
+    rel_ts, rel_end = doc.ts - t0, doc.end - t0
+    new_ts, new_end = rel_ts.copy(), rel_end.copy()
+    timed = ((doc.ph == PH_X) | (doc.ph == PH_INSTANT)) & np.isfinite(doc.ts)
+    h = np.flatnonzero(timed & ~doc.is_gpu)
+    # shifts at the trace's resolution, added to times at that resolution: two events that
+    # end at the same written time still end together (float sums ts + dur may not)
+    s0 = _round(doc, res.host_shift_start(rel_ts[h]))
+    s1 = _round(doc, res.host_shift_end(rel_end[h]))
+    new_ts[h] = _round(doc, rel_ts[h]) + s0
+    new_end[h] = _round(doc, rel_end[h]) + s1
+    # GPU work: where the replay put it (its duration kept)
+    ops = tl.op_event
+    new_ts[ops] = _round(doc, res.op_start)
+    new_end[ops] = new_ts[ops] + _round(doc, doc.dur[ops])
+    # GPU annotations follow the ops of their stream
+    ann = np.flatnonzero(timed & doc.is_gpu & ~doc.is_gpu_work)
+    if len(ann):
+        delta = _round(doc, res.op_start) - _round(doc, tl.start)
+        for s in np.unique(doc.gpu_stream[ann]).tolist():
+            a = ann[doc.gpu_stream[ann] == s]
+            on = np.flatnonzero(tl.op_stream == s)
+            if not len(on):
+                continue
+            o = on[np.argsort(tl.start[on])]
+            i0 = np.minimum(np.searchsorted(tl.start[o], rel_ts[a], side="left"), len(o) - 1)
+            i1 = np.maximum(np.searchsorted(tl.end[o], rel_end[a], side="right") - 1, 0)
+            d0 = delta[o][i0]
+            d1 = np.maximum(delta[o][i1], d0)
+            new_ts[a] = _round(doc, rel_ts[a]) + d0
+            new_end[a] = _round(doc, rel_end[a]) + d1
+    # flows move with the event they sit on
+    bound = flow_binding(base)
+    fl = np.flatnonzero(bound >= 0)
+    b = bound[fl]
+    new_ts[fl] = _round(doc, rel_ts[fl]) + (new_ts[b] - _round(doc, rel_ts[b]))
+    loose = np.flatnonzero(((doc.ph == PH_FLOW_START) | (doc.ph == PH_FLOW_END)) & (bound < 0)
+                           & np.isfinite(doc.ts))
+    new_ts[loose] = _round(doc, rel_ts[loose]) + _round(doc, res.host_shift_start(rel_ts[loose]))
+    new_end = np.maximum(new_end, new_ts)
+    # back to absolute; values that did not move stay exactly as read
+    moved = new_ts != _round(doc, rel_ts)
+    out_ts = np.where(moved, absolute(doc, new_ts, t0), doc.ts)
+    moved_end = (new_end != _round(doc, rel_end)) | moved
+    out_end = np.where(moved_end, absolute(doc, new_end, t0), doc.end)
+    # durations from relative times (an absolute difference loses ns at 1e12 us); events that
+    # only moved keep theirs exactly
+    stretched = np.abs((new_end - new_ts) - (_round(doc, rel_end) - _round(doc, rel_ts))) > 1e-6
+    dur = np.where(stretched, _round(doc, new_end - new_ts), doc.dur)
+    dur[ops] = doc.dur[ops]
+    return out_ts, np.maximum(out_end, out_ts), dur
+
+
+def _round(doc, x: np.ndarray) -> np.ndarray:
+    return np.rint(x) if doc.ts_is_int else np.round(x, 3)
+
+
+def absolute(doc, rel: np.ndarray, t0: float) -> np.ndarray:
+    """Relative rounded times -> absolute ones as the trace writes them."""
+    if doc.ts_is_int:
+        return np.rint(rel) + t0  # integers below 2**53: exact
+    return np.round(rel + t0, 3)
+
+
+def realize(base: Base, plan: Plan) -> tuple:
+    """Place a plan: propagate, drop instances that do not show, emit. Returns everything."""
+    for _ in range(MAX_REPLANS + 1):
+        res = propagate(base.tl, plan.blocks)
+        new_ts, new_end, new_dur = new_times(base, res)
+        f = Factory(base.doc, base.dialect, base.tl.t0)
+        for inst in plan.instances:
+            inst.spans = inst.emit(f)
+        wrap_events(base, f, plan, new_ts, new_end)
+        kernels = _kernel_spans(base, new_ts, new_end, f)
+        shown = [inst for inst in plan.instances if _label(base, inst, kernels)]
+        if len(shown) == len(plan.instances):
+            _add_caused_idle(base, plan.instances, new_ts, new_end)
+            return res, new_ts, new_end, new_dur, f
+        if not shown:
+            raise Unusable("the planted work does not make the GPU wait anywhere (the GPU "
+                           "backlog hides it)")
+        plan.instances = shown
+        for inst in shown:  # placed again: forget resolved times
+            for b in inst.blocks:
+                b.t0 = b.t1 = np.nan
+    raise Unusable("the planted instances kept hiding behind each other")
+
+
+#: A gap between base kernels that grew by more than this (us) is waiting the plant caused
+#: (the replay reproduces an untouched stretch to ~2 us: rounding and launch jitter).
+MIN_GROWTH_US = 20.0
+
+
+def _base_gaps(base: Base) -> tuple[np.ndarray, np.ndarray]:
+    """Base kernels of the compute device, and the idle gap each one ends in the base (0 if
+    it starts while other work runs).  Computed once per base."""
+    cached = getattr(base, "_gaps", None)
+    if cached is None:
+        doc = base.doc
+        k = np.flatnonzero((doc.kind == Kind.KERNEL) & (doc.ph == PH_X)
+                           & (doc.device == base.compute[0]))
+        cached = (k, _gap_before(doc.ts[k], doc.end[k]))
+        base._gaps = cached
+    return cached
+
+
+def _gap_before(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per interval: the idle time just before it, if it starts a busy stretch (else 0)."""
+    o = np.argsort(s, kind="stable")
+    reach = np.maximum.accumulate(e[o])
+    gap = np.zeros(len(s))
+    gap[o[1:]] = np.maximum(s[o[1:]] - reach[:-1], 0.0)
+    return gap
+
+
+def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
+    """Label the idle a plant caused away from where it was planted.
+
+    A stall the backlog hid still delays the host, so the next step's work starts later
+    and the GPU waits there; that wait is the plant's too.  It is found as the growth of the
+    idle gap before each base kernel, compared with the base, and given to the instance
+    planted last before it.
+    """
+    k, base_gap = _base_gaps(base)
+    if not len(k) or not instances:
+        return
+    t0 = base.tl.t0
+    out_gap = _gap_before(new_ts[k], new_end[k])
+    grown = np.flatnonzero(out_gap - base_gap > MIN_GROWTH_US)
+    if not len(grown):
+        return
+    starts = sorted(((min(b.t0 for b in inst.blocks), inst) for inst in instances),
+                    key=lambda x: x[0])
+    firsts = np.array([s for s, _ in starts])
+    for i in grown.tolist():
+        b = new_ts[k[i]] - t0
+        a = b - (out_gap[i] - base_gap[i])
+        if any(x <= a + 1e-6 and b <= y + 1e-6 for inst in instances for x, y in inst.intervals):
+            continue
+        j = int(np.searchsorted(firsts, a + 1e-6, side="right")) - 1
+        if j >= 0:
+            starts[j][1].intervals.append((float(a), float(b)))
+
+
+def wrap_events(base: Base, f: Factory, plan: Plan, new_ts, new_end) -> None:
+    """cpu_op ranges over runs of base rows (`Instance.wrap`), at the rows' new times."""
+    thread = base.main_key
+    for inst in plan.instances:
+        for a, b, name in inst.wrap or ():
+            ea, eb = base.doc.row_event[a], base.doc.row_event[b]
+            f.host(Kind.CPU_OP, name, new_ts[ea] - base.tl.t0, new_end[eb] - base.tl.t0, thread)
+
+
+def _union(intervals: list) -> list:
+    """Overlapping or touching intervals merged (input sorted by start)."""
+    out: list = []
+    for a, b in intervals:
+        if out and a <= out[-1][1] + 1e-6:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _kernel_spans(base: Base, new_ts, new_end, f: Factory) -> tuple[np.ndarray, np.ndarray]:
+    """Relative (start, end) of every kernel of the output on the compute device."""
+    doc, tl = base.doc, base.tl
+    dev = base.compute[0]
+    k = np.flatnonzero((doc.kind == Kind.KERNEL) & (doc.ph == PH_X) & (doc.device == dev))
+    s = [new_ts[k] - tl.t0]
+    e = [new_end[k] - tl.t0]
+    for ev, row in zip(f.events, f.rows):
+        if row[0] == Kind.KERNEL and row[3] is not None and row[3][0] == dev:
+            a = float(ev.ts) - tl.t0
+            s.append(np.array([a]))
+            e.append(np.array([a + float(ev.dur)]))
+    return np.concatenate(s), np.concatenate(e)
+
+
+def _label(base: Base, inst, kernels) -> bool:
+    """Fill `inst.intervals` (relative us); False when the GPU did not wait where planted."""
+    ks, ke = kernels
+    if inst.label == "span":
+        # the collective's span, and the compute idle it causes around it (waiting for it to
+        # start behind earlier communication, or for launches its host calls delayed)
+        out = []
+        lo_b = min(b.t0 for b in inst.blocks)
+        for a, b in inst.spans:
+            if b <= a:
+                continue
+            gs, ge = idle_intervals(ks, ke, lo_b, max(b, max(x.t1 for x in inst.blocks)) + RESUME_PAD_US)
+            keep = (ge - gs) >= MIN_GAP_US
+            lo = min([a] + gs[keep].tolist())
+            hi = max([b] + [_extend(g, ks, ke) for g in ge[keep].tolist()])
+            out.append((float(lo), float(hi)))
+        inst.intervals = out
+        return bool(out)
+    if inst.label == "stretch":
+        lo = min(b.t0 for b in inst.blocks)
+        hi = max(b.t1 for b in inst.blocks) + RESUME_PAD_US
+        gs, ge = idle_intervals(ks, ke, lo, hi)
+        keep = (ge - gs) >= MIN_GAP_US
+        gs, ge = gs[keep], ge[keep]
+        if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
+            return False
+        inst.intervals = [(float(gs[0]), float(_extend(ge[-1], ks, ke)))]
+        return True
+    out = []
+    for b in inst.blocks:
+        gs, ge = idle_intervals(ks, ke, b.t0, b.t1 + RESUME_PAD_US)
+        keep = (ge - gs) >= MIN_GAP_US
+        gs, ge = gs[keep], ge[keep]
+        if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
+            return False
+        out.append((float(gs[0]), float(_extend(ge[-1], ks, ke))))
+    inst.intervals = out
+    return True
+
+
+def _extend(t: float, ks: np.ndarray, ke: np.ndarray) -> float:
+    """End of the idle gap that contains t: the next kernel start at or after t."""
+    later = ks[ks >= t - 1e-6]
+    return float(later.min()) if len(later) else t
+
+
+def output_columns(base: Base, new_ts, new_dur, f: Factory) -> Columns:
+    """The validator's columns of an output (base events at their new times, then the new)."""
+    doc = base.doc
+    n_new = len(f.events)
+    codes = getattr(base, "_codes", None)
+    if codes is None:
+        codes = ({k: i for i, k in enumerate(doc.thread_keys)},
+                 {k: i for i, k in enumerate(doc.gpu_stream_keys)},
+                 {k: i for i, k in enumerate(doc.flow_keys)})
+        base._codes = codes
+    keys, stream_codes, flow_codes = (dict(c) for c in codes)
+    intern = doc._intern
+    ph = np.empty(n_new, np.int8)
+    kind = np.empty(n_new, np.int8)
+    ts = np.empty(n_new)
+    dur = np.empty(n_new)
+    thread = np.empty(n_new, np.int64)
+    stream = np.full(n_new, -1, np.int64)
+    corr = np.full(n_new, -1, np.int64)
+    flow = np.full(n_new, -1, np.int64)
+    work = {int(Kind.KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET)}
+    linked = work | {int(Kind.CUDA_RUNTIME)}
+    for j, (ev, (k, p, tkey, skey, c, fkey)) in enumerate(zip(f.events, f.rows)):
+        ph[j], kind[j] = p, k
+        ts[j] = float(ev.ts)
+        dur[j] = float(ev.dur) if ev.dur is not None else np.nan
+        ik = (intern(tkey[0]), intern(tkey[1]))
+        thread[j] = keys.setdefault(ik, len(keys))
+        if skey is not None and k in work:
+            stream[j] = stream_codes.setdefault(tuple(skey), len(stream_codes))
+        if k in linked:
+            corr[j] = c
+        if fkey is not None:
+            flow[j] = flow_codes.setdefault(fkey, len(flow_codes))
+    base_stream = np.where(doc.is_gpu_work, doc.gpu_stream, -1)
+    return Columns(
+        ph=np.concatenate((doc.ph, ph)), kind=np.concatenate((doc.kind, kind)),
+        ts=np.concatenate((new_ts, ts)),
+        dur=np.concatenate((np.where(doc.has_dur, new_dur, np.nan), dur)),
+        thread=np.concatenate((doc.thread_key.astype(np.int64), thread)),
+        stream=np.concatenate((base_stream.astype(np.int64), stream)),
+        correlation=np.concatenate((doc.correlation, corr)),
+        flow=np.concatenate((doc.flow_id, flow)))
+
+
+def base_offenders(base: Base) -> tuple[dict, Tree]:
+    """What the base itself breaks, and its call tree (computed once per base)."""
+    cached = getattr(base, "_offenders", None)
+    if cached is None:
+        cols = Columns.of(base.doc)
+        cached = (offenders(cols), Tree(cols))
+        base._offenders = cached
+    return cached
+
+
+def inject_one(base: Base, pattern: str, rng: np.random.Generator,
+               extra_anomalies: list | None = None) -> Output:
+    """Plant one pattern into a base; raises `Unusable` or `Invalid` with a reason."""
+    plan = MECHANISMS[pattern].plan(base, rng)
+    res, new_ts, new_end, new_dur, f = realize(base, plan)
+    t0 = base.tl.t0
+    anomalies = _union(sorted((a + t0, b + t0) for inst in plan.instances for a, b in inst.intervals))
+    cols = output_columns(base, new_ts, new_dur, f)
+    lo, hi = span_of(cols)
+    # an idle gap that runs to the end of the trace ends where the trace ends
+    anomalies = [(max(a, lo), min(b, hi)) for a, b in anomalies if min(b, hi) > max(a, lo)]
+    found, tree = base_offenders(base)
+    problems = describe(compare(offenders(cols, tree), found))
+    problems += anomalies_outside([{"start_us": a, "end_us": b} for a, b in anomalies],
+                                  span_of(cols))
+    if problems:
+        raise Invalid("; ".join(problems))
+    gz = base.doc.encode_gz(new_ts, new_dur, f.events, plan.top_changes)
+    ws = (plan.top_changes.get("distributedInfo") or {}).get("world_size")
+    return Output(pattern, gz, anomalies, world_size=ws, n_instances=len(plan.instances),
+                  result=res, t0=t0)
+
+
+__all__ = ["Invalid", "Output", "inject_one", "new_times", "output_columns", "realize"]

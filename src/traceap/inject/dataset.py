@@ -1,0 +1,335 @@
+"""Writing an injected dataset (traceap dataset v1): every base, every pattern, every copy.
+
+DATASET/traces/<id>.pt.trace.json.gz and DATASET/manifest.jsonl, plus a marker file that
+says the folder is an inject output (so a later run may replace it; nothing else is ever
+deleted).  Each base is parsed once; outputs are seeded by (seed, base name, pattern, copy),
+so the same seed gives the same bytes whatever the order or the number of jobs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import time
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..dataset import MANIFEST, PATTERNS, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
+from ..errors import DatasetError, TraceapError, TraceFormatError
+from ..load import read_bytes
+from .core import Invalid, inject_one
+from .edit import Doc, gz_bytes, write_file
+from .mechanisms import Base, Unusable
+from .natural import natural_anomalies
+
+#: The marker file of an inject output (its presence allows replacing the folder's traces).
+MARKER = ".traceap-inject.json"
+SCHEMA = "traceap.inject/v1"
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass(frozen=True)
+class InjectConfig:
+    """What to write."""
+
+    patterns: tuple = PATTERNS
+    copies: int = 1
+    seed: int = 0
+    jobs: int = 1
+    split: str = "test_unseen"
+    task: str = "other"
+    overwrite: bool = False
+
+    def __post_init__(self):
+        bad = [p for p in self.patterns if p not in PATTERNS]
+        if bad:
+            raise DatasetError(f"unknown pattern {bad[0]!r}; choose from {', '.join(PATTERNS)}")
+        if self.copies < 1:
+            raise DatasetError("--copies must be at least 1")
+        if self.jobs < 1:
+            raise DatasetError("--jobs must be at least 1")
+        if self.split not in SPLITS:
+            raise DatasetError(f"unknown split {self.split!r}; choose from {', '.join(SPLITS)}")
+        if self.task not in TASKS:
+            raise DatasetError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Which split each base goes to, by where it came from (a benchmark split by source).
+
+    `splits` maps a split name to glob patterns matched against a base's path relative to the
+    input folder it was found in (e.g. ``"facebookresearch__param/*"``: a project folder), or
+    against its file name; `copies` optionally gives a split its own number of copies.  A base
+    matched by no split is skipped with one line; one matched by two is an error.
+    """
+
+    splits: dict
+    copies: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "SplitPlan":
+        """Read a YAML plan: ``{splits: {split: [globs]}, copies: {split: k}}``."""
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise DatasetError(f"{path}: cannot read the split plan ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
+            raise DatasetError(f"{path}: a split plan needs a 'splits' mapping (split: [globs])")
+        unknown = set(data) - {"splits", "copies"}
+        if unknown:
+            raise DatasetError(f"{path}: unknown key {sorted(unknown)[0]!r} in the split plan")
+        splits = {str(k): [str(g) for g in (v or [])] for k, v in data["splits"].items()}
+        copies = {str(k): int(v) for k, v in (data.get("copies") or {}).items()}
+        for name in list(splits) + list(copies):
+            if name not in SPLITS:
+                raise DatasetError(f"{path}: unknown split {name!r}; choose from {', '.join(SPLITS)}")
+        if any(k < 1 for k in copies.values()):
+            raise DatasetError(f"{path}: copies must be at least 1")
+        return cls(splits, copies)
+
+    def split_of(self, rel: str) -> str | None:
+        """The split of a base (relative path with '/' separators), None when unplanned."""
+        name = rel.rsplit("/", 1)[-1]
+        hits = [s for s, globs in self.splits.items()
+                if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in globs)]
+        if len(hits) > 1:
+            raise DatasetError(f"{rel}: in two splits of the plan ({hits[0]}, {hits[1]}): a "
+                               f"base, family or project must sit in one split only")
+        return hits[0] if hits else None
+
+
+@dataclass
+class InjectReport:
+    """What a run wrote and what it skipped (one line each)."""
+
+    out: Path
+    entries: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def counts(self) -> dict:
+        """Written traces per pattern (injected), plus natural / good copies of the bases."""
+        out: dict = {}
+        for e in self.entries:
+            key = e.patterns[0] if e.source == "injected" else ("natural" if e.is_bad else "good")
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+def find_traces(inputs: list) -> list[Path]:
+    """Trace files named or found (recursively) in folders; a missing path is an error."""
+    files: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if not p.exists():
+            raise TraceFormatError(f"{p}: no such file or folder")
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(_TRACE_SUFFIXES)
+                           and MARKER not in q.parts and q.name != "catalog.json")
+            files += found
+        else:
+            files.append(p)
+    if not files:
+        raise TraceFormatError("no trace files (*.json, *.json.gz) in the given paths")
+    return files
+
+
+def relative_names(inputs: list, files: list[Path]) -> list[str]:
+    """Each file's path relative to the input folder it was found in ('/'-separated); a file
+    named directly is its own name."""
+    roots = [Path(i) for i in inputs if Path(i).is_dir()]
+    out = []
+    for f in files:
+        rel = f.name
+        for r in roots:
+            try:
+                rel = f.relative_to(r).as_posix()
+                break
+            except ValueError:
+                continue
+        out.append(rel)
+    return out
+
+
+def base_ids(files: list[Path]) -> list[str]:
+    """A unique, file-system-safe id per base (its stem; the folder is added on a clash)."""
+    def stem(p: Path) -> str:
+        name = p.name
+        for suf in (".json.gz", ".json"):
+            if name.endswith(suf):
+                name = name[: -len(suf)]
+        name = name.removesuffix(".pt.trace")
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+    stems = [stem(p) for p in files]
+    out = []
+    for p, s in zip(files, stems):
+        if stems.count(s) > 1:
+            s = re.sub(r"[^A-Za-z0-9._-]+", "_", p.parent.name) + "__" + s
+        out.append(s)
+    seen: dict = {}
+    for i, s in enumerate(out):  # still clashing (same folder names): number them
+        if s in seen:
+            seen[s] += 1
+            out[i] = f"{s}__{seen[s]}"
+        else:
+            seen[s] = 0
+    return out
+
+
+def prepare_out(out: Path, overwrite: bool) -> set[str]:
+    """Check the output folder; returns the trace files a previous inject run wrote there."""
+    if out.exists() and not out.is_dir():
+        raise DatasetError(f"{out}: exists and is not a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return set()
+    ours = (out / MARKER).is_file() and (out / MANIFEST).is_file()
+    if not ours and not overwrite:
+        raise DatasetError(f"{out}: not empty and not a previous `traceap inject` output "
+                           f"(use --overwrite to write into it anyway; nothing there is deleted)")
+    if not ours:
+        return set()
+    try:
+        return {Path(e.path).name for e in read_manifest(out)}
+    except DatasetError:
+        return set()
+
+
+def build(inputs: list, out: str | os.PathLike, config: InjectConfig = InjectConfig(),
+          log=None, plan: SplitPlan | None = None) -> InjectReport:
+    """Inject every pattern into every base trace of `inputs` and write the dataset at `out`.
+
+    With a `plan`, each base goes to the split its source is planned in (with that split's
+    copies); otherwise every base goes to `config.split`."""
+    t_start = time.perf_counter()
+    out = Path(out)
+    files = find_traces(inputs)
+    report = InjectReport(out)
+    configs = [config] * len(files)
+    if plan is not None:
+        rels = relative_names(inputs, files)
+        where = [plan.split_of(r) for r in rels]
+        for r, w in zip(rels, where):
+            if w is None:
+                report.skipped.append(f"skip {r}: in no split of the plan")
+                if log:
+                    log(report.skipped[-1])
+        keep = [i for i, w in enumerate(where) if w is not None]
+        files = [files[i] for i in keep]
+        configs = [replace(config, split=where[i], copies=plan.copies.get(where[i], config.copies))
+                   for i in keep]
+        if not files:
+            raise DatasetError("the split plan matches none of the given traces")
+    previous = prepare_out(out, config.overwrite)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    ids = base_ids(files)
+    explicit = {str(Path(i)) for i in inputs if not Path(i).is_dir()}
+    jobs = [(str(f), bid, cfg, str(out), str(f) in explicit)
+            for f, bid, cfg in zip(files, ids, configs)]
+    if config.jobs > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=config.jobs) as pool:
+            results = list(pool.map(_one_base_safe, jobs))
+    else:
+        results = [_one_base_safe(j) for j in jobs]
+    for entries, lines, fatal in results:
+        if fatal:
+            raise TraceFormatError(fatal)
+        report.entries += entries
+        report.skipped += lines
+        if log:
+            for line in lines:
+                log(line)
+    manifest = out / MANIFEST
+    tmp = manifest.with_name(MANIFEST + ".tmp")
+    tmp.write_bytes(b"".join(encode_entry(e) + b"\n" for e in report.entries))
+    os.replace(tmp, manifest)
+    (out / MARKER).write_text(json.dumps({
+        "schema": SCHEMA, "seed": config.seed, "copies": config.copies,
+        "patterns": list(config.patterns), "split": config.split,
+        "plan": None if plan is None else {"splits": plan.splits, "copies": plan.copies},
+        "bases": [f.name for f in files]}, indent=1) + "\n")
+    keep = {Path(e.path).name for e in report.entries}
+    for name in previous - keep:  # written by an earlier inject run, no longer listed
+        p = out / "traces" / name
+        if p.is_file():
+            p.unlink()
+    report.seconds = time.perf_counter() - t_start
+    return report
+
+
+def _one_base_safe(job) -> tuple[list, list, str | None]:
+    path, bid, config, out, explicit = job
+    try:
+        entries, lines = inject_base(Path(path), bid, config, Path(out))
+        return entries, lines, None
+    except TraceapError as exc:
+        if explicit:
+            return [], [], str(exc)
+        return [], [f"skip {Path(path).name}: {exc}"], None
+
+
+def inject_base(path: Path, bid: str, config: InjectConfig, out: Path) -> tuple[list, list]:
+    """All outputs of one base: its unmodified copy and every (pattern, copy)."""
+    raw = read_bytes(path)
+    doc = Doc(path, raw)
+    base = Base.of(doc, path.name)
+    why = base.unusable()
+    if why:
+        return [], [f"skip {path.name}: {why}"]
+    tr = doc.trace
+    natural = natural_anomalies(tr)
+    platform = tr.gpu_name or "unknown"
+    ws = tr.meta.world_size or 1
+    rank = tr.meta.rank or 0
+    entries, lines = [], []
+
+    def entry(eid: str, **kw) -> Entry:
+        return Entry(id=eid, path=f"traces/{eid}.pt.trace.json.gz", split=config.split,
+                     task=config.task, model=bid, platform=platform, base=path.name, **kw)
+
+    # the unmodified base, gzipped as it came (its own bytes when already gzip)
+    data = path.read_bytes()
+    (out / "traces" / f"{bid}.pt.trace.json.gz").write_bytes(
+        data if data[:2] == b"\x1f\x8b" else gz_bytes(raw))
+    nat_patterns = sorted({p for _, _, p in natural}, key=PATTERNS.index)
+    entries.append(entry(bid, world_size=ws, rank=rank,
+                         label="bad" if natural else "good", patterns=nat_patterns,
+                         anomalies=[Anomaly(a, b, p) for a, b, p in natural],
+                         source="natural"))
+    crc = zlib.crc32(bid.encode())
+    for pattern in config.patterns:
+        k = PATTERNS.index(pattern)
+        for copy in range(config.copies):
+            rng = np.random.default_rng([config.seed, crc, k, copy])
+            eid = f"{bid}__{pattern}__c{copy}"
+            try:
+                o = inject_one(base, pattern, rng)
+            except Unusable as exc:
+                lines.append(f"skip {path.name} {pattern}: {exc}")
+                break  # the other copies would not find a point either
+            except Invalid as exc:
+                lines.append(f"not written {eid}: the edited trace fails validation ({exc})")
+                continue
+            moved = [(o.shift_start(a), o.shift_end(b), p) for a, b, p in natural]
+            anomalies = [Anomaly(a, b, pattern) for a, b in o.anomalies]
+            anomalies += [Anomaly(a, b, p) for a, b, p in moved if b > a]
+            anomalies.sort(key=lambda x: (x.start_us, x.end_us))
+            pats = [pattern] + [p for p in nat_patterns if p != pattern]
+            write_file(out / "traces" / f"{eid}.pt.trace.json.gz", o.gz)
+            entries.append(entry(eid, world_size=o.world_size or ws, rank=rank, label="bad",
+                                 patterns=pats, anomalies=anomalies, source="injected",
+                                 notes=f"{pattern} planted {o.n_instances}x into {path.name} "
+                                       f"(seed {config.seed}, copy {copy})"))
+    return entries, lines
+
+
+__all__ = ["InjectConfig", "InjectReport", "MARKER", "SplitPlan", "base_ids", "build",
+           "find_traces", "inject_base", "prepare_out", "relative_names"]

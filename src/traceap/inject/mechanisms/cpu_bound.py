@@ -1,0 +1,76 @@
+"""cpu_bound: Python overhead between ops makes launches slower than the kernels they run.
+
+Mechanism: over a stretch of the step (the forward) every op is preceded by more Python
+(dispatch, hooks, small-tensor bookkeeping): the host cadence slows by a factor of 2-6, the
+queue of launched work runs dry and the GPU waits for each launch.  Each op's preceding gap
+grows by (factor - 1) x the time since the previous op started.  Label: from the first to
+the last stretch of GPU idle inside the slowed stretch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...trace import Kind
+from .base import Base, Block, Busy, Instance, Plan, Unusable
+
+PATTERN = "cpu_bound"
+
+
+@dataclass(frozen=True)
+class Config:
+    """How much slower the host gets."""
+
+    #: Host slow-down: eager Python overhead of 2-6x per op (small ops, hooks, debug modes).
+    factor: tuple = (2.0, 6.0)
+    #: Ops in the slowed stretch (at least / at most), and its share of the forward's ops:
+    #: part of the step stays as it was, so windows outside the stretch stay clean.
+    min_ops: int = 6
+    max_ops: int = 400
+    share: tuple = (0.25, 0.6)
+    #: The GPU must idle at least this share of the stretch for the instance to count.
+    min_idle_share: float = 0.15
+    max_instances: int = 8
+
+
+def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Plan:
+    """Gaps before every op of each step's first half (its forward when it has one)."""
+    tr = base.doc.trace
+    main = base.tl.main_thread
+    on_main = base.doc.thread[base.doc.row_event] == main
+    # ops called from Python: cpu_ops not inside another cpu_op (a 2021 trace's ProfilerStep
+    # is itself an `Operator`, so steps count as "not inside")
+    par = base.effective_parent()
+    steps = base.step_rows()
+    ops = np.flatnonzero(on_main & (tr.kind == Kind.CPU_OP) & ~np.isin(np.arange(len(tr)), steps)
+                         & ((par < 0) | np.isin(par, steps)
+                            | (tr.kind[np.maximum(par, 0)] != Kind.CPU_OP)))
+    starts_all = base.start_rel(ops)
+    instances = []
+    for _row, lo, hi, _kids in base.steps_or_stretches()[: config.max_instances]:
+        bw = base.backward_rows()
+        bws = base.start_rel(bw)
+        bws = bws[(bws > lo) & (bws < hi)]
+        stop = float(bws.min()) if len(bws) else lo + 0.6 * (hi - lo)
+        sel = np.flatnonzero((starts_all > lo) & (starts_all < stop))
+        if len(sel) < config.min_ops:
+            continue
+        n = int(np.clip(round(len(sel) * rng.uniform(*config.share)), config.min_ops,
+                        min(config.max_ops, len(sel))))
+        first = int(rng.integers(0, len(sel) - n + 1))
+        sel = sel[first:first + n]
+        f = rng.uniform(*config.factor)
+        s = starts_all[sel]
+        gaps = (f - 1.0) * np.diff(s)
+        blocks = [Block(T=float(t), thread=main, steps=[Busy(float(g))])
+                  for t, g in zip(s[1:], gaps) if g > 0]
+        if not blocks:
+            continue
+        inst = Instance(blocks, lambda fac: [], label="stretch",
+                        min_idle_us=config.min_idle_share * (s[-1] - s[0]) * f)
+        instances.append(inst)
+    if not instances:
+        raise Unusable(f"no step has {config.min_ops} or more ops on the main thread to slow down")
+    return Plan(PATTERN, instances)

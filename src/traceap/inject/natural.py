@@ -1,0 +1,269 @@
+"""Natural labels: anomaly intervals a real trace shows by itself, read from its own events.
+
+Each rule names the mechanism's events (a `_SingleProcessDataLoaderIter.__next__` range, a
+run of tiny NCCL kernels, an NCCL kernel on the compute stream, ...) and keeps only the
+part where the GPU demonstrably waits (no kernel runs) or, for communication, where the
+collective is not hidden by compute.  The thresholds are deliberately conservative and
+documented in `NaturalConfig`; none of them is an expert rule's score (`traceap.patterns`
+is not used), so labels and rules do not measure the same quantity by construction.
+Warm-up is not steady state: with two or more profiler steps, nothing in or before the
+first step is labelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dataset import PATTERNS
+from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
+
+#: Runtime calls that wait on the GPU only on the GPU side (never block the host).
+_GPU_SIDE = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
+
+
+@dataclass(frozen=True)
+class NaturalConfig:
+    """Thresholds of the natural labels (conservative by design: a label must be obvious)."""
+
+    #: A DataLoader fetch counts when it lasts >= 1 ms and the GPU runs no kernel for at
+    #: least half of it (a fetch the GPU does not notice is not lost time).
+    fetch_min_us: float = 1000.0
+    fetch_idle_share: float = 0.5
+    #: Tiny collectives: <= 50 us of kernel and <= 64 KB (NCCL's LL-protocol range), at least
+    #: 16 of them, each starting <= 500 us after the previous one ends.
+    tiny_nccl_us: float = 50.0
+    tiny_nccl_bytes: float = 65536.0
+    tiny_run_min: int = 16
+    tiny_run_gap_us: float = 500.0
+    #: NCCL on the compute stream: kernels >= 50 us that compute kernels queue behind.
+    blocking_nccl_min_us: float = 50.0
+    #: Exposed communication: >= 1 ms without any compute kernel running beside it (DDP
+    #: with bucketing leaves a few hundred us of the last bucket exposed: not an anomaly).
+    exposed_min_us: float = 1000.0
+    #: Pageable, host-blocking HtoD copies: >= 10% of a step and >= 2 ms in it, with the
+    #: compute idle for >= half of the copy time.
+    pageable_step_share: float = 0.10
+    pageable_min_us: float = 2000.0
+    #: Read-backs: >= 8 host syncs in a step each followed by >= 20 us of GPU idle, together
+    #: >= 5% of the step.
+    syncs_per_step: int = 8
+    sync_idle_us: float = 20.0
+    sync_step_share: float = 0.05
+    #: Graph breaks: >= 200 us between consecutive compiled regions, >= half of it idle.
+    break_gap_us: float = 200.0
+    #: Launch-bound GPU: in a step >= 1 ms (after the first, of two or more), >= 50% of it
+    #: idle in gaps ended by a kernel that started within 20 us of its own launch (the GPU
+    #: waited for the host).
+    launch_bound_share: float = 0.5
+    launch_bound_slack_us: float = 20.0
+    min_step_us: float = 1000.0
+
+
+def natural_anomalies(trace: Trace, patterns=PATTERNS,
+                      config: NaturalConfig = NaturalConfig()) -> list[tuple[float, float, str]]:
+    """(start_us, end_us, pattern) intervals the trace shows by itself, sorted by start."""
+    if not trace.has_gpu:
+        return []
+    ctx = _Context(trace)
+    out = []
+    for p in patterns:
+        fn = _RULES.get(p)
+        if fn is None:
+            continue
+        for a, b in fn(ctx, config):
+            if b > a and b > ctx.steady_from:
+                out.append((max(float(a), ctx.steady_from), float(b), p))
+    return sorted(out)
+
+
+class _Context:
+    """Quantities every rule reads: kernels, compute idle, steps, the compute stream."""
+
+    def __init__(self, tr: Trace):
+        self.tr = tr
+        k = tr.rows(Kind.KERNEL)
+        self.kern = k
+        nccl = tr.is_nccl[k]
+        self.compute_k = k[~nccl]
+        self.nccl_k = k[nccl]
+        cs, ce = merged_intervals(tr.ts[self.compute_k], tr.end[self.compute_k])
+        self.busy_s, self.busy_e = cs, ce
+        w = np.bincount(tr.stream[self.compute_k].astype(np.int64) - tr.stream[self.compute_k].min(),
+                        weights=tr.dur[self.compute_k]) if len(self.compute_k) else np.zeros(0)
+        self.compute_stream = (int(w.argmax() + tr.stream[self.compute_k].min())
+                               if len(w) else None)
+        steps = tr.steps
+        self.steps = [(s.start_us, s.end_us) for s in steps]
+        self.steady_from = steps[1].start_us if len(steps) >= 2 else -np.inf
+
+    def idle_in(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        """Intervals in [lo, hi] with no compute kernel running."""
+        gs = np.r_[lo, self.busy_e]
+        ge = np.r_[self.busy_s, hi]
+        gs, ge = np.maximum(gs, lo), np.minimum(ge, hi)
+        m = ge > gs
+        return gs[m], ge[m]
+
+    def rows_named(self, prefix: str) -> np.ndarray:
+        """Rows whose name starts with `prefix`."""
+        codes = [i for i, n in enumerate(self.tr.names) if n.startswith(prefix)]
+        return np.flatnonzero(np.isin(self.tr.name, codes)) if codes else np.zeros(0, int)
+
+    def step_of(self, t: float) -> tuple[float, float] | None:
+        """The step containing time t."""
+        for s in self.steps:
+            if s[0] <= t <= s[1]:
+                return s
+        return None
+
+
+def _dataloading(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    for r in c.rows_named("enumerate(DataLoader)#_SingleProcessDataLoaderIter").tolist():
+        s, e = tr.ts[r], tr.end[r]
+        if e - s < cfg.fetch_min_us:
+            continue
+        gs, ge = c.idle_in(s, e)
+        if (ge - gs).sum() >= cfg.fetch_idle_share * (e - s):
+            yield gs[0], ge[-1]
+
+
+def _small_nccl(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    k = c.nccl_k[np.argsort(tr.ts[c.nccl_k], kind="stable")]
+    if len(k) < cfg.tiny_run_min:
+        return
+    nbytes = np.where(tr.comm_nelems[k] >= 0, tr.comm_nelems[k] * 4.0, 0.0)
+    tiny = (tr.dur[k] <= cfg.tiny_nccl_us) & (nbytes <= cfg.tiny_nccl_bytes)
+    start, end = tr.ts[k], tr.end[k]
+    run = []
+    for i in range(len(k) + 1):
+        ok = i < len(k) and tiny[i] and (not run or start[i] - end[run[-1]] <= cfg.tiny_run_gap_us)
+        if ok:
+            run.append(i)
+            continue
+        if len(run) >= cfg.tiny_run_min:
+            yield start[run[0]], end[run[-1]]
+        run = [i] if i < len(k) and tiny[i] else []
+
+
+def _nccl_on_compute(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    if c.compute_stream is None:
+        return
+    k = c.nccl_k[(tr.stream[c.nccl_k] == c.compute_stream) & (tr.dur[c.nccl_k] >= cfg.blocking_nccl_min_us)]
+    comp_start = np.sort(tr.ts[c.compute_k[tr.stream[c.compute_k] == c.compute_stream]])
+    for r in k.tolist():
+        # only where compute is queued behind it on the same stream
+        j = np.searchsorted(comp_start, tr.end[r])
+        if j < len(comp_start):
+            yield tr.ts[r], tr.end[r]
+
+
+def _exposed_comm(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    k = c.nccl_k
+    if c.compute_stream is not None:
+        k = k[tr.stream[k] != c.compute_stream]
+    if not len(k):
+        return
+    ns, ne = merged_intervals(tr.ts[k], tr.end[k])
+    for s, e in zip(ns, ne):
+        gs, ge = c.idle_in(s, e)
+        for a, b in zip(gs, ge):
+            if b - a >= cfg.exposed_min_us:
+                yield a, b
+
+
+def _pageable(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    m = tr.rows(Kind.GPU_MEMCPY)
+    m = m[(tr.copy_kind[m] == CopyKind.HTOD) & (tr.copy_src[m] == MemKind.PAGEABLE) & (tr.launch[m] >= 0)]
+    if not len(m):
+        return
+    rt = tr.launch[m]
+    blocking = tr.end[rt] >= tr.end[m] - 1.0
+    m = m[blocking]
+    for s0, s1 in c.steps or [(tr.span[0], tr.span[1])]:
+        inside = m[(tr.ts[m] >= s0) & (tr.ts[m] < s1)]
+        total = tr.dur[inside].sum()
+        if total < max(cfg.pageable_min_us, cfg.pageable_step_share * (s1 - s0)):
+            continue
+        idle = sum((lambda g: (g[1] - g[0]).sum())(c.idle_in(tr.ts[r], tr.end[r])) for r in inside.tolist())
+        if idle >= 0.5 * total:
+            for r in inside.tolist():
+                yield tr.ts[r], tr.end[r]
+
+
+def _syncs(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    rt = np.flatnonzero(tr.is_sync)
+    rt = rt[~np.isin(tr.names_array[tr.name[rt]], _GPU_SIDE)]
+    if not len(rt):
+        return
+    for s0, s1 in c.steps or [(tr.span[0], tr.span[1])]:
+        inside = rt[(tr.ts[rt] >= s0) & (tr.ts[rt] < s1)]
+        gaps = []
+        for r in inside.tolist():
+            gs, ge = c.idle_in(tr.end[r] - 1.0, min(s1, tr.end[r] + 10_000.0))
+            if len(gs) and gs[0] <= tr.end[r] + 1.0 and ge[0] - gs[0] >= cfg.sync_idle_us:
+                gaps.append((gs[0], ge[0]))
+        total = sum(b - a for a, b in gaps)
+        if len(gaps) >= cfg.syncs_per_step and total >= cfg.sync_step_share * (s1 - s0):
+            yield from gaps
+
+
+def _graph_breaks(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    r = c.rows_named("Torch-Compiled Region")
+    if len(r) < 2:
+        return
+    r = r[np.argsort(tr.ts[r])]
+    for a, b in zip(r[:-1].tolist(), r[1:].tolist()):
+        s, e = tr.end[a], tr.ts[b]
+        if e - s < cfg.break_gap_us:
+            continue
+        if c.step_of(s) != c.step_of(e):
+            continue  # a step boundary between two regions is not a break
+        gs, ge = c.idle_in(s, e)
+        if (ge - gs).sum() >= 0.5 * (e - s):
+            yield gs[0], ge[-1]
+
+
+def _launch_bound(c: _Context, cfg: NaturalConfig):
+    tr = c.tr
+    k = c.compute_k[np.argsort(tr.ts[c.compute_k], kind="stable")]
+    # a single step cannot tell a launch-bound model from warm-up (first calls, allocator,
+    # cuDNN autotuning): only traces with a steady state after their first step are labelled
+    if len(k) < 2 or len(c.steps) < 2:
+        return
+    lat = tr.launch_delay[k]
+    waited = np.isfinite(lat) & (lat <= cfg.launch_bound_slack_us)
+    for s0, s1 in c.steps:
+        if s1 - s0 < cfg.min_step_us:
+            continue
+        gs, ge = c.idle_in(s0, s1)
+        # a gap is launch-bound when the kernel that ends it started right after its launch
+        j = np.searchsorted(tr.ts[k], ge - 1e-6)
+        ok = j < len(k)
+        ok[ok] = waited[j[ok]] & (np.abs(tr.ts[k][j[ok]] - ge[ok]) < 1.0)
+        lb = (ge - gs)[ok].sum()
+        if lb >= cfg.launch_bound_share * (s1 - s0):
+            yield gs[ok][0], ge[ok][-1]
+
+
+_RULES = {
+    "single_process_dataloading": _dataloading,
+    "small_nccl_kernels": _small_nccl,
+    "nccl_blocks_compute_stream": _nccl_on_compute,
+    "nccl_compute_no_overlap": _exposed_comm,
+    "no_pin_memory": _pageable,
+    "excessive_memcpy": _syncs,
+    "graph_break": _graph_breaks,
+    "cpu_bound": _launch_bound,
+}
+
+
+__all__ = ["NaturalConfig", "natural_anomalies"]

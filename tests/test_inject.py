@@ -1,0 +1,441 @@
+"""`traceap inject`: anti-patterns planted into real traces by their mechanism, validated, labelled.
+
+What each test pins down: every output passes the structural validator; what was planted is
+visible where it is labelled (the GPU idles inside a planted DataLoader stall, the NCCL
+kernel sits on the compute stream, ...) and the rest of the trace is the base moved in time;
+inputs are never modified; unusable bases are skipped with one line; the same seed gives
+the same bytes; 2021 and AMD traces keep their dialect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traceap
+from traceap.dataset import PATTERNS, SPLITS, read_manifest, splits
+from traceap.errors import DatasetError
+from traceap.inject.core import Invalid, inject_one
+from traceap.inject.dataset import InjectConfig, build
+from traceap.inject.edit import Doc
+from traceap.inject.mechanisms import Base, Unusable
+from traceap.inject.natural import natural_anomalies
+from traceap.inject.validate import Columns, compare, describe, offenders, validate
+from traceap.trace import Kind, merged_intervals
+
+from .conftest import DATA, SAMPLE, needs_shared, shared_trace_files
+
+V100 = DATA / "kineto2021_v100.json.gz"   # 2021 dialect: Operator / Runtime / Kernel, int us
+MI250 = DATA / "amd_mi250_train.json.gz"  # ROCm: hip* runtime calls, "Host" memcpys
+PARTICLE = DATA / "particle_transformer_bs8.json.gz"
+BASES = [SAMPLE, V100, MI250, PARTICLE]
+
+
+@pytest.fixture(scope="module")
+def bases():
+    return {p: Base.of(Doc(p), p.name) for p in BASES}
+
+
+@pytest.fixture(scope="module")
+def outputs(bases, tmp_path_factory):
+    """Every pattern planted once into every bundled base, written to disk."""
+    root = tmp_path_factory.mktemp("inject")
+    out = {}
+    for path, base in bases.items():
+        for k, p in enumerate(PATTERNS):
+            try:
+                o = inject_one(base, p, np.random.default_rng([7, k]))
+            except Unusable:
+                continue
+            f = root / f"{path.name.split('.')[0]}__{p}.json"
+            f.write_bytes(o.data)
+            out[(path, p)] = (o, f)
+    return out
+
+
+def kernel_idle(tr, lo: float, hi: float) -> float:
+    """us in [lo, hi] with no kernel running."""
+    k = tr.rows(Kind.KERNEL)
+    s, e = merged_intervals(tr.ts[k], tr.end[k])
+    gs, ge = np.r_[lo, e], np.r_[s, hi]
+    gs, ge = np.maximum(gs, lo), np.minimum(ge, hi)
+    return float(np.clip(ge - gs, 0, None).sum())
+
+
+def idle_outside(tr, cut: list) -> float:
+    """Kernel-idle us between the first and last kernel, outside the intervals `cut`."""
+    k = tr.rows(Kind.KERNEL)
+    lo, hi = float(tr.ts[k].min()), float(tr.end[k].max())
+    s, e = merged_intervals(tr.ts[k], tr.end[k])
+    gs, ge = np.r_[lo, e], np.r_[s, hi]
+    total = float(np.clip(np.minimum(ge, hi) - np.maximum(gs, lo), 0, None).sum())
+    for a, b in cut:
+        total -= float(np.clip(np.minimum(ge, b) - np.maximum(gs, a), 0, None).sum())
+    return total
+
+
+# -- structure --------------------------------------------------------------------------------
+def test_every_output_validates_and_loads(bases, outputs):
+    assert len(outputs) >= 28  # the four bases take almost every pattern
+    for (path, p), (o, f) in outputs.items():
+        base_found = offenders(Columns.of(bases[path].doc))
+        extra = describe(compare(offenders(Columns.of(Doc(f))), base_found))
+        assert not extra, (path.name, p, extra)
+        tr = traceap.load(f)
+        assert not [w for w in tr.meta.warnings if "no launching" in w], (path.name, p)
+        lo, hi = tr.span
+        assert o.anomalies and all(lo <= a < b <= hi for a, b in o.anomalies), (path.name, p)
+
+
+def test_validator_reports_real_quirks_and_breakage(tmp_path):
+    assert validate(SAMPLE) == []
+    # a real quirk: Particle Transformer has two GPU ops without their runtime call
+    assert any(line.startswith("launch_link") for line in validate(PARTICLE))
+    # a broken copy: a kernel moved onto the one before it on its stream
+    doc = Doc(SAMPLE)
+    cols = Columns.of(doc)
+    k = np.flatnonzero(doc.kind == Kind.KERNEL)
+    k = k[doc.gpu_stream[k] == doc.gpu_stream[k[0]]]
+    k = k[np.argsort(doc.ts[k])]
+    cols.ts = cols.ts.copy()
+    cols.ts[k[5]] = doc.ts[k[4]]
+    assert any(line.startswith("stream_overlap") for line in validate(cols))
+    assert validate(cols, anomalies=[{"start_us": 0.0, "end_us": 1.0}])[-1].startswith("anomaly")
+
+
+def test_base_events_keep_names_durations_and_order(bases, outputs):
+    """Outside what was planted, an output is its base moved in time."""
+    for (path, p), (_o, f) in outputs.items():
+        doc, out = bases[path].doc, Doc(f)
+        n = doc.n_base
+        assert [e.name for e in out.events[:n]] == [e.name for e in doc.events[:n]] or \
+            np.array_equal(out.name[:n], doc.name[:n]), (path.name, p)
+        k = np.flatnonzero(doc.is_gpu_work)
+        assert np.allclose(out.dur[k], doc.dur[k], atol=1e-3), (path.name, p)  # kernels keep their time
+        for s in np.unique(doc.gpu_stream[k]):
+            on = k[doc.gpu_stream[k] == s]
+            assert np.array_equal(np.argsort(out.ts[on], kind="stable"),
+                                  np.argsort(doc.ts[on], kind="stable")), (path.name, p)
+        host = np.flatnonzero((doc.ph == 0) & ~doc.is_gpu)
+        assert np.all(out.ts[host] >= doc.ts[host] - 1e-3), (path.name, p)  # nothing moves earlier
+
+
+# -- what was planted shows where it is labelled, and nowhere else ----------------------------
+def _loaded(outputs, path, p):
+    o, f = outputs[(path, p)]
+    return o, traceap.load(f)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_planted_pattern_shows_only_where_labelled(pattern, outputs):
+    o, tr = _loaded(outputs, SAMPLE, pattern)
+    base = traceap.load(SAMPLE)
+    labelled = sum(b - a for a, b in o.anomalies)
+    # nowhere else: outside the labels the GPU idles no more than the base did
+    extra = idle_outside(tr, o.anomalies) - idle_outside(base, [])
+    assert extra <= 0.01 * labelled + 50.0, (pattern, extra, labelled)
+    names = tr.names_array[tr.name]
+    t0 = tr.span[0]
+    for a, b in o.anomalies:
+        inside = (tr.ts < b) & (tr.end > a)
+        # the GPU waits inside every labelled interval, or (collectives) communicates there
+        comm = pattern.startswith(("small_nccl", "nccl_")) and (tr.is_nccl & inside).any()
+        assert comm or kernel_idle(tr, a, b) >= 0.3 * (b - a), (pattern, a - t0, b - a)
+        if pattern == "single_process_dataloading":
+            assert any("_SingleProcessDataLoaderIter" in n for n in names[inside])
+        if pattern == "graph_break":
+            assert "TorchDynamo Cache Lookup" in set(names[inside])
+
+
+def test_dataloading_stall_idles_the_gpu(outputs):
+    o, tr = _loaded(outputs, SAMPLE, "single_process_dataloading")
+    rows = np.flatnonzero(tr.names_array[tr.name] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+    assert len(rows) == len(o.anomalies) >= 2
+    for r in rows:
+        # the GPU idles for most of the fetch (the step starts with little queued)
+        assert kernel_idle(tr, tr.ts[r], tr.end[r]) >= 0.6 * tr.dur[r]
+        assert any(a <= tr.end[r] and b >= tr.ts[r] for a, b in o.anomalies)
+
+
+def test_pageable_copies_block_the_host(outputs):
+    _o, tr = _loaded(outputs, SAMPLE, "no_pin_memory")
+    m = tr.rows(Kind.GPU_MEMCPY)
+    m = m[tr.names_array[tr.name[m]] == "Memcpy HtoD (Pageable -> Device)"]
+    big = m[tr.bytes[m] > 1e6]
+    assert len(big) >= 2
+    rt = tr.launch[big]
+    assert np.all(rt >= 0) and np.all(tr.end[rt] >= tr.end[big])      # the call waits for the copy
+    gbs = tr.bytes[big] / tr.dur[big] / 1e3
+    assert np.all((gbs > 2.5) & (gbs < 8.5))                           # pageable bandwidth
+
+
+def test_item_syncs_drain_the_queue(outputs):
+    o, tr = _loaded(outputs, SAMPLE, "excessive_memcpy")
+    names = tr.names_array[tr.name]
+    syncs = np.flatnonzero(names == "cudaStreamSynchronize")
+    items = np.flatnonzero(names == "aten::item")
+    assert len(items) >= 8 * len(o.anomalies)
+    for r in syncs[np.isin(syncs, np.flatnonzero(tr.parent >= 0))][:20]:
+        # each sync returns after the compute stream's last op launched before it
+        before = tr.gpu_work_rows[tr.launch[tr.gpu_work_rows] >= 0]
+        before = before[(tr.ts[tr.launch[before]] < tr.ts[r]) & (tr.stream[before] == tr.stream[tr.rows(Kind.KERNEL)[0]])]
+        if len(before):
+            assert tr.end[r] >= tr.end[before].max() - 1e-3
+
+
+def test_nccl_on_the_compute_stream(outputs):
+    o, tr = _loaded(outputs, SAMPLE, "nccl_blocks_compute_stream")
+    k = tr.rows(Kind.KERNEL)
+    compute = np.bincount(tr.stream[k[~tr.is_nccl[k]]].astype(int),
+                          weights=tr.dur[k[~tr.is_nccl[k]]]).argmax()
+    planted = k[tr.is_nccl[k] & (tr.stream[k] == compute)]
+    assert len(planted) == o.n_instances
+    for r in planted:
+        assert any(a <= tr.ts[r] and tr.end[r] <= b for a, b in o.anomalies)
+        nxt = k[(tr.stream[k] == compute) & (tr.ts[k] >= tr.end[r] - 1e-3)]
+        assert len(nxt) == 0 or tr.ts[nxt].min() >= tr.end[r] - 1e-3  # compute queues behind it
+
+
+def test_exposed_allreduce_waits_the_optimizer(bases, outputs):
+    o, f = outputs[(SAMPLE, "nccl_compute_no_overlap")]
+    tr = traceap.load(f)
+    doc = Doc(f)
+    n = bases[SAMPLE].doc.n_base
+    planted = [e for e in doc.events[n:] if e.cat == "kernel" and e.name.startswith("ncclKernel")]
+    assert len(planted) >= 2
+    for e in planted:
+        a, b = float(e.ts), float(e.ts) + float(e.dur)
+        assert any(x <= a and b <= y for x, y in o.anomalies)
+        # exposed: compute idles for most of the collective
+        assert kernel_idle_compute(tr, a, b) >= 0.5 * (b - a)
+    names = tr.names_array[tr.name]
+    base = traceap.load(SAMPLE)
+    assert (names == "cudaStreamWaitEvent").sum() > (base.names_array[base.name] == "cudaStreamWaitEvent").sum()
+
+
+def kernel_idle_compute(tr, lo, hi):
+    k = tr.rows(Kind.KERNEL)
+    k = k[~tr.is_nccl[k]]
+    s, e = merged_intervals(tr.ts[k], tr.end[k])
+    gs, ge = np.r_[lo, e], np.r_[s, hi]
+    return float(np.clip(np.minimum(ge, hi) - np.maximum(gs, lo), 0, None).sum())
+
+
+def test_tiny_collectives_are_dense_runs(outputs):
+    o, tr = _loaded(outputs, SAMPLE, "small_nccl_kernels")
+    k = tr.rows(Kind.KERNEL)
+    runs = 0
+    for a, b in o.anomalies:
+        run = k[tr.is_nccl[k] & (tr.ts[k] >= a) & (tr.end[k] <= b) & (tr.dur[k] <= 40.0)]
+        if len(run):
+            assert len(run) >= 20
+            assert np.all(tr.comm_nelems[run] * 4 <= 65536)
+            runs += 1
+        else:  # the wait the run's host calls caused further on
+            assert kernel_idle(tr, a, b) >= 0.3 * (b - a)
+    assert runs == o.n_instances
+    assert tr.meta.world_size and tr.meta.world_size > 1
+
+
+def test_cpu_bound_starves_the_gpu(outputs):
+    o, tr = _loaded(outputs, SAMPLE, "cpu_bound")
+    base = traceap.load(SAMPLE)
+    assert tr.span[1] - tr.span[0] > base.span[1] - base.span[0]  # the host got slower
+    for a, b in o.anomalies:
+        assert kernel_idle(tr, a, b) >= 0.15 * (b - a)
+
+
+# -- dialects ---------------------------------------------------------------------------------
+def _new_events(doc_base: Doc, f: Path) -> list:
+    return Doc(f).events[doc_base.n_base:]
+
+
+def test_2021_trace_keeps_its_dialect(bases, outputs):
+    doc = bases[V100].doc
+    for p in ("single_process_dataloading", "no_pin_memory", "small_nccl_kernels"):
+        _o, f = outputs[(V100, p)]
+        new = _new_events(doc, f)
+        cats = {e.cat for e in new}
+        assert cats <= {"Operator", "Runtime", "Kernel", "Memcpy", "async"}, (p, cats)
+        assert all(isinstance(e.ts, int) for e in new if e.ts is not None)
+        gpu = [e for e in new if e.cat in ("Kernel", "Memcpy")]
+        assert gpu and all(isinstance(e.tid, str) and e.tid.startswith("stream ") for e in gpu)
+        assert all(e.name.startswith("cuda") for e in new if e.cat == "Runtime")
+    new = _new_events(doc, outputs[(V100, "small_nccl_kernels")][1])
+    assert any(e.name.startswith("ncclKernel_AllReduce") for e in new)  # old NCCL names
+
+
+def test_amd_trace_keeps_its_dialect(bases, outputs):
+    doc = bases[MI250].doc
+    _o, f = outputs[(MI250, "no_pin_memory")]
+    new = _new_events(doc, f)
+    rt = {e.name for e in new if e.cat == "cuda_runtime"}
+    assert rt and all(n.startswith("hip") for n in rt)
+    assert "Memcpy HtoD (Host -> Device)" in {e.name for e in new}
+    _o, f = outputs[(MI250, "small_nccl_kernels")]
+    assert any(e.name.startswith("ncclDevKernel_Generic") for e in _new_events(doc, f))
+
+
+def test_base_without_an_insertion_point_is_skipped_with_a_reason(tmp_path):
+    """A 7-event slice with one kernel has no step to compile in pieces: one line says so."""
+    base = Base.of(Doc(DATA / "backward_thread.json.gz"), "backward_thread.json.gz")
+    with pytest.raises(Unusable, match="compile in pieces"):
+        inject_one(base, "graph_break", np.random.default_rng(0))
+    rep = build([DATA / "backward_thread.json.gz"], tmp_path / "ds", InjectConfig(patterns=("graph_break",)))
+    assert rep.skipped == ["skip backward_thread.json.gz graph_break: no step has 4 or more "
+                           "top-level ops to compile in pieces"]
+
+
+# -- natural labels ---------------------------------------------------------------------------
+def test_natural_labels_from_the_traces_own_events():
+    dlrm = traceap.load(DATA / "dlrm_job" / "worker0.pt.trace.json.gz")
+    found = natural_anomalies(dlrm)
+    assert "single_process_dataloading" in {p for _, _, p in found}
+    assert natural_anomalies(traceap.load(MI250)) == []        # a healthy toy run
+    assert natural_anomalies(traceap.load(DATA / "cpu_only_zoology.json.gz")) == []
+
+
+# -- the dataset writer and the CLI -----------------------------------------------------------
+def _digest(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def small_inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bases")
+    for p in (V100, MI250, DATA / "cpu_only_zoology.json.gz", DATA / "dlrm_job" / "worker0.pt.trace.json.gz"):
+        shutil.copy(p, d / p.name)
+    return d
+
+
+def test_dataset_same_seed_same_bytes_inputs_untouched(small_inputs, tmp_path):
+    before = _digest(small_inputs)
+    a = build([small_inputs], tmp_path / "a", InjectConfig(seed=5, jobs=2))
+    b = build([small_inputs], tmp_path / "b", InjectConfig(seed=5))
+    assert _digest(small_inputs) == before
+    da, db = _digest(tmp_path / "a"), _digest(tmp_path / "b")
+    assert da == db and len(da) > 10
+    c = build([small_inputs], tmp_path / "c", InjectConfig(seed=6, patterns=("no_pin_memory",)))
+    assert len(c.entries) < len(a.entries)
+    entries = read_manifest(tmp_path / "a")
+    assert len({e.id for e in entries}) == len(entries)
+    assert any("cpu_only_zoology" in line and "no GPU" in line for line in a.skipped)
+    natural = [e for e in entries if e.source == "natural"]
+    assert {e.base for e in natural} == {V100.name, MI250.name, "worker0.pt.trace.json.gz"}
+    assert any(e.label == "good" for e in natural) and any(e.label == "bad" for e in natural)
+    injected = [e for e in entries if e.source == "injected"]
+    assert all(e.label == "bad" and e.patterns[0] in PATTERNS and e.base for e in injected)
+    # the DLRM base's natural DataLoader stall is carried by its injected copies too
+    dl = [e for e in injected if e.base == "worker0.pt.trace.json.gz" and e.patterns[0] == "no_pin_memory"]
+    assert dl and "single_process_dataloading" in {x.pattern for x in dl[0].anomalies}
+
+
+def test_out_folder_rules(small_inputs, tmp_path):
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    with pytest.raises(DatasetError):
+        build([small_inputs / V100.name], out, InjectConfig(patterns=("cpu_bound",)))
+    build([small_inputs / V100.name], out, InjectConfig(patterns=("cpu_bound",), overwrite=True))
+    assert (out / "mine.txt").read_text() == "keep me"
+    fresh = tmp_path / "fresh"
+    build([small_inputs / V100.name], fresh, InjectConfig(patterns=("cpu_bound", "graph_break")))
+    build([small_inputs / V100.name], fresh, InjectConfig(patterns=("graph_break",)))  # a rerun
+    names = {p.name for p in (fresh / "traces").iterdir()}
+    assert not any("cpu_bound" in n for n in names) and any("graph_break" in n for n in names)
+
+
+def test_cli_inject_and_label(small_inputs, tmp_path):
+    out = tmp_path / "ds"
+    p = subprocess.run([sys.executable, "-m", "traceap", "inject", str(small_inputs / V100.name),
+                        "--out", str(out), "--patterns", "single_process_dataloading"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "wrote 2 traces" in p.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for args in ([str(tmp_path / "missing.json")], [str(bad)],
+                 [str(small_inputs / V100.name), "--patterns", "nope"]):
+        p = subprocess.run([sys.executable, "-m", "traceap", "inject", *args, "--out", str(tmp_path / "x")],
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+        assert "Traceback" not in p.stderr
+    p = subprocess.run([sys.executable, "-m", "traceap", "label", str(DATA / "dlrm_job" / "worker0.pt.trace.json.gz")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "single_process_dataloading" in p.stdout
+
+
+def test_split_plan_puts_each_project_in_one_split(tmp_path):
+    """A benchmark split by source: each project folder lands in the split the plan names,
+    with that split's copies; an unplanned base is skipped with a line; two splits claiming
+    one base is an error."""
+    from traceap.inject.dataset import SplitPlan
+    src = tmp_path / "src"
+    for proj, f in (("projA", V100), ("projB", MI250), ("projC", PARTICLE)):
+        (src / proj).mkdir(parents=True)
+        shutil.copy(f, src / proj / f.name)
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text("splits:\n  train: ['projA/*']\n  validation: ['projB/*']\n"
+                         "copies:\n  train: 2\n")
+    plan = SplitPlan.read(plan_file)
+    rep = build([src], tmp_path / "ds", InjectConfig(patterns=("single_process_dataloading",)),
+                plan=plan)
+    entries = read_manifest(tmp_path / "ds")
+    by_base = {}
+    for e in entries:
+        by_base.setdefault(e.base, set()).add(e.split)
+    assert by_base == {V100.name: {"train"}, MI250.name: {"validation"}}
+    train = [e for e in entries if e.split == "train" and e.source == "injected"]
+    assert sorted(e.id.rsplit("__", 1)[1] for e in train) == ["c0", "c1"]
+    assert any("projC" in line and "no split" in line for line in rep.skipped)
+    plan_file.write_text("splits:\n  train: ['projA/*']\n  validation: ['*.json.gz']\n")
+    with pytest.raises(DatasetError, match="two splits"):
+        build([src], tmp_path / "ds2", InjectConfig(patterns=("cpu_bound",)),
+              plan=SplitPlan.read(plan_file))
+    plan_file.write_text("splits:\n  nonsense: ['projA/*']\n")
+    with pytest.raises(DatasetError, match="unknown split"):
+        SplitPlan.read(plan_file)
+
+
+def test_dataset_splits_include_validation(tmp_path):
+    assert "validation" in SPLITS
+    from traceap.dataset import Entry, write_manifest
+    write_manifest(tmp_path, [Entry(id="a", path="traces/a.pt.trace.json.gz", split="validation",
+                                    task="other", model="m", platform="p", world_size=1, rank=0,
+                                    label="good", base="a.json.gz")])
+    entries = read_manifest(tmp_path)
+    assert entries[0].base == "a.json.gz" and splits(entries)["validation"].entries
+
+
+# -- every real trace ---------------------------------------------------------------------------
+@needs_shared
+@pytest.mark.slow
+def test_every_shared_gpu_trace_gives_valid_outputs():
+    """Each usable GPU trace of ../shared/traces, one pattern each (round robin): it validates."""
+    files = shared_trace_files()
+    assert files
+    written = 0
+    for i, f in enumerate(files):
+        try:
+            base = Base.of(Doc(f), f.name)
+        except traceap.errors.TraceapError:
+            continue
+        if base.unusable():
+            continue
+        p = PATTERNS[i % len(PATTERNS)]
+        try:
+            o = inject_one(base, p, np.random.default_rng(i))
+        except Unusable:
+            continue
+        except Invalid as exc:  # pragma: no cover - the failure message is the point
+            pytest.fail(f"{f.name} {p}: {exc}")
+        assert o.anomalies
+        written += 1
+    assert written >= 40
