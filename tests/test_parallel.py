@@ -194,6 +194,18 @@ def test_cli_names_an_unreadable_rank_in_one_line(tmp_path):
     assert "Traceback" not in p.stderr
 
 
+def test_cli_cpu_only_job_in_workers_still_points_to_a_gpu_recording(tmp_path):
+    # The parent of a job analysed by workers holds no Trace: the ranks' analyses say.
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(DATA / "cpu_only_zoology.json.gz", job / "rank0.json.gz")
+    r = runner.invoke(app, ["analyze", str(job), "--workers", "2", "--detector", "expert",
+                            "--windows", "20"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "CPU-only trace" in flat and "bash scripts/gpu_collect.sh" in flat
+
+
 def test_cli_without_ray_says_how_to_install_it(tmp_path):
     fake = tmp_path / "no_ray" / "ray"
     fake.mkdir(parents=True)
