@@ -1,7 +1,7 @@
 """The TorchTraceAP-like dataset: a plan of jobs, simulated in parallel, written per docs/FORMATS.md.
 
 Default as in the paper: 610 traces; 460 on the seen tasks (classification, detection,
-segmentation) split 400 train / 60 validation (FORMATS.md: validation is for every tunable
+segmentation) split 400 train / 60 validation (docs/FORMATS.md: validation is for every tunable
 choice), and 150 test with window-level labels, split into test_seen (the same three tasks) and
 test_unseen (generation, depth, pose, action recognition); a pattern mix like Table 2; single-
 and multi-GPU jobs (one manifest line per rank, sharing "job").  The plan is drawn from the seed in
