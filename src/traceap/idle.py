@@ -145,6 +145,11 @@ class IdleConfig:
     #: A multi-process loader's first `__next__` this many times the median of the later ones
     #: is worker start-up.
     first_next_ratio: float = 3.0
+    #: ... when the loader keeps up afterwards: its later `__next__` calls take under this share
+    #: of a step (a prefetched batch returns in microseconds).  A loader that starves the GPU
+    #: every step waits longest for its first batch (nothing prefetched yet): the same
+    #: bottleneck, not start-up.
+    loader_keeps_up: float = 0.05
     #: A GPU idle gap a `DataLoader.__next__` fills for at least this share is the loader's.
     loader_gap_share: float = 0.5
     #: The host recording no framework call (op, runtime call) for longer than this is doing
@@ -273,7 +278,9 @@ def warmup_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     nxt = _rows_named(trace, LOADER_MULTI_NEXT, HOST_KINDS)
     if len(nxt) >= 2:
         s, e = merged_intervals(trace.ts[nxt], trace.end[nxt])
-        if len(s) >= 2 and (e[0] - s[0]) >= config.first_next_ratio * float(np.median(e[1:] - s[1:])):
+        later = float(np.median(e[1:] - s[1:])) if len(s) >= 2 else 0.0
+        if (len(s) >= 2 and (e[0] - s[0]) >= config.first_next_ratio * later
+                and later < config.loader_keeps_up * _typical_step_us(trace, s)):
             parts["DataLoader worker start-up"] = (s[:1], e[:1])
     starts = np.concatenate([p[0] for p in parts.values()])
     ends = np.concatenate([p[1] for p in parts.values()])
@@ -295,6 +302,13 @@ def warmup_intervals(trace: Trace, config: IdleConfig = IdleConfig()
             starts = np.append(starts, first.start_us)
             ends = np.append(ends, first.end_us)
     return starts, ends, {k: v for k, v in parts.items()}, steps
+
+
+def _typical_step_us(trace: Trace, next_starts: np.ndarray) -> float:
+    """The median profiler step, or without steps the median spacing of the loader's calls."""
+    if len(trace.steps) >= 2:
+        return float(np.median([x.end_us - x.start_us for x in trace.steps]))
+    return float(np.median(np.diff(next_starts))) if len(next_starts) >= 3 else float("inf")
 
 
 def warmup(trace: Trace, config: IdleConfig = IdleConfig()):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..idle import pattern_lost
+from ..idle import busy_rows, pattern_lost
 from ..trace import CopyKind, Kind, merged_intervals
 from ..windows import Windows
 from .base import AntiPattern, Measures
@@ -164,8 +164,10 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         b0, b1 = sync_bubbles(t, c.sync_tol_us)
         bubble_us = union_in(windows, b0, b1)
         sync_us = union_in(windows, *spans(t, sync))
-        host_us = union_in(windows, np.concatenate((t.ts[copies], t.ts[sync])),
-                           np.concatenate((t.end[copies], t.end[sync])))
+        # Host time blocked in copies, and in syncs only while the GPU sits idle: a sync that
+        # waits for a busy GPU to drain (the end of a step, a logged loss) costs nothing by
+        # itself; what it costs afterwards is the bubble, counted in `lost`.
+        host_us = copy_us + sync_us - overlap_in(windows, spans(t, sync), spans(t, busy_rows(t)))
         n_copies = count_in(windows, t.ts[copies])
         n_sync = count_in(windows, t.ts[sync])
         lost = pattern_lost(windows, self.id)

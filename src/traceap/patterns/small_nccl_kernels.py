@@ -51,19 +51,21 @@ def small_nccl(trace, config: SmallNcclConfig) -> np.ndarray:
 
 
 def bursts(trace, rows: np.ndarray, burst_break: float = 10.0) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of bursts of the given kernels: one per profiler step, or split at
-    pauses longer than `burst_break` x the median spacing when the trace has no steps."""
+    """(starts, ends) of bursts of the given kernels: runs without a pause longer than
+    `burst_break` x the median spacing, never across a profiler step boundary."""
     if len(rows) < 2:
         return np.zeros(0), np.zeros(0)
     ts = np.sort(trace.ts[rows])
     ends = trace.end[rows][np.argsort(trace.ts[rows])]
+    # A pause ends a burst even inside a step: DDP's buffer broadcast at the start of the
+    # forward pass is not part of the backward pass's stream of gradient buckets.
+    gap = np.diff(ts)
+    cut = gap > burst_break * max(float(np.median(gap)), 1.0)
     if trace.steps:
         edges = np.array(sorted(s.start_us for s in trace.steps))
-        group = np.searchsorted(edges, ts, side="right")
-    else:
-        gap = np.diff(ts)
-        cut = gap > burst_break * max(float(np.median(gap)), 1.0)
-        group = np.concatenate(([0], np.cumsum(cut)))
+        step = np.searchsorted(edges, ts, side="right")
+        cut |= np.diff(step) != 0
+    group = np.concatenate(([0], np.cumsum(cut)))
     uniq, first = np.unique(group, return_index=True)
     last = np.r_[first[1:], len(ts)] - 1
     keep = last > first  # a lone kernel is no burst
