@@ -11,5 +11,10 @@ fi
 # torch first and pinned: anything looser pulls a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+# Ray (the `ray` extra) for the Ray tests; optional: without it (offline, no cached wheels)
+# those tests skip and everything else works.
+.venv/bin/python -m pip install -q -e ".[ray]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import ray" 2>/dev/null \
+  || echo "setup: Ray is not installed (offline?): the Ray tests will skip" >&2
 .venv/bin/python -c "import traceap, torch; assert torch.__version__.startswith('2.13.0')" \
   || { echo "setup: traceap did not install" >&2; exit 1; }

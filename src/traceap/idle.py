@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -184,6 +184,16 @@ class IdleAccount:
     warmup_sources: dict[str, float] = field(default_factory=dict)
     #: GPU busy time inside the steady steps (all busy time without steps).
     busy_in_steady_us: float = 0.0
+    #: False once `totals_only` dropped the segments (`time_in` then cannot answer).
+    has_segments: bool = True
+
+    def totals_only(self) -> "IdleAccount":
+        """This account without its per-segment arrays (they grow with the trace: about 7 KB
+        per MB of trace), keeping every total the reports use; for results sent back from a
+        worker and kept for many ranks (`traceap.analysis.analyze_job`)."""
+        empty = np.zeros(0)
+        return replace(self, seg_start=empty, seg_end=empty,
+                       seg_code=np.zeros(0, self.seg_code.dtype), has_segments=False)
 
     @property
     def span_us(self) -> float:
@@ -206,6 +216,9 @@ class IdleAccount:
 
     def time_in(self, mechanism: str, starts: Iterable[float], ends: Iterable[float]) -> float:
         """Idle time of one mechanism (an id of MECHANISM_IDS) inside disjoint ranges."""
+        if not self.has_segments:
+            raise ValueError("this idle account keeps totals only (its segments stayed with "
+                             "the worker that measured it); measure the trace again")
         code = MECHANISM_IDS.index(mechanism)
         s = np.asarray(list(starts), dtype=np.float64)
         e = np.asarray(list(ends), dtype=np.float64)

@@ -11,10 +11,14 @@ CLASSIFIER_NAMES = ("offline", "llm")
 
 
 def make_classifier(name: str, **options) -> Classifier:
-    """A classifier by name: "offline" (expert rules) or "llm" (imported only when asked for)."""
+    """A classifier by name: "offline" (expert rules) or "llm" (imported only when asked for).
+
+    Both are rebuilt from (name, options) in worker processes (`traceap.parallel`)."""
+    from ..parallel import buildable
+
     if name == "offline":
         from .offline import OfflineClassifier
-        return OfflineClassifier(**options)
+        return buildable(OfflineClassifier(**options), "classifier", name, options)
     if name == "llm":
         try:
             mod = importlib.import_module("traceap.classify.llm")
@@ -23,7 +27,7 @@ def make_classifier(name: str, **options) -> Classifier:
                 raise TraceapError("the 'llm' classifier is not available in this installation "
                                    "(traceap.classify.llm is missing)") from None
             raise
-        return mod.LLMClassifier(**options)
+        return buildable(mod.LLMClassifier(**options), "classifier", name, options)
     raise TraceapError(f"unknown classifier {name!r}; choose one of {', '.join(CLASSIFIER_NAMES)}")
 
 

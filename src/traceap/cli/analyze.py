@@ -54,11 +54,14 @@ def analyze(
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report."),
     annotate: Path | None = typer.Option(None, "--annotate", help="Also write the trace with a findings track (open in Perfetto); for a folder, a folder of them."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal summary."),
+    workers: int = typer.Option(1, "--workers", help="For a folder: analyse this many ranks at once, each in its own process (memory: about one rank's trace per worker)."),
+    ray: bool = typer.Option(False, "--ray", help="For a folder: analyse ranks as Ray tasks on a local Ray instance started for this command (--workers CPUs; default all); needs pip install traceap[ray]."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="For a folder: analyse ranks as Ray tasks on this existing cluster ('auto' or HOST:PORT / ray://HOST:PORT; implies --ray). The folder must be readable at the same path on every node."),
 ) -> None:
     """Find performance anti-patterns, window by window, with evidence and fixes."""
     from ..analysis import analyze as run, analyze_job
     from ..detectors.registry import make_detector
-    from ..load import load, load_job
+    from ..load import load
     from ..progress import status
 
     from ..classify import CLASSIFIER_NAMES
@@ -112,20 +115,28 @@ def analyze(
     html_mod = _report_module("html", "--html") if html else None
     ann_mod = _report_module("annotate", "--annotate") if annotate else None
 
-    with status(f"loading {trace.name}"):
-        loaded = load_job(trace) if trace.is_dir() else load(trace)
     is_job = trace.is_dir()
-    with status("analysing"):
-        if is_job:
-            result = analyze_job(loaded, windows, det, clf, threshold)
-        else:
+    execution = _execution(workers, ray, ray_address, is_job)
+    if is_job:
+        # Each rank is read by the process that analyses it, one at a time; the reports
+        # read what they need per rank (the HTML's parts come back with the ranks).
+        loaded = None
+        result = analyze_job(trace, windows, det, clf, threshold, workers=execution.workers,
+                             ray=execution.ray, for_html=html is not None)
+        for bad in result.unreadable:
+            typer.echo(f"traceap: warning: rank file {Path(bad['path']).name} could not be read "
+                       f"({bad['error']}); the other ranks were analysed", err=True)
+    else:
+        with status(f"loading {trace.name}"):
+            loaded = load(trace)
+        with status("analysing"):
             result = run(loaded, windows, det, clf, threshold)
     result.notes.extend(getattr(clf, "notes", []))
     failed = getattr(det, "failure_note", None)
     if failed is not None and failed():
         result.notes.append(failed())
-    traces = loaded.traces if is_job else [loaded]
-    if not any(t.has_gpu for t in traces):
+    # A job's ranks were read where they were analysed: each rank's analysis says.
+    if not any(a.has_gpu for a in (result.ranks if is_job else [result])):
         result.notes.append(f"to find them, record the run on a GPU: bash {GPU_COLLECT} (or "
                             f"traceap collect --device cuda)")
     llm_clf = getattr(clf, "inner", clf)
@@ -158,3 +169,14 @@ def analyze(
                            (annotate, "annotated trace")):
             if path is not None and str(path) != "-":
                 console.print(f"  [dim]{what}: {path}[/dim]")
+
+
+def _execution(workers: int, ray: bool, ray_address: str | None, is_job: bool):
+    """Where the ranks of a folder are analysed (`traceap.parallel.Execution`)."""
+    from ..parallel import Execution
+
+    execution = Execution.from_options(workers, ray, ray_address)
+    if execution.parallel and not is_job:
+        raise TraceapError("--workers / --ray spread the ranks of a folder; give a folder of "
+                           "per-rank traces")
+    return execution

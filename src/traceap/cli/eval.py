@@ -173,10 +173,16 @@ def eval_(
     plot_traces: str = typer.Option("", "--plot-traces",
                                     help="Trace ids for the score timelines (default: one bad trace per task)."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON summary instead of Markdown."),
+    workers: int = typer.Option(1, "--workers", help="Score this many test traces at once, each in its own process."),
+    ray: bool = typer.Option(False, "--ray", help="Score test traces as Ray tasks on a local Ray instance started for this command (needs pip install traceap[ray])."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Score test traces as Ray tasks on this existing cluster ('auto' or HOST:PORT; implies --ray); the dataset must be readable at the same path on every node."),
 ) -> None:
     """Window AUC per task (Table 3), pattern accuracy (Table 4), ablation (Table 5), trace AUC."""
     from ..eval import EvalConfig, evaluate, plots, tables
     from ..eval.runner import GROUPS
+    from ..parallel import Execution
+
+    execution = Execution.from_options(workers, ray, ray_address)
 
     warnings: list[str] = []
 
@@ -205,7 +211,8 @@ def eval_(
         raise TraceapError("nothing to evaluate: no detector or classifier is available")
 
     result = evaluate(dataset, dets, clfs, config, fit=[n for n in FIT if n in dets],
-                      ablation=abl, on_warning=warn)
+                      ablation=abl, on_warning=warn, workers=execution.workers,
+                      ray=execution.ray)
     if len(warnings) > MAX_SHOWN_WARNINGS:
         typer.echo(f"traceap: warning: ... and {len(warnings) - MAX_SHOWN_WARNINGS} more "
                    f"(--out lists them all in eval.json)", err=True)

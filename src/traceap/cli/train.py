@@ -29,6 +29,8 @@ def train(
                                            "--set trace_pool=topk (repeatable)."),
     threads: int = typer.Option(0, "--threads", min=0, help="Torch CPU threads (0 = torch default)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Processes for featurising traces."),
+    ray: bool = typer.Option(False, "--ray", help="Featurise traces as Ray tasks on a local Ray instance started for this command (needs pip install traceap[ray])."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Featurise traces as Ray tasks on this existing cluster ('auto' or HOST:PORT; implies --ray); the dataset must be readable at the same path on every node."),
     cache: Path = typer.Option(None, "--cache", help="Feature cache folder (default ~/.cache/traceap)."),
     limit: int = typer.Option(0, "--limit", min=0, help="Train on at most this many traces (half good, half bad)."),
     seed: int = typer.Option(None, "--seed", help="Random seed (default: the config's)."),
@@ -38,7 +40,9 @@ def train(
 
     from ..model.config import preset
     from ..model.train import train as run_train
+    from ..parallel import Execution
 
+    execution = Execution.from_options(workers, ray, ray_address)
     if not (dataset / "manifest.jsonl").is_file():
         raise DatasetError(f"{dataset}: no manifest.jsonl (not a traceap dataset)")
     try:
@@ -55,7 +59,8 @@ def train(
     if threads:
         torch.set_num_threads(threads)
     _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs, cache=str(cache) if cache else None,
-                       workers=workers, limit=limit or None, seed=seed, log=typer.echo)
+                       workers=execution.workers, limit=limit or None, seed=seed, log=typer.echo,
+                       ray=execution.ray)
     last = log.epochs[-1] if log.epochs else {}
     typer.echo(f"trained on {log.n_good} good + {log.n_bad} bad traces, {log.steps} steps in "
                f"{log.seconds:.0f} s (+{log.featurize_seconds:.0f} s featurising); final loss "

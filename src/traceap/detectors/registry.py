@@ -12,6 +12,9 @@ from ..errors import TraceapError
 from .base import Detector
 
 DETECTOR_NAMES = ("hybrid", "expert", "rule", "clustering", "model", "llm")
+#: Detectors whose whole state comes from their options (nothing learnt by `fit`): they cross
+#: to worker processes as (name, options) and are rebuilt there (`traceap.parallel`).
+BUILT_FROM_OPTIONS = ("hybrid", "expert", "model", "llm")
 
 _WHERE = {
     "hybrid": ("traceap.detectors.hybrid", "HybridDetector"),
@@ -36,9 +39,13 @@ def make_detector(name: str, **options) -> Detector:
                                f"({module} is missing)") from None
         raise
     try:
-        return getattr(mod, cls)(**options)
+        det = getattr(mod, cls)(**options)
     except TypeError as exc:
         raise TraceapError(f"detector {name!r}: bad option ({exc})") from None
+    if name in BUILT_FROM_OPTIONS:
+        from ..parallel import buildable
+        buildable(det, "detector", name, options)
+    return det
 
 
-__all__ = ["DETECTOR_NAMES", "make_detector"]
+__all__ = ["BUILT_FROM_OPTIONS", "DETECTOR_NAMES", "make_detector"]

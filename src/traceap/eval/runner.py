@@ -178,6 +178,55 @@ def fit_detectors(detectors: Iterable[Detector], train: Sequence[Entry],
 
 
 @dataclass
+class EntryWork:
+    """What scoring one test trace needs (sent to each worker once)."""
+
+    dataset: Path
+    windows: tuple[int, ...]
+    threshold: float
+    per_n: dict[int, dict[str, Detector]]
+    classifiers: dict[str, object]
+
+
+def score_entry(work: EntryWork, entry: Entry) -> tuple[list[TraceRecord], list[str]]:
+    """The task of one test trace: its records at every N, and warnings (an unreadable trace
+    gives no record and one warning)."""
+    warned: list[str] = []
+    trace = _Loader(work.dataset, warned.append)(entry)
+    if trace is None:
+        return [], warned
+    records = []
+    for n in work.windows:
+        w = Windows(trace, n)
+        y = window_labels(entry, w)
+        rec = TraceRecord(entry.id, entry.split, entry.task, entry.is_bad, n,
+                          (float(w.edges[0]), float(w.edges[-1])), y, window_patterns(entry, w))
+        for name, det in work.per_n[n].items():
+            t1 = time.perf_counter()
+            s = np.asarray(det.score_windows(w), dtype=np.float64)
+            rec.seconds[name] = time.perf_counter() - t1
+            if s.shape != (n,):
+                raise ValueError(f"detector {name!r} returned {s.shape} scores for {n} windows")
+            rec.scores[name] = np.clip(np.nan_to_num(s), 0.0, 1.0)
+            rec.flagged[name] = rec.scores[name] >= _threshold(det, work.threshold)
+        if y.any():
+            idx = np.flatnonzero(y)
+            for name, clf in work.classifiers.items():
+                t1 = time.perf_counter()
+                calls = clf.classify(w, idx, y.astype(np.float64))
+                rec.seconds[name] = time.perf_counter() - t1
+                if len(calls) != len(idx):
+                    raise ValueError(f"classifier {name!r} returned {len(calls)} calls "
+                                     f"for {len(idx)} windows")
+                rec.calls[name] = [c.pattern for c in calls]
+                for c in calls:
+                    src = str(getattr(c, "source", name))
+                    rec.sources.setdefault(name, {})[src] = rec.sources.get(name, {}).get(src, 0) + 1
+        records.append(rec)
+    return records, warned
+
+
+@dataclass
 class EvalResult:
     """Everything one evaluation produced: raw records, summaries, warnings."""
 
@@ -332,7 +381,8 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
              classifiers: Mapping[str, object] | None = None,
              config: EvalConfig = EvalConfig(), fit: Iterable[str] = (),
              ablation: Mapping[str, DetectorSpec] | None = None,
-             on_warning: Callable[[str], None] | None = None) -> EvalResult:
+             on_warning: Callable[[str], None] | None = None, *, workers: int = 1,
+             ray: str | None = None) -> EvalResult:
     """Evaluate `detectors` (and `classifiers`) on the test splits of a dataset.
 
     A detector may be given as a factory `N -> Detector` to get one instance per window
@@ -340,6 +390,9 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
     before testing.  `ablation` are extra detectors (model variants) reported in the ablation
     table.  Classifiers are told which windows are anomalous, as in the paper's Table 4: they
     get the truly anomalous windows, with scores 1 there and 0 elsewhere.
+
+    Test traces are scored `workers` at a time in local processes, or as Ray tasks (`ray`:
+    "local", "auto" or an address; `traceap.parallel.Execution`); the records are the same.
     """
     classifiers = dict(classifiers or {})
     ablation = dict(ablation or {})
@@ -370,39 +423,18 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
     if fit_names and n_fit == 0:
         warn(f"{dataset}: no train traces; {', '.join(fit_names)} evaluated unfitted")
 
+    # Test traces are the unit of work: each is read by the process that scores it (this one,
+    # local workers or Ray tasks: `traceap.parallel`), and only its records come back.
+    from ..parallel import Execution, run
+
+    work = EntryWork(dataset, tuple(config.windows), config.threshold, per_n, classifiers)
     records: list[TraceRecord] = []
-    for entry in track(chosen, "evaluating traces"):
-        trace = load_trace(entry)
-        if trace is None:
-            continue
-        for n in config.windows:
-            w = Windows(trace, n)
-            y = window_labels(entry, w)
-            rec = TraceRecord(entry.id, entry.split, entry.task, entry.is_bad, n,
-                              (float(w.edges[0]), float(w.edges[-1])), y, window_patterns(entry, w))
-            for name, det in per_n[n].items():
-                t1 = time.perf_counter()
-                s = np.asarray(det.score_windows(w), dtype=np.float64)
-                rec.seconds[name] = time.perf_counter() - t1
-                if s.shape != (n,):
-                    raise ValueError(f"detector {name!r} returned {s.shape} scores for {n} windows")
-                rec.scores[name] = np.clip(np.nan_to_num(s), 0.0, 1.0)
-                rec.flagged[name] = rec.scores[name] >= _threshold(det, config.threshold)
-            if y.any():
-                idx = np.flatnonzero(y)
-                for name, clf in classifiers.items():
-                    t1 = time.perf_counter()
-                    calls = clf.classify(w, idx, y.astype(np.float64))
-                    rec.seconds[name] = time.perf_counter() - t1
-                    if len(calls) != len(idx):
-                        raise ValueError(f"classifier {name!r} returned {len(calls)} calls "
-                                         f"for {len(idx)} windows")
-                    rec.calls[name] = [c.pattern for c in calls]
-                    for c in calls:
-                        src = str(getattr(c, "source", name))
-                        rec.sources.setdefault(name, {})[src] = rec.sources.get(name, {}).get(src, 0) + 1
-            records.append(rec)
-        del trace
+    done = sorted(track(run(score_entry, chosen, work, Execution(workers, ray)),
+                        "evaluating traces", total=len(chosen)), key=lambda ir: ir[0])
+    for _, (recs, entry_warnings) in done:
+        for msg in entry_warnings:
+            warn(msg)
+        records += recs
     if not records:
         raise DatasetError(f"{dataset}: none of the {len(chosen)} test traces could be read")
     failures = detector_failures(per_n)
@@ -436,5 +468,6 @@ def detector_failures(per_n: Mapping[int, Mapping[str, Detector]]) -> dict[str, 
     return out
 
 
-__all__ = ["DetectorSpec", "EvalConfig", "EvalResult", "GROUPS", "SCHEMA", "TraceRecord",
-           "chosen_entries", "evaluate", "fit_detectors", "instances", "select"]
+__all__ = ["DetectorSpec", "EntryWork", "EvalConfig", "EvalResult", "GROUPS", "SCHEMA",
+           "TraceRecord", "chosen_entries", "evaluate", "fit_detectors", "instances",
+           "score_entry", "select"]

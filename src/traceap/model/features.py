@@ -209,5 +209,30 @@ def batch_arrays(feats: list[TraceFeatures], platform_id, text_dim: int,
     }
 
 
-__all__ = ["SUMMARY_DIM", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays", "featurize",
-           "platform_of", "quantize_time", "window_summary"]
+@dataclass(frozen=True)
+class FeatureWork:
+    """What featurising one training trace needs (sent to each worker once)."""
+
+    cfg: ModelConfig
+
+
+def featurize_trace(work: FeatureWork, job: tuple[str, str, tuple[int, ...]]
+                    ) -> tuple[str, dict[int, TraceFeatures] | str]:
+    """The task of one training trace (`traceap.parallel.run`): load it once and featurise
+    it at every N asked for; (entry id, N -> features) or (entry id, why it failed).
+
+    The features come back to the caller, which writes the cache, so workers on other
+    machines (Ray) need to read only the trace."""
+    from ..errors import TraceapError
+    from ..load import load
+
+    key, path, ns = job
+    try:
+        trace = load(path)
+        return key, {n: featurize(Windows(trace, n), work.cfg) for n in ns}
+    except (TraceapError, OSError, ValueError) as exc:
+        return key, f"{path}: {exc}"
+
+
+__all__ = ["SUMMARY_DIM", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays",
+           "featurize", "featurize_trace", "platform_of", "quantize_time", "window_summary"]

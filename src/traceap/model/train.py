@@ -12,7 +12,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,12 +19,11 @@ import numpy as np
 import torch
 
 from ..dataset import PATTERNS, Entry, read_manifest, trace_path
-from ..errors import DatasetError, TraceapError
+from ..errors import DatasetError
 from ..progress import track
-from ..windows import Windows
 from .checkpoint import save_model
 from .config import ModelConfig, preset
-from .features import TraceFeatures, featurize
+from .features import FeatureWork, TraceFeatures, featurize_trace
 from .losses import total_loss, trace_score
 from .net import TraceAPModel, collate
 from .text import TextEncoder, cache_dir
@@ -50,47 +48,37 @@ def _feature_key(path: Path, n: int, cfg: ModelConfig) -> str:
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
-def _featurize_file(args) -> tuple[str, dict[int, str] | str]:
-    """Worker: load one trace and write its features for every N (skips cached ones)."""
-    from ..load import load
-    key, path, ns, cfg, root = args
-    out, trace = {}, None
-    try:
-        for n in ns:
-            f = root / f"{_feature_key(path, n, cfg)}.npz"
-            if not f.exists():
-                trace = trace if trace is not None else load(path)
-                featurize(Windows(trace, n), cfg).save(f)
-            out[n] = str(f)
-    except (TraceapError, OSError, ValueError) as exc:
-        return key, f"{path}: {exc}"
-    return key, out
-
-
 def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int],
-                      cfg: ModelConfig, cache: Path | None = None, workers: int = 1
-                      ) -> dict[str, dict[int, TraceFeatures]]:
-    """Features of every entry at every N (cached on disk); entry id -> N -> features."""
+                      cfg: ModelConfig, cache: Path | None = None, workers: int = 1,
+                      ray: str | None = None) -> dict[str, dict[int, TraceFeatures]]:
+    """Features of every entry at every N (cached on disk); entry id -> N -> features.
+
+    Traces not yet in the cache are featurised `workers` at a time in local processes, or as
+    Ray tasks (`ray`: "local", "auto" or an address; `traceap.parallel.Execution`)."""
+    from ..parallel import Execution, run
+
     root = Path(cache or cache_dir()) / "features"
     root.mkdir(parents=True, exist_ok=True)
+    files: dict[str, dict[int, Path]] = {}
     jobs = []
     for e in entries:
         p = trace_path(dataset, e)
         if not p.is_file():
             raise DatasetError(f"{p}: trace file listed in the manifest is missing")
-        jobs.append((e.id, p, tuple(ns), cfg, root))
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            results = list(track(pool.map(_featurize_file, jobs, chunksize=4),
-                                 "featurising traces", total=len(jobs)))
-    else:
-        results = [_featurize_file(j) for j in track(jobs, "featurising traces")]
-    out = {}
-    for key, res in results:
+        files[e.id] = {n: root / f"{_feature_key(p, n, cfg)}.npz" for n in ns}
+        missing = tuple(n for n, f in files[e.id].items() if not f.exists())
+        if missing:
+            jobs.append((e.id, str(p), missing))
+    # torch-free tasks (`traceap.model.features`): workers import no torch.
+    for _, (key, res) in track(run(featurize_trace, jobs, FeatureWork(cfg),
+                                   Execution(workers, ray), preload=("traceap.model.features",)),
+                               "featurising traces", total=len(jobs)):
         if isinstance(res, str):
             raise DatasetError(f"cannot featurise {res}")
-        out[key] = {n: TraceFeatures.load(Path(f)) for n, f in res.items()}
-    return out
+        for n, feats in res.items():
+            feats.save(files[key][n])
+    return {key: {n: TraceFeatures.load(f) for n, f in per_n.items()}
+            for key, per_n in files.items()}
 
 
 def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeatures]]
@@ -200,8 +188,11 @@ def train(dataset: str | os.PathLike, out: str | os.PathLike | None = None,
           config: str | ModelConfig = "small", windows: Sequence[int] | None = None,
           epochs: int | None = None, ablations: Sequence[str] = (), cache: str | None = None,
           workers: int = 1, limit: int | None = None, seed: int | None = None,
-          log: Callable[[str], None] | None = None) -> tuple[TraceAPModel, TrainLog]:
-    """Train on the `train` split of a dataset (docs/FORMATS.md) and optionally save a checkpoint."""
+          log: Callable[[str], None] | None = None, ray: str | None = None
+          ) -> tuple[TraceAPModel, TrainLog]:
+    """Train on the `train` split of a dataset (docs/FORMATS.md) and optionally save a checkpoint.
+
+    Featurising (the part that reads traces) runs `workers` at a time or on Ray (`ray`)."""
     dataset = Path(dataset)
     cfg = preset(config) if isinstance(config, str) else config
     if ablations:
@@ -224,7 +215,7 @@ def train(dataset: str | os.PathLike, out: str | os.PathLike | None = None,
         raise DatasetError(f"{dataset}: no train entries in the manifest")
     t0 = time.perf_counter()
     feats = featurize_entries(dataset, entries, cfg.windows, cfg, Path(cache) if cache else None,
-                              workers)
+                              workers, ray)
     names = sorted({str(n) for per_n in feats.values() for f in per_n.values() for n in f.names[1:]})
     encoder = TextEncoder()
     text_table = encoder.table(names)

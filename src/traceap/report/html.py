@@ -41,7 +41,9 @@ def write_html(analysis, path: str | os.PathLike, trace=None) -> Path:
     """Write the report of an `Analysis` (or of a job's analyses) to `path`; returns the path.
 
     `trace` (a `Trace`, a `Job` or a list of traces, one per rank) feeds the hover digests and
-    the proving events; when omitted, the trace is read again from ``analysis.trace_path``.
+    the proving events; when omitted, a rank's `TraceDetails` computed where it was analysed
+    (``analysis.trace_details``) are used, else its trace is read again from
+    ``analysis.trace_path``, one rank at a time.
     """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,9 @@ def render_html(analysis, trace=None) -> str:
     """The report as one HTML string (see `write_html`)."""
     ranks, cross, job_path = _ranks_of(analysis, trace)
     sections = [_RankView.build(r, k) for k, r in enumerate(ranks)]
-    data = {"colors": PATTERN_COLORS, "titles": {p: pattern_title(p) for p in _all_patterns(sections, cross)},
+    # Sorted: the same report byte for byte from one run to the next (and across workers).
+    titles = {p: pattern_title(p) for p in sorted(_all_patterns(sections, cross))}
+    data = {"colors": PATTERN_COLORS, "titles": titles,
             "ranks": [s.data for s in sections]}
     is_job = len(sections) > 1 or job_path is not None
     title = Path(job_path or ranks[0].analysis.trace_path or "trace").name
@@ -63,7 +67,7 @@ def render_html(analysis, trace=None) -> str:
         body.append(_job_header(sections, cross))
         body.append(_ranks_view(sections))
         body.append("<h2>Findings across ranks</h2>")
-        body.append(_cards(cross, "job", None, None) if cross else
+        body.append(_cards(cross, "job", None) if cross else
                     '<p class="none">No cross-rank finding.</p>')
         job_notes = [] if isinstance(analysis, (list, tuple)) else getattr(analysis, "notes", [])
         if job_notes:
@@ -328,12 +332,48 @@ def _gaps_and_ops(t: Trace, runs: list[tuple[float, float]], limit: int) -> list
     return out
 
 
+# -- what a rank's trace gives the report --------------------------------------------------------
+@dataclass
+class TraceDetails:
+    """What the report needs from one rank's trace: hover digests, profiler steps and the events
+    that prove each finding.  Small and picklable, so a worker that has the trace loaded can
+    compute it (`traceap analyze DIR --workers N --html`) and no rank is read twice."""
+
+    t0: float                  # the trace's first timestamp (finding times are shown from it)
+    digests: list[dict]
+    steps: list[list]          # [start_ms, end_ms, number] from the first window's start
+    #: (caption, rows) per finding of the analysis, in its order.
+    proofs: list[tuple[str, list[dict]]]
+
+
+def trace_details(analysis, trace: Trace) -> TraceDetails:
+    """The parts of `analysis`'s report that need its trace (see `TraceDetails`)."""
+    ws = list(analysis.windows)
+    n = len(ws)
+    t0 = float(ws[0].start_us) if ws else 0.0
+    span = (float(ws[-1].end_us) - t0) if ws else 1.0
+    digests: list[dict] = []
+    steps: list[list] = []
+    if n:
+        digests = window_digests(Windows(trace, n, start_us=t0, end_us=t0 + span))
+        steps = [[(s.start_us - t0) / 1e3, (s.end_us - t0) / 1e3, s.number]
+                 for s in trace.steps if s.end_us > t0 and s.start_us < t0 + span]
+    bounds = [(float(w.start_us), float(w.end_us)) for w in ws]
+    proofs = []
+    for f in analysis.findings:
+        spans = [bounds[int(w)] for w in f.windows if 0 <= int(w) < len(bounds)]
+        proofs.append(proof_events(trace, f, spans or None))
+    return TraceDetails(float(trace.span[0]), digests, steps, proofs)
+
+
 # -- turning inputs into per-rank views --------------------------------------------------------
 @dataclass
 class _Rank:
     label: str
     analysis: object
-    trace: Trace | None
+    #: A `Trace`, its `TraceDetails`, or None (then read from the analysis' trace_path when
+    #: its view is built: one trace in memory at a time).
+    source: object
 
 
 def _ranks_of(analysis, trace) -> tuple[list[_Rank], list, str | None]:
@@ -353,10 +393,10 @@ def _ranks_of(analysis, trace) -> tuple[list[_Rank], list, str | None]:
                                getattr(analysis, "job_path", None) or "") or None
                 break
     if per_rank is None:
-        return [_Rank(_rank_label(analysis, 0), analysis, _trace_for(analysis, trace, 0))], [], None
+        return [_Rank(_rank_label(analysis, 0), analysis, _source_for(analysis, trace, 0))], [], None
     if not per_rank:
         raise ValueError("a job report needs at least one rank analysis")
-    return ([_Rank(_rank_label(a, i), a, _trace_for(a, trace, i)) for i, a in enumerate(per_rank)],
+    return ([_Rank(_rank_label(a, i), a, _source_for(a, trace, i)) for i, a in enumerate(per_rank)],
             cross, job_path)
 
 
@@ -365,24 +405,35 @@ def _rank_label(analysis, i: int) -> str:
     return f"rank {rank if rank is not None else i}"
 
 
-def _trace_for(analysis, trace, i: int) -> Trace | None:
-    if isinstance(trace, Trace):
+def _source_for(analysis, trace, i: int):
+    if isinstance(trace, (Trace, TraceDetails)):
         return trace
     if trace is not None:
         traces = list(getattr(trace, "traces", trace))
-        return traces[i] if i < len(traces) else None
-    path = getattr(analysis, "trace_path", None)
-    if path and Path(path).is_file():
+        if i < len(traces) and traces[i] is not None:
+            return traces[i]
+    return getattr(analysis, "trace_details", None)
+
+
+def _details_for(r: _Rank) -> TraceDetails | None:
+    """The rank's trace details: given, computed from a given trace, or from its file."""
+    if isinstance(r.source, TraceDetails):
+        return r.source
+    trace = r.source if isinstance(r.source, Trace) else None
+    if trace is None:
+        path = getattr(r.analysis, "trace_path", None)
+        if not (path and Path(path).is_file()):
+            return None
         from ..load import load
-        return load(path)
-    return None
+        trace = load(path)
+    return trace_details(r.analysis, trace)
 
 
 @dataclass
 class _RankView:
     label: str
     analysis: object
-    trace: Trace | None
+    details: TraceDetails | None
     findings: list
     data: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
@@ -396,7 +447,8 @@ class _RankView:
         a = r.analysis
         ws = list(a.windows)
         findings = list(a.findings)
-        view = cls(r.label, a, r.trace, findings, notes=list(getattr(a, "notes", None) or []),
+        details = _details_for(r)
+        view = cls(r.label, a, details, findings, notes=list(getattr(a, "notes", None) or []),
                    bounds=[(float(w.start_us), float(w.end_us)) for w in ws], index=k)
         t0 = float(ws[0].start_us) if ws else 0.0
         span = (float(ws[-1].end_us) - t0) if ws else 1.0
@@ -418,13 +470,10 @@ class _RankView:
                             if len(s) == n and p in {w.pattern for w in ws if w.flagged}},
                 "threshold": _threshold(a), "finding_of": finding_of,
                 "steps": [], "busy": None, "digests": None}
-        if r.trace is not None and n:
-            windows = Windows(r.trace, n, start_us=t0, end_us=t0 + span)
-            digests = window_digests(windows)
-            data["digests"] = digests
-            data["busy"] = [d["busy"] for d in digests]
-            data["steps"] = [[(s.start_us - t0) / 1e3, (s.end_us - t0) / 1e3, s.number]
-                             for s in r.trace.steps if s.end_us > t0 and s.start_us < t0 + span]
+        if details is not None and n:
+            data["digests"] = details.digests
+            data["busy"] = [d["busy"] for d in details.digests]
+            data["steps"] = details.steps
         else:
             view.notes.append("The trace file was not available: hover details and the events "
                               "behind each finding are missing.")
@@ -501,7 +550,7 @@ class _RankView:
                 'flagged one to jump to its finding.</p></div>')
 
     def cards(self) -> str:
-        return _cards(self.findings, self.data["id"], self.trace, self.bounds, self.index)
+        return _cards(self.findings, self.data["id"], self.details, self.index)
 
 
 def _threshold(a) -> float | None:
@@ -579,12 +628,12 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
             'Click a part to open its finding.</p></div>')
 
 
-def _cards(findings: list, prefix: str, trace: Trace | None,
-           bounds: Sequence[tuple[float, float]] | None, rank_index: int | None = None) -> str:
+def _cards(findings: list, prefix: str, details: TraceDetails | None,
+           rank_index: int | None = None) -> str:
     order = sorted(range(len(findings)),
                    key=lambda k: -float(getattr(findings[k], "time_lost_us", 0.0) or 0.0))
     parts = ['<div class="cards">']
-    t0 = trace.span[0] if trace is not None else None
+    t0 = details.t0 if details is not None else None
     for k in order:
         f = findings[k]
         c = _color(f.pattern)
@@ -610,10 +659,8 @@ def _cards(findings: list, prefix: str, trace: Trace | None,
         expl = getattr(f, "explanation", "") or ""
         if expl:
             parts.append(f'<div class="evidence">{_e(expl)}</div>')
-        if trace is not None:
-            spans = [bounds[int(w)] for w in wins if bounds and 0 <= int(w) < len(bounds)]
-            caption, rows = proof_events(trace, f, spans or None)
-            parts.append(_proof_table(caption, rows))
+        if details is not None and k < len(details.proofs):
+            parts.append(_proof_table(*details.proofs[k]))
         parts.append(f'<div class="fix"><b>How to fix it</b>{_format_fix(f.fix)}</div></div>')
     parts.append("</div>")
     return "".join(parts)
