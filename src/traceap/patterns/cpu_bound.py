@@ -29,8 +29,7 @@ from ..idle import python_holes
 from ..trace import Kind, merged_intervals
 from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .excessive_memcpy import per_episode
-from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, ramp, rows_named,
+from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp, rows_named,
                       rows_in_windows, sum_in, top_names)
 
 
