@@ -3,7 +3,7 @@
 One profiler step is: `ProfilerStep#N` > DataLoader `__next__` > input H2D copies > forward
 (eager ops, or `Torch-Compiled Region`s) > loss > backward on the autograd thread (DDP buckets
 all-reduced on a NCCL stream as their gradients become ready) > optimizer step > zero_grad.
-Every anti-pattern is a knob of `RunConfig` that changes the mechanism (see `patterns.py`),
+Every anti-pattern is a knob of `RunConfig` that changes the mechanism (see `switches.py`),
 and the loop marks where each mechanism makes the GPU wait, which is the ground truth.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from . import ops
 from .engine import Engine
-from .models import ModelSpec
+from .workloads import ModelSpec
 from .ops import Ctx, Kern, Layer, OpCall
 from .platforms import Platform
 
