@@ -169,11 +169,6 @@ class Base:
         """Relative start times of trace rows."""
         return self.doc.trace.ts[rows] - self.tl.t0
 
-    def end_rel(self, rows: np.ndarray) -> np.ndarray:
-        """Relative end times of trace rows."""
-        tr = self.doc.trace
-        return tr.ts[rows] + tr.dur[rows] - self.tl.t0
-
     def backward_rows(self) -> np.ndarray:
         """Top-level autograd rows (`autograd::engine::evaluate_function: ...`), any thread."""
         tr = self.doc.trace
