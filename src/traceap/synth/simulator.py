@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ops
-from .engine import Engine
+from .engine import Engine, _Span
 from .workloads import ModelSpec
 from .ops import Ctx, Kern, Layer, OpCall
 from .platforms import Platform
@@ -489,14 +489,28 @@ class _Run:
         flush()
         return out
 
-    def compiled_region(self, lo: int, hi: int, region: int) -> None:
-        """One `Torch-Compiled Region`: a cache lookup, then CompiledFunction's launches."""
-        cfg, e = self.cfg, self.eng
+    def enter_compiled_region(self, frame: int) -> _Span:
+        """Dynamo's guard check (`TorchDynamo Cache Lookup`), then the frame's
+        `Torch-Compiled Region` annotation opens on the main thread."""
+        e = self.eng
         t = e.clock[e.main]
         d = e.host(14.0)
         e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
         e.clock[e.main] = t + d + e.host(8.0)
-        ann = e.begin(e.main, f"Torch-Compiled Region: {region}/0")
+        return e.begin(e.main, f"Torch-Compiled Region: {frame}/0")
+
+    def leave_compiled_function(self, ann: _Span, cf_start: float, cf_ext: int) -> None:
+        """`CompiledFunction` closes over the launches since cf_start, then the region."""
+        e = self.eng
+        e.clock[e.main] += e.host(10.0)
+        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
+                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
+        e.end(ann)
+
+    def compiled_region(self, lo: int, hi: int, region: int) -> None:
+        """One `Torch-Compiled Region`: a cache lookup, then CompiledFunction's launches."""
+        cfg, e = self.cfg, self.eng
+        ann = self.enter_compiled_region(region)
         cf_start, cf_ext = e.clock[e.main], e.next_ext()
         e.clock[e.main] += e.host(25.0)
         for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], False):
@@ -512,10 +526,7 @@ class _Run:
                 e.launch(e.main, k.name, dur, COMPUTE_STREAM, x, k.block, k.regs, k.smem)
                 e.clock[e.main] += e.host(2.0)
                 e.cpu_event(e.main, aten, t, e.clock[e.main] - t, x)
-        e.clock[e.main] += e.host(10.0)
-        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
-                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
-        e.end(ann)
+        self.leave_compiled_function(ann, cf_start, cf_ext)
 
     def compiled_forward(self) -> None:
         """Compiled regions: separately compiled modules follow each other through a little
@@ -617,11 +628,7 @@ class _Run:
     def compiled_loss_region(self) -> None:
         """`torch.compile(criterion)`: one frame whose terms Inductor fuses into a few kernels."""
         cfg, e = self.cfg, self.eng
-        t = e.clock[e.main]
-        d = e.host(14.0)
-        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
-        e.clock[e.main] = t + d + e.host(8.0)
-        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('loss')}/0")
+        ann = self.enter_compiled_region(self._frame('loss'))
         cf_start, cf_ext = e.clock[e.main], e.next_ext()
         e.clock[e.main] += e.host(25.0)
         fused = "_".join(dict.fromkeys(self.SMALL_OPS[k][0][6:] for k in cfg.loss_kinds))[:60] or "add"
@@ -632,10 +639,7 @@ class _Run:
             e.clock[e.main] += e.host(3.0)
             e.launch(e.main, k.name, dur, COMPUTE_STREAM, cf_ext, k.block, k.regs, k.smem,
                      "cuLaunchKernel")
-        e.clock[e.main] += e.host(10.0)
-        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
-                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
-        e.end(ann)
+        self.leave_compiled_function(ann, cf_start, cf_ext)
 
     def excessive_memcpy(self) -> None:
         """Per-sample `.item()` / `.cpu()` / `torch.tensor(..., device="cuda")` in the loop."""
@@ -968,11 +972,7 @@ class _Run:
     def compiled_optimizer_step(self, mbytes: float) -> None:
         """`torch.compile(optimizer.step)`: its own frame, Inductor's foreach (`triton_for_`) kernels."""
         e = self.eng
-        t = e.clock[e.main]
-        d = e.host(14.0)
-        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
-        e.clock[e.main] = t + d + e.host(8.0)
-        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('optimizer')}/0")
+        ann = self.enter_compiled_region(self._frame('optimizer'))
         x = e.next_ext()
         e.clock[e.main] += e.host(30.0)
         n = int(np.clip(self.param_tensors // 40, 2, 12))
