@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from traceap.classify.base import PatternCall
-from traceap.classify.llm import (BackendError, LLMClassifier, OpenAIBackend,
-                                  backend_from_settings)
+from traceap.classify.llm import LLMClassifier
 from traceap.classify.offline import OfflineClassifier
-from traceap.classify.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, answer_schema,
-                                     digest, messages, parse_answer, parse_scores,
-                                     score_messages, system_prompt)
+from traceap.llm.backend import BackendError, OpenAIBackend, backend_from_settings
+from traceap.llm.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, answer_schema, digest,
+                                messages, parse_answer, parse_scores, score_messages,
+                                system_prompt)
 from traceap.classify.redetect import RedetectConfig, RedetectingClassifier, redetect
 from traceap.dataset import PATTERNS
 from traceap.detectors.registry import make_detector
@@ -350,7 +350,7 @@ needs_llama = pytest.mark.skipif(
 
 @needs_llama
 def test_in_process_llama_cpp_backend_from_the_environment(monkeypatch):
-    from traceap.classify.llm import LlamaCppBackend
+    from traceap.llm.backend import LlamaCppBackend
     for var in ("TRACEAP_LLM_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TRACEAP_LLM_MODEL", "smollm2")

@@ -450,18 +450,18 @@ def test_runs_of_joins_neighbours():
 def simulated(pattern: str | None, world_size: int, tmp_path_factory) -> tuple[Trace, list]:
     """A ResNet-50 run on an A100 (3 steps), with one pattern switched on (or none)."""
     pytest.importorskip("traceap.synth")
-    from traceap.synth import patterns as pat
-    from traceap.synth.models import resnet50
+    from traceap.synth import switches
+    from traceap.synth.workloads import resnet50
     from traceap.synth.platforms import PLATFORMS
     from traceap.synth.simulator import RunConfig, simulate
     from traceap.synth.writer import trace_document, write_trace
 
     cfg = RunConfig(resnet50(), PLATFORMS["a100"], batch=32, res=160, world_size=world_size,
                     steps=3, seed=11, t0_us=2.0e12)
-    pat.healthy(cfg, np.random.default_rng(3))
+    switches.healthy(cfg, np.random.default_rng(3))
     cfg.benign_idle_us = 0.0
     if pattern:
-        pat.apply(pattern, cfg, np.random.default_rng(5))
+        switches.apply(pattern, cfg, np.random.default_rng(5))
     res = simulate(cfg)
     path = tmp_path_factory.mktemp("sim") / f"{pattern or 'healthy'}_{world_size}.json.gz"
     write_trace(path, trace_document(res, 1_700_000_000_000_000_000))

@@ -14,7 +14,7 @@ from traceap.dataset import PATTERNS, read_manifest, trace_path, window_labels
 from traceap.errors import DatasetError
 from traceap.synth import SynthConfig, generate, plan, split_counts
 from traceap.synth.dataset import planned_files, simulate_job
-from traceap.synth.models import all_models
+from traceap.synth.workloads import all_models
 from traceap.synth.platforms import PLATFORMS
 from traceap.synth.simulator import RunConfig, simulate
 from traceap.windows import Windows

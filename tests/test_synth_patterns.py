@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import traceap
-from traceap.synth import patterns as pat
-from traceap.synth.models import resnet50
+from traceap.synth import switches
+from traceap.synth.workloads import resnet50
 from traceap.synth.platforms import PLATFORMS
 from traceap.synth.simulator import COMPUTE_STREAM, RunConfig, simulate
 from traceap.synth.writer import trace_document, write_trace
@@ -26,10 +26,10 @@ def _run(tmp_path, pattern: str | None, world_size: int = 1, platform: str = "a1
     """Simulate and reload one rank; `after(cfg)` edits the config once the pattern is set."""
     cfg = RunConfig(MODEL, PLATFORMS[platform], batch=32, res=160, world_size=world_size,
                     steps=3, seed=11, t0_us=2.0e12, **kw)
-    pat.healthy(cfg, np.random.default_rng(3))
+    switches.healthy(cfg, np.random.default_rng(3))
     cfg.benign_idle_us = 0.0
     if pattern:
-        pat.apply(pattern, cfg, np.random.default_rng(5))
+        switches.apply(pattern, cfg, np.random.default_rng(5))
     if after:
         after(cfg)
     res = simulate(cfg)
@@ -279,10 +279,11 @@ def test_allreduce_after_backward_does_not_overlap(tmp_path):
     assert len(ivs) == 3
 
 
-@pytest.mark.parametrize("pattern,ws", [(p, 4 if p in pat.MULTI_GPU else 1) for p in pat.TABLE2_WEIGHTS])
+@pytest.mark.parametrize("pattern,ws", [(p, 4 if p in switches.MULTI_GPU else 1)
+                                        for p in switches.TABLE2_WEIGHTS])
 def test_good_trace_has_higher_utilisation_than_bad(tmp_path, pattern, ws):
     """Paper 4.1: good = high GPU utilisation / throughput; each pattern lowers it."""
-    plat = "rtx4090" if pattern in pat.MULTI_GPU else "a100"
+    plat = "rtx4090" if pattern in switches.MULTI_GPU else "a100"
     same = {"compiled": True} if pattern == "graph_break" else {}   # compiled without breaks
     good, _ = _run(tmp_path, None, world_size=ws, platform=plat, **same)
     bad, _ = _run(tmp_path, pattern, world_size=ws, platform=plat)

@@ -142,106 +142,138 @@ def cross_rank_findings(summaries: list[RankSummary | Trace], config: JobConfig 
     differ across ranks, and communication exposed on every rank.
 
     Copies of one trace are compared once (the first of each group is kept)."""
-    from .patterns import REGISTRY
-
     prof = [s if isinstance(s, RankSummary) else rank_summary(s) for s in summaries]
     dup = {i for g in find_copies(prof) for i in g[1:]}
     prof = [p for i, p in enumerate(prof) if i not in dup]
     if len(prof) < 2:
         return []
-    comp = np.array([p.compute_us for p in prof])
-    comm = np.array([p.comm_us for p in prof])
-    exposed = np.array([p.exposed_comm_us for p in prof])
-    out: list[Finding] = []
-
-    def make(pattern, p: RankSummary, lost_per_unit: float, title, evidence, fix, rank, numbers,
-             cap=None) -> Finding:
-        basis = p.basis
-        total = lost_per_unit * max(basis.n_steps, 1)
-        per_step, gain, pct, sev = judge(total, total if basis.n_steps else None, basis, cap,
-                                         severity)
-        return Finding(pattern=pattern, windows=[], start_us=p.span_us[0], end_us=p.span_us[1],
-                       severity=sev, evidence=evidence, fix=fix, time_lost_us=float(total),
-                       title=title, rank=rank, time_lost_per_step_us=per_step, gain_us=gain,
-                       gain_pct=pct, numbers=numbers, source="cross-rank",
-                       explanation=("compared across ranks; this time is already in the ranks' "
-                                    "own idle accounts (waiting on communication), so job "
-                                    "totals do not add it again"))
-
-    unit = lambda p: "per step " if p.n_steps else ""  # noqa: E731
-    med = float(np.median(comp))
-    if med > 0:
-        worst = int(np.argmax(comp))
-        excess = comp[worst] / med - 1.0
-        # A straggler arrives last at each collective, so it waits least: a rank that computes
-        # more but also waits more in NCCL is not the one holding the others up.
-        if excess >= config.straggler_excess and comm[worst] <= np.median(comm):
-            others = np.delete(np.arange(len(prof)), worst)
-            wait = float(np.median(comm[others]) - comm[worst])
-            p = prof[worst]
-            out.append(make(
-                "straggler", p, max(comp[worst] - med, 0.0), "Straggler rank (others wait for it)",
-                (f"rank {p.rank} computes {fmt_us(comp[worst])} {unit(p)}against a median of "
-                 f"{fmt_us(med)} (+{100 * excess:.0f}%)" +
-                 (f"; the other ranks spend {fmt_us(wait)} more {unit(p)}in NCCL, waiting for it"
-                  if wait > 0 else "")),
-                ("Balance the work per rank: equal batch sizes and sample lengths per rank "
-                 "(DistributedSampler(drop_last=True); bucket variable-size images by shape), "
-                 "the same data pipeline speed on every node, no rank-0-only work (logging, "
-                 "checkpointing, evaluation) inside the step - move it after a barrier or to "
-                 "every N steps; check that rank's GPU clocks/thermals."),
-                p.rank, {"compute_us": round(float(comp[worst]), 1), "median_compute_us":
-                         round(med, 1), "excess": round(float(excess), 3),
-                         "others_wait_us": round(max(wait, 0.0), 1)}))
-    steps = np.array([p.step_us if p.step_us else np.nan for p in prof])
-    if np.isfinite(steps).sum() > 1:
-        ok = np.flatnonzero(np.isfinite(steps))
-        slow, fast = ok[np.argmax(steps[ok])], ok[np.argmin(steps[ok])]
-        med_step = float(np.median(steps[ok]))
-        spread = (steps[slow] - steps[fast]) / med_step if med_step > 0 else 0.0
-        if spread >= config.step_spread:
-            d_comm, d_comp = comm[slow] - comm[fast], comp[slow] - comp[fast]
-            why = ("mostly NCCL time: it waits on its peers longer (uneven all-to-all or "
-                   "collective sizes, or a peer arriving late)" if d_comm >= d_comp else
-                   "mostly compute: it has more work")
-            ps, pf = prof[slow], prof[fast]
-            out.append(make(
-                "rank_imbalance", ps, float(steps[slow] - med_step),
-                "Step time differs across ranks",
-                (f"profiler steps take {fmt_us(steps[slow])} on rank {ps.rank} but "
-                 f"{fmt_us(steps[fast])} on rank {pf.rank} (median {fmt_us(med_step)}, spread "
-                 f"{100 * spread:.0f}%); the difference is {why}: NCCL {fmt_us(comm[slow])} vs "
-                 f"{fmt_us(comm[fast])}, compute {fmt_us(comp[slow])} vs {fmt_us(comp[fast])} "
-                 f"per step"),
-                ("Even out what each rank does per step: balanced embedding/expert sharding "
-                 "(TorchRec planner with real table sizes; MoE capacity factor), equal batch and "
-                 "sequence sizes per rank, and no rank-specific work (logging, evaluation, "
-                 "checkpointing) inside the step.  Then compare the ranks' traces of the same "
-                 "step again."),
-                ps.rank, {"slow_step_us": round(float(steps[slow]), 1),
-                          "fast_step_us": round(float(steps[fast]), 1),
-                          "median_step_us": round(med_step, 1), "spread": round(float(spread), 3)}))
-    tot = comp + exposed
-    share = np.where(tot > 0, exposed / np.maximum(tot, 1e-9), 0.0)
-    if np.all(share >= config.exposed_share) and np.any(comm > 0):
-        k = int(np.argmin(exposed))
-        inherent = float(exposed[k])
-        p = prof[k]
-        out.append(make(
-            "nccl_compute_no_overlap", p, inherent, "Exposed communication on every rank",
-            (f"communication is exposed on every rank: {fmt_us(inherent)} to "
-             f"{fmt_us(float(np.max(exposed)))} {unit(p)}"
-             f"({100 * float(np.min(share)):.0f}-{100 * float(np.max(share)):.0f}% of GPU time); "
-             f"the minimum over ranks (rank {p.rank}) is not waiting for a straggler but "
-             f"communication that no compute hides"),
-            REGISTRY["nccl_compute_no_overlap"].fix, None,
-            {"exposed_min_us": round(inherent, 1), "exposed_max_us": round(float(np.max(exposed)), 1),
-             "compute_us": round(float(comp[k]), 1)},
-            cap=float(comp[k])))
-    out = [f for f in out if severity.reportable(f.time_lost_us, f.gain_pct)]
+    found = [_straggler(prof, config, severity), _rank_imbalance(prof, config, severity),
+             _exposed_everywhere(prof, config, severity)]
+    out = [f for f in found if f is not None and severity.reportable(f.time_lost_us, f.gain_pct)]
     # Here `rank` is the job member a finding concerns (None: every rank), not an ordering.
     out.sort(key=lambda f: -f.gain_pct)
     return out
+
+
+def _finding(pattern: str, p: RankSummary, lost_per_unit: float, title: str, evidence: str,
+             fix: str, rank: int | None, numbers: dict, severity: SeverityConfig,
+             cap: float | None = None) -> Finding:
+    """A cross-rank finding judged by the one gain/severity rule on rank p's step basis."""
+    basis = p.basis
+    total = lost_per_unit * max(basis.n_steps, 1)
+    per_step, gain, pct, sev = judge(total, total if basis.n_steps else None, basis, cap,
+                                     severity)
+    return Finding(pattern=pattern, windows=[], start_us=p.span_us[0], end_us=p.span_us[1],
+                   severity=sev, evidence=evidence, fix=fix, time_lost_us=float(total),
+                   title=title, rank=rank, time_lost_per_step_us=per_step, gain_us=gain,
+                   gain_pct=pct, numbers=numbers, source="cross-rank",
+                   explanation=("compared across ranks; this time is already in the ranks' "
+                                "own idle accounts (waiting on communication), so job "
+                                "totals do not add it again"))
+
+
+def _unit(p: RankSummary) -> str:
+    return "per step " if p.n_steps else ""
+
+
+def _straggler(prof: list[RankSummary], config: JobConfig,
+               severity: SeverityConfig) -> Finding | None:
+    """The rank that computes longest, when the others wait for it in NCCL."""
+    comp = np.array([p.compute_us for p in prof])
+    comm = np.array([p.comm_us for p in prof])
+    med = float(np.median(comp))
+    if med <= 0:
+        return None
+    worst = int(np.argmax(comp))
+    excess = comp[worst] / med - 1.0
+    # A straggler arrives last at each collective, so it waits least: a rank that computes
+    # more but also waits more in NCCL is not the one holding the others up.
+    if not (excess >= config.straggler_excess and comm[worst] <= np.median(comm)):
+        return None
+    others = np.delete(np.arange(len(prof)), worst)
+    wait = float(np.median(comm[others]) - comm[worst])
+    p = prof[worst]
+    return _finding(
+        "straggler", p, max(comp[worst] - med, 0.0), "Straggler rank (others wait for it)",
+        (f"rank {p.rank} computes {fmt_us(comp[worst])} {_unit(p)}against a median of "
+         f"{fmt_us(med)} (+{100 * excess:.0f}%)" +
+         (f"; the other ranks spend {fmt_us(wait)} more {_unit(p)}in NCCL, waiting for it"
+          if wait > 0 else "")),
+        ("Balance the work per rank: equal batch sizes and sample lengths per rank "
+         "(DistributedSampler(drop_last=True); bucket variable-size images by shape), "
+         "the same data pipeline speed on every node, no rank-0-only work (logging, "
+         "checkpointing, evaluation) inside the step - move it after a barrier or to "
+         "every N steps; check that rank's GPU clocks/thermals."),
+        p.rank, {"compute_us": round(float(comp[worst]), 1), "median_compute_us":
+                 round(med, 1), "excess": round(float(excess), 3),
+                 "others_wait_us": round(max(wait, 0.0), 1)}, severity)
+
+
+def _rank_imbalance(prof: list[RankSummary], config: JobConfig,
+                    severity: SeverityConfig) -> Finding | None:
+    """Profiler steps that take longer on one rank than on another, and whether NCCL or
+    compute makes the difference."""
+    comp = np.array([p.compute_us for p in prof])
+    comm = np.array([p.comm_us for p in prof])
+    steps = np.array([p.step_us if p.step_us else np.nan for p in prof])
+    if np.isfinite(steps).sum() <= 1:
+        return None
+    ok = np.flatnonzero(np.isfinite(steps))
+    slow, fast = ok[np.argmax(steps[ok])], ok[np.argmin(steps[ok])]
+    med_step = float(np.median(steps[ok]))
+    spread = (steps[slow] - steps[fast]) / med_step if med_step > 0 else 0.0
+    if spread < config.step_spread:
+        return None
+    d_comm, d_comp = comm[slow] - comm[fast], comp[slow] - comp[fast]
+    why = ("mostly NCCL time: it waits on its peers longer (uneven all-to-all or "
+           "collective sizes, or a peer arriving late)" if d_comm >= d_comp else
+           "mostly compute: it has more work")
+    ps, pf = prof[slow], prof[fast]
+    return _finding(
+        "rank_imbalance", ps, float(steps[slow] - med_step),
+        "Step time differs across ranks",
+        (f"profiler steps take {fmt_us(steps[slow])} on rank {ps.rank} but "
+         f"{fmt_us(steps[fast])} on rank {pf.rank} (median {fmt_us(med_step)}, spread "
+         f"{100 * spread:.0f}%); the difference is {why}: NCCL {fmt_us(comm[slow])} vs "
+         f"{fmt_us(comm[fast])}, compute {fmt_us(comp[slow])} vs {fmt_us(comp[fast])} "
+         f"per step"),
+        ("Even out what each rank does per step: balanced embedding/expert sharding "
+         "(TorchRec planner with real table sizes; MoE capacity factor), equal batch and "
+         "sequence sizes per rank, and no rank-specific work (logging, evaluation, "
+         "checkpointing) inside the step.  Then compare the ranks' traces of the same "
+         "step again."),
+        ps.rank, {"slow_step_us": round(float(steps[slow]), 1),
+                  "fast_step_us": round(float(steps[fast]), 1),
+                  "median_step_us": round(med_step, 1), "spread": round(float(spread), 3)},
+        severity)
+
+
+def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
+                        severity: SeverityConfig) -> Finding | None:
+    """Communication exposed on every rank: the least exposed rank is waiting for no
+    straggler, so what it shows is communication no compute hides."""
+    from .patterns import REGISTRY
+
+    comp = np.array([p.compute_us for p in prof])
+    comm = np.array([p.comm_us for p in prof])
+    exposed = np.array([p.exposed_comm_us for p in prof])
+    tot = comp + exposed
+    share = np.where(tot > 0, exposed / np.maximum(tot, 1e-9), 0.0)
+    if not (np.all(share >= config.exposed_share) and np.any(comm > 0)):
+        return None
+    k = int(np.argmin(exposed))
+    inherent = float(exposed[k])
+    p = prof[k]
+    return _finding(
+        "nccl_compute_no_overlap", p, inherent, "Exposed communication on every rank",
+        (f"communication is exposed on every rank: {fmt_us(inherent)} to "
+         f"{fmt_us(float(np.max(exposed)))} {_unit(p)}"
+         f"({100 * float(np.min(share)):.0f}-{100 * float(np.max(share)):.0f}% of GPU time); "
+         f"the minimum over ranks (rank {p.rank}) is not waiting for a straggler but "
+         f"communication that no compute hides"),
+        REGISTRY["nccl_compute_no_overlap"].fix, None,
+        {"exposed_min_us": round(inherent, 1), "exposed_max_us": round(float(np.max(exposed)), 1),
+         "compute_us": round(float(comp[k]), 1)}, severity, cap=float(comp[k]))
 
 
 def job_totals(summaries: list[RankSummary], rank_findings: list[list[Finding]]) -> dict:

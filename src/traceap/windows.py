@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .trace import GPU_WORK_KINDS, Kind, Trace, merged_intervals
+from .trace import Kind, Trace, merged_intervals
 
 DEFAULT_WINDOWS = 100
 
@@ -170,11 +170,6 @@ class Windows:
         return self.union_time(self.trace.gpu_work_rows)
 
     @cached_property
-    def gpu_idle_fraction(self) -> np.ndarray:
-        """Per window: 1 - busy / width."""
-        return np.clip(1.0 - self.gpu_busy_us / self.width_us, 0.0, 1.0)
-
-    @cached_property
     def stats(self) -> dict[str, np.ndarray]:
         """A table of per-window measures (name -> array of length N) for features and reports."""
         t = self.trace
@@ -209,7 +204,3 @@ class Windows:
             "cpu_op_time_frac": self.union_time(t.rows(Kind.CPU_OP)) / w,
         }
 
-
-def make_windows(trace: Trace, n_windows: int = DEFAULT_WINDOWS, span: str = "trace") -> Windows:
-    """Cut a trace into `n_windows` equal windows over its span."""
-    return Windows(trace, n_windows, span)

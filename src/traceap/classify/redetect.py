@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..detectors.base import Detector, clip01
+from ..units import fmt_us
 from ..windows import Windows
 from .base import Classifier, PatternCall
 
@@ -105,7 +106,7 @@ def redetect(windows: Windows, calls: Sequence[PatternCall], detector: Detector,
             if not len(hot):
                 ch = changes[w]
                 ch.outcome = "dismissed"
-                ch.rounds.append(f"at {fine.n} windows ({width / 1e3:.2f} ms) its {scale} "
+                ch.rounds.append(f"at {fine.n} windows ({fmt_us(width)}) its {scale} "
                                  f"sub-windows score at most {scores[sub].max():.2f} "
                                  f"< {threshold:.2f}")
                 continue
@@ -129,7 +130,7 @@ def redetect(windows: Windows, calls: Sequence[PatternCall], detector: Detector,
             evidence = pat.evidence(fine, same).text if pat is not None else best.evidence
             fix = pat.fix if pat is not None else best.fix
             ch.outcome, ch.pattern = "found", best.pattern
-            ch.rounds.append(f"at {fine.n} windows ({width / 1e3:.2f} ms) sub-windows {listed} "
+            ch.rounds.append(f"at {fine.n} windows ({fmt_us(width)}) sub-windows {listed} "
                              f"score over {threshold:.2f}; {best.pattern} named in "
                              f"{', '.join(map(str, same))} (confidence {best.confidence:.2f})")
             out[pos[w]] = PatternCall(

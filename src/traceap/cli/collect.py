@@ -49,7 +49,7 @@ def collect(
 
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
-    from ..collect.patterns import GPU_ONLY
+    from ..collect.causes import GPU_ONLY
     from ..dataset import PATTERNS
 
     if list_models:

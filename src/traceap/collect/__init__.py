@@ -5,8 +5,8 @@ from markers; `run_plan(plan)` sweeps models x patterns x batch sizes and resume
 """
 
 from .markers import PREFIX as MARKER_PREFIX
-from .models import MODELS, build_model, model_spec
-from .patterns import GPU_ONLY, PatternUnavailable, parse_patterns
+from .networks import MODELS, build_model, model_spec
+from .causes import GPU_ONLY, PatternUnavailable, parse_patterns
 from .plan import Plan, load_plan, run_plan
 from .runner import CollectConfig, Recorded, collect, entry_id, job_id
 

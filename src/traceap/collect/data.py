@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from .models import ModelSpec
+from .networks import ModelSpec
 
 _MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
 _STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)

@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from ..errors import TraceapError
-from .patterns import PatternUnavailable, check_available, parse_patterns
+from .causes import PatternUnavailable, check_available, parse_patterns
 from .runner import CollectConfig, collect, entry_id, existing_ids
 
 #: CPU training throughput and the fixed cost of one recording (model build, DataLoader
@@ -136,7 +136,7 @@ def forward_gflop(model: str, image_size: int | None) -> float | None:
     None when the model cannot be traced that way."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from .models import build_model
+    from .networks import build_model
     try:
         with torch.device("meta"):
             net, _, size = build_model(model, image_size)

@@ -3,7 +3,7 @@
 The loop is what a user writes: a DataLoader over the data set, the batch moved to the device,
 forward, loss, backward, optimizer step.  The profiler waits `wait` steps (compilation, worker
 start-up), warms up `warmup` steps and records `steps` active ones.  The patterns' causes are
-switched on in the loop (`patterns.py`), each inside its marker (`markers.py`); the saved trace
+switched on in the loop (`causes.py`), each inside its marker (`markers.py`); the saved trace
 has the markers turned into anomaly intervals and removed.
 
 Under `torchrun` every rank records its own trace and manifest line, sharing a `job` id.
@@ -33,8 +33,8 @@ from ..errors import DatasetError, TraceapError
 from ..progress import track
 from . import markers
 from .data import SyntheticImages, target_to
-from .models import build_model, model_spec
-from .patterns import (Recipe, allreduce_after_backward, break_graph, check_available,
+from .networks import build_model, model_spec
+from .causes import (Recipe, allreduce_after_backward, break_graph, check_available,
                        heavy_preprocess, host_syncs, parse_patterns, wrap_distributed)
 
 

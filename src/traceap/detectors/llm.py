@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..classify.llm import DEFAULT_TIMEOUT_S, Backend, BackendError, backend_from_settings
-from ..classify.prompt import AnswerError, parse_scores, score_messages, score_schema
+from ..llm.backend import DEFAULT_TIMEOUT_S, Backend, BackendError, backend_from_settings
+from ..llm.prompt import AnswerError, parse_scores, score_messages, score_schema
 from ..errors import TraceapError
 from ..trace import Trace
 from ..windows import Windows

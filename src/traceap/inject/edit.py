@@ -94,7 +94,6 @@ class _Args(msgspec.Struct, gc=False):
 _EVENTS = msgspec.json.Decoder(list[Event])
 _WIDE_EVENTS = msgspec.json.Decoder(list[WideEvent])
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_TOP_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _ARGS = msgspec.json.Decoder(list[_Args | None], strict=False)
 _ONE_ARGS = msgspec.json.Decoder(_Args | None, strict=False)
 _ENC = msgspec.json.Encoder()
@@ -330,11 +329,6 @@ class Doc:
         steps = _steps(cols, self.names)
         _rank_info(meta, self.path)
         return Trace(self.names, cols, meta, steps)
-
-    def event_of(self, rows: np.ndarray) -> np.ndarray:
-        """Event indices of trace rows."""
-        _ = self.trace
-        return self.row_event[rows]
 
     # -- writing ------------------------------------------------------------------------------
     @cached_property

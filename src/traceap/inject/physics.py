@@ -344,6 +344,36 @@ class Result:
         return self.values[np.searchsorted(self.end_keys, t, side="left")]
 
 
+def _stream_ends(tl: Timeline, ops: np.ndarray) -> dict[int, float]:
+    """Where each stream's work ends after `ops` (the untouched prefix: as in the base)."""
+    last_end: dict[int, float] = {}
+    for i in ops.tolist():
+        s = int(tl.op_stream[i])
+        if tl.end[i] > last_end.get(s, -np.inf):
+            last_end[s] = float(tl.end[i])
+    return last_end
+
+
+def _run_block(b: Block, shift: float, last_end: dict[int, float], barrier: dict[int, float],
+               tl: Timeline) -> float:
+    """Play an inserted block from its time T (moved by `shift`); its end time."""
+    t = b.T + shift
+    b.t0 = t
+    for step in b.steps:
+        t = _run_step(step, t, last_end, barrier, tl)
+    b.t1 = t
+    return t
+
+
+def _sync_return(tl: Timeline, j: int, shift: float, last_end: dict[int, float]) -> float:
+    """When base sync j returns now: no earlier than its own minimum after its (moved) start,
+    and not before the stream it waits for (every stream, for a device sync) is done."""
+    st = tl.sync_stream[j]
+    g = max(last_end.values(), default=-np.inf) if st < 0 else last_end.get(int(st), -np.inf)
+    t_start = tl.sync_ts[j] + shift
+    return max(t_start + tl.sync_min[j], g + tl.sync_eps[j])
+
+
 def propagate(tl: Timeline, blocks: list[Block]) -> Result:
     """Replay the base with `blocks` inserted; fills every step's new times (relative us)."""
     blocks = sorted(blocks, key=lambda b: b.T)
@@ -359,11 +389,7 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
     order = tl.order
     key = tl.key[order]
     first = int(np.searchsorted(key, first_T, side="left"))
-    last_end: dict[int, float] = {}
-    for i in order[:first].tolist():  # untouched prefix: streams end where they ended
-        s = int(tl.op_stream[i])
-        if tl.end[i] > last_end.get(s, -np.inf):
-            last_end[s] = float(tl.end[i])
+    last_end = _stream_ends(tl, order[:first])
     barrier: dict[int, float] = {}
     shift = 0.0
     # syncs after the first block, in time order
@@ -390,12 +416,7 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
             if bi == len(blocks):
                 break
             b = blocks[bi]
-            t = b.T + shift
-            b.t0 = t
-            for step in b.steps:
-                t = _run_step(step, t, last_end, barrier, tl)
-            b.t1 = t
-            new_shift = max(shift, t - b.T)
+            new_shift = max(shift, _run_block(b, shift, last_end, barrier, tl) - b.T)
             if new_shift > shift:
                 keys_start.append(b.T)
                 keys_end.append(b.T)
@@ -405,11 +426,7 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
             continue
         if sync_ts[si] < kk:
             j = sy[si]
-            st = tl.sync_stream[j]
-            g = max(last_end.values(), default=-np.inf) if st < 0 else last_end.get(int(st), -np.inf)
-            t_start = tl.sync_ts[j] + shift
-            t_end = max(t_start + tl.sync_min[j], g + tl.sync_eps[j])
-            need = t_end - tl.sync_end[j]
+            need = _sync_return(tl, j, shift, last_end) - tl.sync_end[j]
             if need > shift:
                 e = float(tl.sync_end[j])
                 keys_start.append(e)

@@ -17,7 +17,6 @@ Measured in benchmarks/bench_load.py (see benchmarks/README.md).
 from __future__ import annotations
 
 import gc
-import math
 import os
 import re
 import zlib
@@ -809,7 +808,3 @@ def _rank_info(meta: TraceMeta, path: str) -> None:
         if m:
             meta.rank = int(m.group(1))
 
-
-def finite_or_none(x: float) -> float | None:
-    """JSON-safe float (NaN/inf become None)."""
-    return None if x is None or not math.isfinite(x) else float(x)

@@ -29,8 +29,7 @@ from ..idle import python_holes
 from ..trace import Kind, merged_intervals
 from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .excessive_memcpy import per_episode
-from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, ramp, rows_named,
+from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp, rows_named,
                       rows_in_windows, sum_in, top_names)
 
 
@@ -129,7 +128,7 @@ batched tensor ops."""
         who = ("; most launches from " + ", ".join(f"{n} x{c}" for n, c, _ in top)) if top else ""
         waiting = float(m["waiting_us"][idx].sum())
         text = (f"{n_k} kernels averaging {fmt_us(mean)} ({n_s} shorter than their launch or "
-                f"{self.config.short_us:.0f} us); the GPU waited for the host {fmt_us(waiting)} "
+                f"{fmt_us(self.config.short_us)}); the GPU waited for the host {fmt_us(waiting)} "
                 f"({100 * waiting / max(span, 1e-9):.0f}% of the time), {fmt_us(lost)} of it "
                 f"while the host ran Python between framework calls (no op or runtime call "
                 f"recorded, over twice as long as the call before){who}")

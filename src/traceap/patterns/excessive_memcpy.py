@@ -24,7 +24,8 @@ from ..windows import Windows
 from .base import AntiPattern, Measures
 from .graph_break import compile_gaps
 from .signals import (cached, compute_rows, count_in, fmt_bytes, fmt_us, name_mask, overlap_in,
-                      ramp, rows_named, rows_in_windows, spans, starved_gaps, sum_in, top_names, union_in)
+                      per_episode, ramp, rows_named, rows_in_windows, spans, starved_gaps, sum_in,
+                      top_names, union_in)
 
 SCALAR_OPS = r"^aten::(item|_local_scalar_dense)$|^aten::(to|_to_copy|copy_)$"
 
@@ -222,19 +223,6 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
     def supported(self, numbers: dict) -> bool:
         return (numbers.get("time_lost_us", 0.0) > 0
                 and numbers.get("n_copies", 0) + numbers.get("n_sync", 0) > 0)
-
-
-def per_episode(values: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """Per window: the sum of `values` over its run of consecutive `active` windows (its own
-    value where it is not active)."""
-    active = np.asarray(active, dtype=bool)
-    if not active.any():
-        return np.asarray(values, dtype=np.float64).copy()
-    starts = active & ~np.r_[False, active[:-1]]
-    run = np.cumsum(starts)
-    sums = np.bincount(run[active], weights=np.asarray(values, float)[active],
-                       minlength=run.max() + 1)
-    return np.where(active, sums[run], values)
 
 
 def outside_breaks(trace, rows: np.ndarray) -> np.ndarray:

@@ -10,37 +10,14 @@ of compute-kernel time, and the compute they hold up.  Time lost is the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..idle import pattern_lost, trace_costs
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import (cached, compute_rows, compute_streams, count_in, fmt_us, nccl_rows,
-                      overlap_in, ramp, spans, top_names, union_in, rows_in_windows)
-
-
-@dataclass(frozen=True)
-class BlockConfig:
-    """Thresholds: share of a window a compute stream spends in NCCL."""
-
-    time_lo: float = 0.02
-    time_hi: float = 0.15
-    #: Score of a window holding any such kernel, however short: each one stalls the stream...
-    presence: float = 0.55
-    #: ... once the trace holds this many (one stray all-gather of metrics is not a habit).
-    presence_min: int = 3
-    #: A stream is a compute stream when it carries this share of compute-kernel time.
-    compute_share: float = 0.1
-
-
-def blocking_nccl(trace, config: BlockConfig) -> np.ndarray:
-    """NCCL kernel rows on a compute stream."""
-    def make():
-        n = nccl_rows(trace)
-        return n[np.isin(trace.stream[n], compute_streams(trace, config.compute_share))]
-    return cached(trace, f"blocking_nccl:{config}", make)
+from .communication import BlockConfig, blocking_nccl, compute_per_step
+from .signals import (compute_rows, count_in, fmt_us, overlap_in, ramp, spans, top_names, union_in,
+                      rows_in_windows)
 
 
 class NcclBlocksComputeStream(AntiPattern):
@@ -102,7 +79,6 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
                 and numbers.get("n_nccl_on_compute_stream", 0) > 0)
 
     def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
-        from .nccl_compute_no_overlap import compute_per_step
         return compute_per_step(windows.trace, n_steps)
 
 

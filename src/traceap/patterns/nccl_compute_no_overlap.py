@@ -19,14 +19,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..idle import measure as idle_account
 from ..idle import pattern_lost
 from ..trace import busy_union
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .nccl_blocks_compute_stream import BlockConfig, blocking_nccl
+from .communication import BlockConfig, blocking_nccl, compute_per_step
+from .compile_regions import FORWARD
 from .signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
-                      spans, top_names, union_in, rows_in_windows)
+                      rows_in_windows, rows_named, spans, top_names, union_in)
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,6 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         text = (f"NCCL ran {fmt_us(comm)} ({what}) with only {100 * hidden / max(comm, 1e-9):.0f}% "
                 f"overlapped by compute kernels ({100 * trace_overlap(t):.0f}% of the possible "
                 f"overlap over the whole trace); {fmt_us(exposed)} exposed (no compute beside it)")
-        from .graph_break import FORWARD
-        from .signals import rows_named
         if len(rows_named(t, FORWARD)):
             text += (" (the model is compiled: keep torch._dynamo.config.optimize_ddp=True so "
                      "DDPOptimizer splits the graph at bucket boundaries and each bucket's "
@@ -137,13 +135,6 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
 
     def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
         return compute_per_step(windows.trace, n_steps)
-
-
-def compute_per_step(trace, n_steps: int) -> float:
-    """GPU busy (compute) time per steady step, or in total without steps: the most that
-    communication could hide under."""
-    acc = idle_account(trace)
-    return acc.busy_in_steady_us / n_steps if n_steps else acc.busy_us
 
 
 PATTERN = NcclComputeNoOverlap()

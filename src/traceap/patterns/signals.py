@@ -209,3 +209,16 @@ def rows_in_windows(windows: Windows, rows: np.ndarray, idx) -> np.ndarray:
     hi = np.array([np.searchsorted(ts, windows.edges[b + 1], side=sd)
                    for b, sd in zip(last, hi_side)], dtype=np.int64)
     return np.concatenate([rows[a:b] for a, b in zip(lo, hi)]) if len(lo) else rows[:0]
+
+
+def per_episode(values: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """Per window: the sum of `values` over its run of consecutive `active` windows (its own
+    value where it is not active)."""
+    active = np.asarray(active, dtype=bool)
+    if not active.any():
+        return np.asarray(values, dtype=np.float64).copy()
+    starts = active & ~np.r_[False, active[:-1]]
+    run = np.cumsum(starts)
+    sums = np.bincount(run[active], weights=np.asarray(values, float)[active],
+                       minlength=run.max() + 1)
+    return np.where(active, sums[run], values)

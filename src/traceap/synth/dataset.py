@@ -30,8 +30,8 @@ from ..dataset import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write
 from ..errors import DatasetError
 from ..progress import track
 from . import ops
-from . import patterns as pat
-from .models import MODELS, ModelSpec
+from . import switches
+from .workloads import MODELS, ModelSpec
 from .platforms import PLATFORM_LABELS, PLATFORMS
 from .simulator import RunConfig, simulate
 from .writer import trace_document, write_trace
@@ -115,7 +115,7 @@ def split_counts(n: int) -> dict[str, int]:
     return {"train": train, "validation": val, "test_seen": seen, "test_unseen": unseen}
 
 
-_SHARE = {p: w / sum(pat.TABLE2_WEIGHTS.values()) for p, w in pat.TABLE2_WEIGHTS.items()}
+_SHARE = {p: w / sum(switches.TABLE2_WEIGHTS.values()) for p, w in switches.TABLE2_WEIGHTS.items()}
 
 
 def _pick_patterns(rng: np.random.Generator, world_size: int, mode: str, k: int,
@@ -125,8 +125,8 @@ def _pick_patterns(rng: np.random.Generator, world_size: int, mode: str, k: int,
     Quota sampling rather than independent draws: even a 40-trace dataset then holds every
     pattern, and the 610-trace one follows Table 2 closely.  NCCL patterns need several ranks.
     """
-    allowed = [p for p in pat.TABLE2_WEIGHTS
-               if (world_size > 1 and mode == "train") or p not in pat.MULTI_GPU]
+    allowed = [p for p in switches.TABLE2_WEIGHTS
+               if (world_size > 1 and mode == "train") or p not in switches.MULTI_GPU]
     total = sum(counts.values()) + 1
     chosen: list[str] = []
     for _ in range(min(k, len(allowed))):
@@ -146,7 +146,7 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
     for split, count in split_counts(cfg.traces).items():
         if count == 0:
             continue
-        counts = {p: 0 for p in pat.TABLE2_WEIGHTS}      # traces per pattern in this split
+        counts = {p: 0 for p in switches.TABLE2_WEIGHTS}      # traces per pattern in this split
         tasks = SEEN_TASKS if split != "test_unseen" else UNSEEN_TASKS
         left = count
         while left > 0:
@@ -213,10 +213,10 @@ def run_config(job: JobPlan, rank: int, strength: float = 1.0) -> RunConfig:
                     tf32_matmul=s["tf32_matmul"], algo_salt=s["algo_salt"],
                     host_factor=s["host_factor"],
                     extra={"fused_adam": s["fused_adam"], "zero_grad_fill": s["zero_grad_fill"]})
-    pat.healthy(cfg, np.random.default_rng([job.seed, 7]))
+    switches.healthy(cfg, np.random.default_rng([job.seed, 7]))
     prng = np.random.default_rng([job.seed, 11])
     for p_id in job.patterns:
-        pat.apply(p_id, cfg, prng, strength)
+        switches.apply(p_id, cfg, prng, strength)
     return cfg
 
 
@@ -406,7 +406,7 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
         notes.append(f"removed {len(stale)} trace(s) of the previous synth run that this "
                      f"configuration does not make")
     _write_stamp(out, cfg, files)
-    counts: dict[str, int] = {p: 0 for p in pat.TABLE2_WEIGHTS}
+    counts: dict[str, int] = {p: 0 for p in switches.TABLE2_WEIGHTS}
     for e in entries:
         for a in e.anomalies:
             counts[a.pattern] += 1

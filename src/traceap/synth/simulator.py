@@ -3,7 +3,7 @@
 One profiler step is: `ProfilerStep#N` > DataLoader `__next__` > input H2D copies > forward
 (eager ops, or `Torch-Compiled Region`s) > loss > backward on the autograd thread (DDP buckets
 all-reduced on a NCCL stream as their gradients become ready) > optimizer step > zero_grad.
-Every anti-pattern is a knob of `RunConfig` that changes the mechanism (see `patterns.py`),
+Every anti-pattern is a knob of `RunConfig` that changes the mechanism (see `switches.py`),
 and the loop marks where each mechanism makes the GPU wait, which is the ground truth.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ops
-from .engine import Engine
-from .models import ModelSpec
+from .engine import Engine, _Span
+from .workloads import ModelSpec
 from .ops import Ctx, Kern, Layer, OpCall
 from .platforms import Platform
 
@@ -117,6 +117,24 @@ class RunResult:
     bw_tid: int
     device: int
     streams: list[int]
+
+
+@dataclass
+class _Reduction:
+    """DDP's gradient buckets during one backward: what is filled, sent and left for later."""
+
+    stream: int                     # where the all-reduces run
+    first_cap: float                # bytes: DDP's first bucket
+    cap: float                      # bytes: every later bucket (bucket_cap_mb)
+    filled: float = 0.0
+    n_buckets: int = 0
+    pending: list[float] = field(default_factory=list)   # all-reduces after backward
+    spans: list[tuple[float, float]] = field(default_factory=list)  # NCCL kernels sent
+
+    @property
+    def limit(self) -> float:
+        """The size at which the current bucket is sent."""
+        return self.first_cap if self.n_buckets == 0 else self.cap
 
 
 class _Run:
@@ -471,14 +489,28 @@ class _Run:
         flush()
         return out
 
-    def compiled_region(self, lo: int, hi: int, region: int) -> None:
-        """One `Torch-Compiled Region`: a cache lookup, then CompiledFunction's launches."""
-        cfg, e = self.cfg, self.eng
+    def enter_compiled_region(self, frame: int) -> _Span:
+        """Dynamo's guard check (`TorchDynamo Cache Lookup`), then the frame's
+        `Torch-Compiled Region` annotation opens on the main thread."""
+        e = self.eng
         t = e.clock[e.main]
         d = e.host(14.0)
         e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
         e.clock[e.main] = t + d + e.host(8.0)
-        ann = e.begin(e.main, f"Torch-Compiled Region: {region}/0")
+        return e.begin(e.main, f"Torch-Compiled Region: {frame}/0")
+
+    def leave_compiled_function(self, ann: _Span, cf_start: float, cf_ext: int) -> None:
+        """`CompiledFunction` closes over the launches since cf_start, then the region."""
+        e = self.eng
+        e.clock[e.main] += e.host(10.0)
+        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
+                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
+        e.end(ann)
+
+    def compiled_region(self, lo: int, hi: int, region: int) -> None:
+        """One `Torch-Compiled Region`: a cache lookup, then CompiledFunction's launches."""
+        cfg, e = self.cfg, self.eng
+        ann = self.enter_compiled_region(region)
         cf_start, cf_ext = e.clock[e.main], e.next_ext()
         e.clock[e.main] += e.host(25.0)
         for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], False):
@@ -494,10 +526,7 @@ class _Run:
                 e.launch(e.main, k.name, dur, COMPUTE_STREAM, x, k.block, k.regs, k.smem)
                 e.clock[e.main] += e.host(2.0)
                 e.cpu_event(e.main, aten, t, e.clock[e.main] - t, x)
-        e.clock[e.main] += e.host(10.0)
-        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
-                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
-        e.end(ann)
+        self.leave_compiled_function(ann, cf_start, cf_ext)
 
     def compiled_forward(self) -> None:
         """Compiled regions: separately compiled modules follow each other through a little
@@ -599,11 +628,7 @@ class _Run:
     def compiled_loss_region(self) -> None:
         """`torch.compile(criterion)`: one frame whose terms Inductor fuses into a few kernels."""
         cfg, e = self.cfg, self.eng
-        t = e.clock[e.main]
-        d = e.host(14.0)
-        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
-        e.clock[e.main] = t + d + e.host(8.0)
-        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('loss')}/0")
+        ann = self.enter_compiled_region(self._frame('loss'))
         cf_start, cf_ext = e.clock[e.main], e.next_ext()
         e.clock[e.main] += e.host(25.0)
         fused = "_".join(dict.fromkeys(self.SMALL_OPS[k][0][6:] for k in cfg.loss_kinds))[:60] or "add"
@@ -614,10 +639,7 @@ class _Run:
             e.clock[e.main] += e.host(3.0)
             e.launch(e.main, k.name, dur, COMPUTE_STREAM, cf_ext, k.block, k.regs, k.smem,
                      "cuLaunchKernel")
-        e.clock[e.main] += e.host(10.0)
-        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
-                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
-        e.end(ann)
+        self.leave_compiled_function(ann, cf_start, cf_ext)
 
     def excessive_memcpy(self) -> None:
         """Per-sample `.item()` / `.cpu()` / `torch.tensor(..., device="cuda")` in the loop."""
@@ -717,19 +739,17 @@ class _Run:
         e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), en)
 
     def backward(self) -> None:
+        """loss.backward(): the autograd nodes on the backward thread, DDP's all-reduces as its
+        gradient buckets fill, then DDP's finalize on the main thread."""
         cfg, e = self.cfg, self.eng
         main, bw = e.main, e.bw
         self.simple(main, "aten::ones_like", ops.elementwise("fill", "fp32"), 0.001)
         if cfg.dt == "fp16":   # GradScaler: loss * scale
             self.simple(main, "aten::mul", ops.elementwise("mul", "fp32"), 0.001)
         e.clock[bw] = max(e.clock[bw], e.clock[main] + e.host(15.0))
-        cap0 = 1.0 * 2**20                       # DDP's first bucket is 1 MB
-        cap = cfg.bucket_mb * 2**20
-        bucket = 0.0
-        pending: list[float] = []
-        nccl_stream = COMPUTE_STREAM if cfg.nccl_on_compute else self.nccl_stream
-        nccl_spans: list[tuple[float, float]] = []
-        n_buckets = 0
+        red = _Reduction(stream=COMPUTE_STREAM if cfg.nccl_on_compute else self.nccl_stream,
+                         first_cap=1.0 * 2**20,          # DDP's first bucket is 1 MB
+                         cap=cfg.bucket_mb * 2**20)
         if cfg.ddp and cfg.gather_features:
             # the all_gather's backward: gradients of the gathered embeddings, reduce-scattered
             self.blocking_collective(bw, "ReduceScatter", cfg.batch * 256 * 4.0 * cfg.world_size)
@@ -738,95 +758,113 @@ class _Run:
             for r in range(len(regions) - 1, -1, -1):
                 lo, hi = regions[r]
                 self.compiled_backward(lo, hi)
-                bucket += sum(x.params_m for x in self.layers[lo:hi]) * 4e6
-                if cfg.ddp and bucket >= (cap0 if n_buckets == 0 else cap) and not cfg.allreduce_after_backward:
-                    nccl_spans.append(self.allreduce(bw, bucket, nccl_stream))
-                    n_buckets += 1
-                    bucket = 0.0
+                red.filled += sum(x.params_m for x in self.layers[lo:hi]) * 4e6
+                if cfg.ddp and red.filled >= red.limit and not cfg.allreduce_after_backward:
+                    red.spans.append(self.allreduce(bw, red.filled, red.stream))
+                    red.n_buckets += 1
+                    red.filled = 0.0
         else:
             for layer in reversed(self.layers):
-                node = ops.backward_node(layer, self.ctx)
-                calls = ops.backward_ops(layer, self.ctx)
-                e.idle(bw, e.host(4.0))          # the engine's ready queue between nodes
-                seq = self.seq
-                self.seq -= 1
-                x0, t0 = e.next_ext(), e.clock[bw]
-                e.clock[bw] += e.host(4.0)
-                x1, t1 = e.next_ext(), e.clock[bw]
-                e.clock[bw] += e.host(3.0)
-                for call in calls:
-                    self.op(bw, call, cpu_mult=1.8)
-                e.clock[bw] += e.host(6.0)
-                if layer.op == "add":
-                    # the residual fork: the engine sums the two incoming gradients
-                    self.simple(bw, "aten::add", ops.elementwise("add", cfg.dt),
-                                layer.act_mb * self.ctx.scale * 3)
-                e.cpu_event(bw, node, t1, e.clock[bw] - t1, x1,
-                            extra={"Sequence number": seq, "Fwd thread id": 1})
-                e.clock[bw] += e.host(1.5)
-                e.cpu_event(bw, f"autograd::engine::evaluate_function: {node}", t0,
-                            e.clock[bw] - t0, x0, extra={"Sequence number": seq, "Fwd thread id": 1})
+                self.autograd_node(layer)
                 if layer.params_m > 0:
-                    self.accumulate_grad(bw)
-                    if cfg.ddp and cfg.bucket_mb < 1.0 and not cfg.allreduce_after_backward:
-                        # buckets smaller than a tensor: one all-reduce per parameter tensor
-                        self.simple(bw, "torch::distributed::reducer::mul_out",
-                                    ops.elementwise("mul_scalar", "fp32"), layer.params_m * 8)
-                        sizes = [layer.params_m * 4e6]
-                        if layer.op in ("bn", "ln", "gn", "linear"):
-                            sizes = [sizes[0] * 0.5, sizes[0] * 0.5] if layer.op != "linear" else \
-                                [sizes[0], 4096.0]
-                        for nb in sizes:
-                            e.idle(bw, e.host(80.0))   # the per-tensor Python grad hook
-                            nccl_spans.append(self.allreduce(bw, nb, nccl_stream))
-                            n_buckets += 1
-                        continue
-                    bucket += layer.params_m * 4e6
-                    if cfg.ddp:
-                        self.simple(bw, "torch::distributed::reducer::mul_out",
-                                    ops.elementwise("mul_scalar", "fp32"), layer.params_m * 8)
-                        self.copy_into_bucket(bw, layer.params_m * 4e6)
-                        limit = cap0 if n_buckets == 0 else cap
-                        if bucket >= limit:
-                            if cfg.allreduce_after_backward:
-                                pending.append(bucket)
-                            else:
-                                nccl_spans.append(self.allreduce(bw, bucket, nccl_stream))
-                            n_buckets += 1
-                            bucket = 0.0
+                    self.layer_gradients(layer, red)
         compute_done = e.stream_free(COMPUTE_STREAM)
-        if cfg.ddp and bucket > 0:
+        if cfg.ddp and red.filled > 0:
             if cfg.allreduce_after_backward:
-                pending.append(bucket)
+                red.pending.append(red.filled)
             else:
-                nccl_spans.append(self.allreduce(bw, bucket, nccl_stream))
+                red.spans.append(self.allreduce(bw, red.filled, red.stream))
         e.clock[main] = max(e.clock[main], e.clock[bw] + e.host(20.0))
-        if pending:
+        nccl_spans = red.spans
+        if red.pending:
             # a hand-written loop of dist.all_reduce(p.grad) after loss.backward(): nothing
             # overlaps, the compute stream sits idle until the last one is done
-            for nb in pending:
+            for nb in red.pending:
                 nccl_spans.append(self.allreduce(main, nb, self.nccl_stream))
             e.mark("nccl_compute_no_overlap", compute_done, nccl_spans[-1][1])
         if cfg.ddp:
-            # DDP's finalize: gradients become views of the reduced buckets, and the compute
-            # stream waits for the communication stream
-            n_par = sum(1 for x in self.layers if x.params_m > 0)
-            for _ in range(min(n_par, 400)):
-                x, t = e.next_ext(), e.clock[main]
-                e.clock[main] += e.host(2.0)
-                for child in ("aten::narrow", "aten::slice", "aten::view"):
-                    e.cpu_event(main, child, e.clock[main], e.host(1.5), e.next_ext())
-                    e.clock[main] += e.host(2.0)
-                e.cpu_event(main, "torch.distributed.ddp.reducer::copy_bucket_to_grad", t,
-                            e.clock[main] - t, x)
-                e.clock[main] += e.host(1.0)
-            e.runtime(main, "cudaStreamWaitEvent", e.rt_cost(2.0), e.next_ext())
-            e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), e.stream_free(self.nccl_stream))
+            self.ddp_finalize()
         if cfg.bucket_mb < 2.0 and nccl_spans:
             e.mark("small_nccl_kernels", nccl_spans[0][0], nccl_spans[-1][1])
         if cfg.nccl_on_compute:
             for s, en in nccl_spans:
                 e.mark("nccl_blocks_compute_stream", s, en)
+
+    def autograd_node(self, layer: Layer) -> None:
+        """One eager layer's backward node: `evaluate_function: XBackward0` around its ops."""
+        cfg, e = self.cfg, self.eng
+        bw = e.bw
+        node = ops.backward_node(layer, self.ctx)
+        calls = ops.backward_ops(layer, self.ctx)
+        e.idle(bw, e.host(4.0))          # the engine's ready queue between nodes
+        seq = self.seq
+        self.seq -= 1
+        x0, t0 = e.next_ext(), e.clock[bw]
+        e.clock[bw] += e.host(4.0)
+        x1, t1 = e.next_ext(), e.clock[bw]
+        e.clock[bw] += e.host(3.0)
+        for call in calls:
+            self.op(bw, call, cpu_mult=1.8)
+        e.clock[bw] += e.host(6.0)
+        if layer.op == "add":
+            # the residual fork: the engine sums the two incoming gradients
+            self.simple(bw, "aten::add", ops.elementwise("add", cfg.dt),
+                        layer.act_mb * self.ctx.scale * 3)
+        e.cpu_event(bw, node, t1, e.clock[bw] - t1, x1,
+                    extra={"Sequence number": seq, "Fwd thread id": 1})
+        e.clock[bw] += e.host(1.5)
+        e.cpu_event(bw, f"autograd::engine::evaluate_function: {node}", t0,
+                    e.clock[bw] - t0, x0, extra={"Sequence number": seq, "Fwd thread id": 1})
+
+    def layer_gradients(self, layer: Layer, red: "_Reduction") -> None:
+        """A layer's gradients: AccumulateGrad, then DDP's bucketing and all-reduce (one per
+        tensor when buckets are smaller than a tensor; else once a bucket is full)."""
+        cfg, e = self.cfg, self.eng
+        bw = e.bw
+        self.accumulate_grad(bw)
+        if cfg.ddp and cfg.bucket_mb < 1.0 and not cfg.allreduce_after_backward:
+            # buckets smaller than a tensor: one all-reduce per parameter tensor
+            self.simple(bw, "torch::distributed::reducer::mul_out",
+                        ops.elementwise("mul_scalar", "fp32"), layer.params_m * 8)
+            sizes = [layer.params_m * 4e6]
+            if layer.op in ("bn", "ln", "gn", "linear"):
+                sizes = [sizes[0] * 0.5, sizes[0] * 0.5] if layer.op != "linear" else \
+                    [sizes[0], 4096.0]
+            for nb in sizes:
+                e.idle(bw, e.host(80.0))   # the per-tensor Python grad hook
+                red.spans.append(self.allreduce(bw, nb, red.stream))
+                red.n_buckets += 1
+            return
+        red.filled += layer.params_m * 4e6
+        if cfg.ddp:
+            self.simple(bw, "torch::distributed::reducer::mul_out",
+                        ops.elementwise("mul_scalar", "fp32"), layer.params_m * 8)
+            self.copy_into_bucket(bw, layer.params_m * 4e6)
+            if red.filled >= red.limit:
+                if cfg.allreduce_after_backward:
+                    red.pending.append(red.filled)
+                else:
+                    red.spans.append(self.allreduce(bw, red.filled, red.stream))
+                red.n_buckets += 1
+                red.filled = 0.0
+
+    def ddp_finalize(self) -> None:
+        """DDP's finalize: gradients become views of the reduced buckets, and the compute
+        stream waits for the communication stream."""
+        e = self.eng
+        main = e.main
+        n_par = sum(1 for x in self.layers if x.params_m > 0)
+        for _ in range(min(n_par, 400)):
+            x, t = e.next_ext(), e.clock[main]
+            e.clock[main] += e.host(2.0)
+            for child in ("aten::narrow", "aten::slice", "aten::view"):
+                e.cpu_event(main, child, e.clock[main], e.host(1.5), e.next_ext())
+                e.clock[main] += e.host(2.0)
+            e.cpu_event(main, "torch.distributed.ddp.reducer::copy_bucket_to_grad", t,
+                        e.clock[main] - t, x)
+            e.clock[main] += e.host(1.0)
+        e.runtime(main, "cudaStreamWaitEvent", e.rt_cost(2.0), e.next_ext())
+        e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), e.stream_free(self.nccl_stream))
 
     def copy_into_bucket(self, tid: int, nbytes: float) -> None:
         """DDP copies each gradient into its flat bucket (gradient_as_bucket_view=False)."""
@@ -934,11 +972,7 @@ class _Run:
     def compiled_optimizer_step(self, mbytes: float) -> None:
         """`torch.compile(optimizer.step)`: its own frame, Inductor's foreach (`triton_for_`) kernels."""
         e = self.eng
-        t = e.clock[e.main]
-        d = e.host(14.0)
-        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
-        e.clock[e.main] = t + d + e.host(8.0)
-        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('optimizer')}/0")
+        ann = self.enter_compiled_region(self._frame('optimizer'))
         x = e.next_ext()
         e.clock[e.main] += e.host(30.0)
         n = int(np.clip(self.param_tensors // 40, 2, 12))

@@ -165,14 +165,18 @@ class Base:
         """Profiler steps, or stretches of top-level work when the trace has none."""
         return self.step_spans() or self.pseudo_steps()
 
+    def batch_points(self, max_instances: int, what: str) -> list[float]:
+        """Where the first `max_instances` steps (or stretches) start their first top-level op:
+        where the loop gets its next batch.  Unusable when the trace has no steps to `what`."""
+        steps = self.steps_or_stretches()
+        if not steps:
+            raise Unusable(f"no step or top-level work on the main thread to {what}")
+        return [float(self.start_rel(kids[:1])[0]) if len(kids) else lo
+                for _row, lo, _hi, kids in steps[:max_instances]]
+
     def start_rel(self, rows: np.ndarray) -> np.ndarray:
         """Relative start times of trace rows."""
         return self.doc.trace.ts[rows] - self.tl.t0
-
-    def end_rel(self, rows: np.ndarray) -> np.ndarray:
-        """Relative end times of trace rows."""
-        tr = self.doc.trace
-        return tr.ts[rows] + tr.dur[rows] - self.tl.t0
 
     def backward_rows(self) -> np.ndarray:
         """Top-level autograd rows (`autograd::engine::evaluate_function: ...`), any thread."""

@@ -36,16 +36,12 @@ class Config:
 
 def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Plan:
     """Blocking pageable copies of the batch at the start of every step with a small backlog."""
-    steps = base.steps_or_stretches()
-    if not steps:
-        raise Unusable("no step or top-level work on the main thread to copy batches before")
     thread = base.main_key
     instances = []
-    for _row, lo, hi, kids in steps[: config.max_instances]:
+    for T in base.batch_points(config.max_instances, "copy batches before"):
         nbytes = rng.uniform(*config.batch_mb) * 1e6
         gbs = rng.uniform(*config.pageable_gbs)
         gpu_us = nbytes / (gbs * 1e3)
-        T = float(base.start_rel(kids[:1])[0]) if len(kids) else lo
         if base.tl.backlog_at([T])[0] > config.max_backlog_share * gpu_us:
             continue
         block = Block(T=T, thread=base.tl.main_thread)

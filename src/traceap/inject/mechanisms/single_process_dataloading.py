@@ -47,14 +47,10 @@ class Config:
 
 def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Plan:
     """A fetch at the start of every step whose GPU backlog is small enough."""
-    steps = base.steps_or_stretches()
-    if not steps:
-        raise Unusable("no step or top-level work on the main thread to load batches before")
     thread = base.main_key
     instances = []
-    for _row, lo, hi, kids in steps[: config.max_instances]:
+    for T in base.batch_points(config.max_instances, "load batches before"):
         D = loguniform(rng, *config.stall_ms) * 1e3
-        T = float(base.start_rel(kids[:1])[0]) if len(kids) else lo
         if base.tl.backlog_at([T])[0] > config.max_backlog_share * D:
             continue
         block = Block(T=T, thread=base.tl.main_thread)

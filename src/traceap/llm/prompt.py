@@ -19,6 +19,7 @@ import numpy as np
 
 from ..dataset import PATTERNS
 from ..trace import CopyKind, Kind, MemKind
+from ..units import fmt_us
 from ..windows import Windows
 
 NONE = "none"
@@ -130,13 +131,8 @@ class DigestConfig:
 
 
 # -- the digest ------------------------------------------------------------------------------
-def _us(x: float) -> str:
-    x = float(x)
-    if x >= 1e6:
-        return f"{x / 1e6:.2f}s"
-    if x >= 1e3:
-        return f"{x / 1e3:.2f}ms"
-    return f"{x:.1f}us"
+def _us(us: float) -> str:
+    return fmt_us(us, fine=True)  # the digest's durations: one digit more, no spaces
 
 
 def _mb(b: float) -> str:
@@ -281,7 +277,7 @@ def summary_line(windows: Windows, w: int) -> str:
 
 def digest(windows: Windows, w: int, config: DigestConfig = DigestConfig()) -> str:
     """The events of window w as a compact text for the model."""
-    t, c = windows.trace, config
+    c = config
     a, b = windows.edges[w], windows.edges[w + 1]
     t0 = windows.edges[0]
     out = [f"Window {w} of {windows.n}: +{_us(a - t0)} to +{_us(b - t0)} "
@@ -291,27 +287,52 @@ def digest(windows: Windows, w: int, config: DigestConfig = DigestConfig()) -> s
                f"over 10us (longest {_us(longest)}).")
     out.append("Key facts:\n" + "\n".join(f"* {x}" for x in key_facts(windows, w)))
     out.append("Summary: " + summary_line(windows, w) + ".")
-
     kernels = windows.rows_in(w, Kind.KERNEL)
-    nccl_mask = t.is_nccl[kernels]
-    compute = kernels[~nccl_mask]
-    if len(compute):
-        out.append(f"Top kernels by GPU time in the window (of {len(compute)}):")
-        for code, n, tot, m in _by_name(windows, compute, _clipped(windows, w, compute), c.top_kernels):
-            r = compute[m]
-            delay = t.launch_delay[r]
-            delay = delay[np.isfinite(delay)]
-            d = f", launch delay mean {_us(delay.mean())}" if len(delay) else ""
-            streams = ",".join(str(int(x)) for x in np.unique(t.stream[r])[:3])
-            out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}, mean "
-                       f"{_us(t.dur[r].mean())}{d}, stream {streams}")
+    nccl_mask = windows.trace.is_nccl[kernels]
+    compute, nccl = kernels[~nccl_mask], kernels[nccl_mask]
+    out += _kernel_lines(windows, w, compute, c)
+    out += _host_lines(windows, w, c)
+    out += _memcpy_lines(windows, w)
+    out += _nccl_lines(windows, w, nccl, compute, c)
+    ann = windows.rows_in(w, Kind.USER_ANNOTATION, Kind.GPU_USER_ANNOTATION)
+    if len(ann):
+        names = windows.trace.names
+        top = _by_name(windows, ann, _clipped(windows, w, ann), c.top_annotations)
+        out.append("Annotations: " + "; ".join(
+            f"{_short(names[code], 60)} {n}x {_us(tot)}" for code, n, tot, _ in top) + ".")
+    for d in range(1, c.neighbours + 1):
+        for v, side in ((w - d, "before"), (w + d, "after")):
+            if 0 <= v < windows.n:
+                out.append(f"Window {v} ({side}): {summary_line(windows, v)}.")
+    return "\n".join(out)
 
+
+def _kernel_lines(windows: Windows, w: int, compute: np.ndarray, c: DigestConfig) -> list[str]:
+    """The heaviest compute kernels with their launch delays and streams."""
+    t = windows.trace
+    if not len(compute):
+        return []
+    out = [f"Top kernels by GPU time in the window (of {len(compute)}):"]
+    for code, n, tot, m in _by_name(windows, compute, _clipped(windows, w, compute), c.top_kernels):
+        r = compute[m]
+        delay = t.launch_delay[r]
+        delay = delay[np.isfinite(delay)]
+        d = f", launch delay mean {_us(delay.mean())}" if len(delay) else ""
+        streams = ",".join(str(int(x)) for x in np.unique(t.stream[r])[:3])
+        out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}, mean "
+                   f"{_us(t.dur[r].mean())}{d}, stream {streams}")
+    return out
+
+
+def _host_lines(windows: Windows, w: int, c: DigestConfig) -> list[str]:
+    """The heaviest CPU ops, runtime calls and synchronising calls."""
+    t = windows.trace
+    out = []
     cpu = windows.rows_in(w, Kind.CPU_OP, Kind.PYTHON_FUNCTION)
     if len(cpu):
         out.append(f"Top CPU ops by time (of {len(cpu)}):")
         for code, n, tot, _ in _by_name(windows, cpu, _clipped(windows, w, cpu), c.top_cpu_ops):
             out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}")
-
     rt = windows.rows_in(w, Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
     if len(rt):
         top = _by_name(windows, rt, _clipped(windows, w, rt), 4)
@@ -322,49 +343,50 @@ def digest(windows: Windows, w: int, config: DigestConfig = DigestConfig()) -> s
             st = _clipped(windows, w, sync)
             out.append(f"Synchronising calls: {len(sync)}, {_us(st.sum())} "
                        f"({', '.join(sorted({t.names[x] for x in t.name[sync]})[:3])}).")
+    return out
 
+
+def _memcpy_lines(windows: Windows, w: int) -> list[str]:
+    """Memcpys by direction and source memory, with sizes and the host time they blocked."""
+    t = windows.trace
     mc = windows.rows_in(w, Kind.GPU_MEMCPY)
-    if len(mc):
-        keys = t.copy_kind[mc].astype(int) * 16 + t.copy_src[mc].astype(int)
-        out.append(f"Memcpys ({len(mc)}):")
-        for key in np.unique(keys):
-            r = mc[keys == key]
-            ck, src = CopyKind(key // 16).name, MemKind(key % 16).name.lower()
-            nbytes = float(np.nansum(t.bytes[r]))
-            blocked = t.launch[r]
-            blocked = blocked[blocked >= 0]
-            host = f", host blocked {_us(t.dur[blocked].sum())}" if len(blocked) else ""
-            out.append(f"- {ck} from {src}: {len(r)}x, {_mb(nbytes)}, "
-                       f"{_us(_clipped(windows, w, r).sum())}{host}")
+    if not len(mc):
+        return []
+    keys = t.copy_kind[mc].astype(int) * 16 + t.copy_src[mc].astype(int)
+    out = [f"Memcpys ({len(mc)}):"]
+    for key in np.unique(keys):
+        r = mc[keys == key]
+        ck, src = CopyKind(key // 16).name, MemKind(key % 16).name.lower()
+        nbytes = float(np.nansum(t.bytes[r]))
+        blocked = t.launch[r]
+        blocked = blocked[blocked >= 0]
+        host = f", host blocked {_us(t.dur[blocked].sum())}" if len(blocked) else ""
+        out.append(f"- {ck} from {src}: {len(r)}x, {_mb(nbytes)}, "
+                   f"{_us(_clipped(windows, w, r).sum())}{host}")
+    return out
 
-    nccl = kernels[nccl_mask]
-    if len(nccl):
-        nstreams = sorted(int(x) for x in np.unique(t.stream[nccl]))
-        cstreams = sorted(int(x) for x in np.unique(t.stream[compute])) if len(compute) else []
-        shared = sorted(set(nstreams) & set(cstreams))
-        ov = _overlap((t.ts[nccl], t.end[nccl]), (t.ts[compute], t.end[compute]))
-        ntime = float(_clipped(windows, w, nccl).sum())
-        out.append(f"NCCL kernels ({len(nccl)}, {_us(ntime)}, mean {_us(t.dur[nccl].mean())}) "
-                   f"on streams {nstreams}; compute kernels on streams {cstreams}"
-                   + (f"; SAME stream {shared}" if shared else "; separate streams")
-                   + f"; NCCL time overlapped by compute {_us(ov)}.")
-        for code, n, tot, m in _by_name(windows, nccl, _clipped(windows, w, nccl), 3):
-            elems = t.comm_nelems[nccl[m]]
-            elems = elems[elems >= 0]
-            e = f", {int(elems.mean())} elements" if len(elems) else ""
-            out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}{e}")
 
-    ann = windows.rows_in(w, Kind.USER_ANNOTATION, Kind.GPU_USER_ANNOTATION)
-    if len(ann):
-        top = _by_name(windows, ann, _clipped(windows, w, ann), c.top_annotations)
-        out.append("Annotations: " + "; ".join(
-            f"{_short(t.names[code], 60)} {n}x {_us(tot)}" for code, n, tot, _ in top) + ".")
-
-    for d in range(1, c.neighbours + 1):
-        for v, side in ((w - d, "before"), (w + d, "after")):
-            if 0 <= v < windows.n:
-                out.append(f"Window {v} ({side}): {summary_line(windows, v)}.")
-    return "\n".join(out)
+def _nccl_lines(windows: Windows, w: int, nccl: np.ndarray, compute: np.ndarray,
+                c: DigestConfig) -> list[str]:
+    """NCCL kernels: their streams against the compute streams, and the overlap."""
+    t = windows.trace
+    if not len(nccl):
+        return []
+    nstreams = sorted(int(x) for x in np.unique(t.stream[nccl]))
+    cstreams = sorted(int(x) for x in np.unique(t.stream[compute])) if len(compute) else []
+    shared = sorted(set(nstreams) & set(cstreams))
+    ov = _overlap((t.ts[nccl], t.end[nccl]), (t.ts[compute], t.end[compute]))
+    ntime = float(_clipped(windows, w, nccl).sum())
+    out = [f"NCCL kernels ({len(nccl)}, {_us(ntime)}, mean {_us(t.dur[nccl].mean())}) "
+           f"on streams {nstreams}; compute kernels on streams {cstreams}"
+           + (f"; SAME stream {shared}" if shared else "; separate streams")
+           + f"; NCCL time overlapped by compute {_us(ov)}."]
+    for code, n, tot, m in _by_name(windows, nccl, _clipped(windows, w, nccl), 3):
+        elems = t.comm_nelems[nccl[m]]
+        elems = elems[elems >= 0]
+        e = f", {int(elems.mean())} elements" if len(elems) else ""
+        out.append(f"- {_short(t.names[code], c.max_name)}: {n}x, total {_us(tot)}{e}")
+    return out
 
 
 def messages(windows: Windows, w: int, config: DigestConfig = DigestConfig(),

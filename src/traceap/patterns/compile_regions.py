@@ -1,0 +1,110 @@
+"""torch.compile regions and the eager stretches between them, measured on the GPU.
+
+Shared by `graph_break` (the stretches are the anti-pattern), `excessive_memcpy` (a copy inside
+one belongs to the break, not to a memcpy habit), `nccl_compute_no_overlap` (a compiled model
+gets the DDPOptimizer hint) and the idle account (`traceap.idle`).  Gaps are measured on the
+device, from the last kernel a region launched to the first kernel of the next region, within
+one step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Kind, merged_intervals
+from .signals import cached, rows_named
+
+FORWARD = r"^Torch-Compiled Region|^CompiledFunction$"
+BACKWARD = r"^CompiledFunctionBackward$"
+FRAME = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
+OPTIMIZER = r"^Optimizer\.step|^## optimizer ##"
+
+
+@dataclass(frozen=True)
+class BreakConfig:
+    """Thresholds on GPU idle time between compiled regions (share of a window)."""
+
+    idle_lo: float = 0.02
+    idle_hi: float = 0.20
+    #: Share of a window spent in eager code between compiled regions (GPU busy or not).
+    gap_lo: float = 0.3
+    gap_hi: float = 0.8
+    #: Gaps longer than this without step markers are between iterations, not breaks.
+    max_gap_us: float = 100_000.0
+    #: How much to believe a break from the frame ids: >= 2 frames, no ids, one frame reused.
+    weight_frames: float = 1.0
+    weight_unknown: float = 0.7
+    weight_one_frame: float = 0.3
+
+
+def frame_ids(trace) -> set[int]:
+    """Distinct Dynamo frame ids N among the `Torch-Compiled Region: N/M` events."""
+    rows = rows_named(trace, FORWARD, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    codes = np.unique(trace.name[rows])
+    return {int(m.group(1)) for c in codes if (m := FRAME.match(trace.names[c]))}
+
+
+def gpu_extents(trace, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where host intervals [s, e) ran on the GPU: from the first start to the last end of the
+    GPU work they launched (the host interval itself where they launched none).
+
+    A compiled region's CPU op only spans the launches; its kernels run later, so gaps between
+    regions must be measured on the device, or a host running ahead hides every break."""
+    g = trace.gpu_work_rows
+    launch = trace.launch[g]
+    g, launch = g[launch >= 0], launch[launch >= 0]
+    at = trace.ts[launch]
+    j = np.searchsorted(s, at, side="right") - 1
+    inside = (j >= 0) & (at < e[np.maximum(j, 0)])
+    j, g = j[inside], g[inside]
+    gs = np.full(len(s), np.inf)
+    ge = np.full(len(s), -np.inf)
+    np.minimum.at(gs, j, trace.ts[g])
+    np.maximum.at(ge, j, trace.end[g])
+    has = np.isfinite(gs)
+    return np.where(has, gs, s), np.where(has, ge, e)
+
+
+def break_gaps(trace, config: BreakConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the eager stretches between consecutive compiled regions of one
+    direction within one step: on the device (last kernel of a region to the first of the next)
+    and on the host (first eager op after a region to the next region)."""
+    def make():
+        starts, ends = [], []
+        step_starts = np.array(sorted(s.start_us for s in trace.steps), dtype=float)
+        opt = trace.ts[rows_named(trace, OPTIMIZER, (Kind.USER_ANNOTATION, Kind.CPU_OP))]
+        opt = np.sort(opt)
+        for pattern in (FORWARD, BACKWARD):
+            rows = rows_named(trace, pattern, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+            if len(rows) < 2:
+                continue
+            s, e = merged_intervals(trace.ts[rows], trace.end[rows])
+            gs, ge = gpu_extents(trace, s, e)
+            h0, h1 = e[:-1], s[1:]          # host-side gap: decides "same step"
+            g0, g1 = ge[:-1], gs[1:]        # device-side gap: what the break costs
+            ok = (h1 > h0) & (g1 > g0)
+            if len(step_starts):
+                ok &= np.searchsorted(step_starts, h0) == np.searchsorted(step_starts, h1)
+            else:
+                ok &= (h1 - h0) <= config.max_gap_us
+            if len(opt):
+                ok &= np.searchsorted(opt, h0) == np.searchsorted(opt, h1)
+            # The eager stretch on the host: from the first op after a region to the next region.
+            ops = np.sort(trace.ts[trace.rows(Kind.CPU_OP)])
+            k = np.searchsorted(ops, h0, side="right")
+            first_op = np.where(k < len(ops), ops[np.minimum(k, len(ops) - 1)], np.inf)
+            # ... but not while the host waits in a sync (a `.item()` break waits for the
+            # previous region's kernels; that wait is the device's time, counted above).
+            sync_end = np.sort(trace.end[np.flatnonzero(trace.is_sync)])
+            j = np.searchsorted(sync_end, h1, side="right") - 1
+            last_sync = np.where(j >= 0, sync_end[np.maximum(j, 0)] if len(sync_end) else 0, -np.inf)
+            e0 = np.minimum(np.maximum(first_op, np.where(last_sync > h0, last_sync, -np.inf)), h1)
+            starts += [g0[ok], e0[ok]]
+            ends += [g1[ok], h1[ok]]
+        if not starts:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate(starts), np.concatenate(ends)
+    return cached(trace, f"break_gaps:{config}", make)

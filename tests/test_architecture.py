@@ -1,0 +1,213 @@
+"""The module map of docs/ARCHITECTURE.md, checked: imports only go down the layers.
+
+Every module of `src/traceap` is parsed (no import is executed): `import x`, `from . import x`,
+`from ..x import y`, imports inside functions, and module names written as strings for
+`importlib.import_module` (the detector and classifier registries).  A package is a top-level
+subpackage or module of traceap (`detectors`, `classify`, `idle`, ...).
+
+Two allow-lists name the imports that still break the rules; each entry says what removes it.
+They only shrink: an entry that no longer matches an import fails too, so a fixed wall is
+not silently left open.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "traceap"
+
+#: The layers of docs/ARCHITECTURE.md, lowest first.  A package may import packages of lower
+#: layers only; packages of one layer do not import each other.
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "units", "progress"),                 # shared vocabulary
+    ("trace",),                                      # the columnar Trace
+    ("load", "windows"),                             # file -> Trace, Trace -> Windows
+    ("dataset",),                                    # manifests, window labels, pattern ids
+    ("idle", "findings", "llm_setup", "synth", "collect", "profile"),
+    ("patterns", "info", "inject"),                  # one module per anti-pattern
+    ("crossrank", "llm", "model"),                   # cross-rank view, LLM I/O, neural model
+    ("detectors",),                                  # score windows
+    ("classify",),                                   # name the pattern of flagged windows
+    ("analysis", "report", "eval"),                  # the facade, its outputs, the tables
+    ("diff",),
+    ("cli",),
+    ("__main__",),
+]
+
+#: Package imports that go up or sideways today, with what removes each.  Phase 2 of the
+#: clean-up (issue 18) empties this.
+ALLOWED_PACKAGE_IMPORTS: dict[tuple[str, str], str] = {
+    ("idle", "patterns"): "idle.py imports measurements from pattern modules (host_copies, "
+                          "compile_gaps, blocking_nccl, pageable_h2d, small_nccl, LOADER_NEXT, "
+                          "signals.*) while the patterns import idle's pattern_lost/trace_costs/"
+                          "measure: move those measurements to a package below idle",
+}
+
+#: Pattern modules (named by a pattern id) that import another pattern module, with what
+#: removes each.  Shared measurements live in `patterns/signals.py`, `compile_regions.py`,
+#: `communication.py`; a rule imports those, never another rule.
+ALLOWED_PATTERN_IMPORTS: dict[tuple[str, str], str] = {
+    ("excessive_memcpy", "graph_break"): "compile_gaps moves to patterns/compile_regions.py "
+                                         "once idle.py imports it from there",
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def _resolve(name: str) -> str:
+    """The longest prefix of a dotted name that is a module of traceap."""
+    parts = name.split(".")
+    while parts and ".".join(parts) not in MODULES:
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(module: str) -> set[str]:
+    """The traceap modules `module` imports, wherever in the file the import is."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            # `from x import y` imports the module x.y where y is one, else x.
+            targets = [f"{origin}.{a.name}" for a in node.names] + [origin]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            targets = [node.value] if node.value.startswith("traceap.") else []
+        else:
+            continue
+        for t in targets:
+            if t.startswith("traceap") and (m := _resolve(t)) and m != module:
+                found.add(m)
+    return found
+
+
+IMPORTS = {m: imports_of(m) for m in MODULES}
+
+
+def package_of(module: str) -> str | None:
+    """`traceap.detectors.llm` -> `detectors`; None for the root package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the packages it imports."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for m, targets in IMPORTS.items():
+        a = package_of(m)
+        for t in targets:
+            b = package_of(t)
+            if a and b and a != b:
+                graph[a].add(b)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(set(graph) | {w for ws in graph.values() for w in ws}):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def without(graph: dict[str, set[str]], allowed) -> dict[str, set[str]]:
+    return {a: {b for b in bs if (a, b) not in allowed} for a, bs in graph.items()}
+
+
+def test_every_package_has_a_layer():
+    packages = {package_of(m) for m in MODULES} - {None}
+    layered = {p for layer in LAYERS for p in layer}
+    assert packages - layered == set(), "add the new package to LAYERS and docs/ARCHITECTURE.md"
+    assert layered - packages == set(), "LAYERS names a package that is gone"
+
+
+def test_no_cycle_between_packages():
+    assert cycles(without(package_graph(), ALLOWED_PACKAGE_IMPORTS)) == []
+
+
+def test_imports_go_down_the_layers():
+    layer = {p: i for i, names in enumerate(LAYERS) for p in names}
+    wrong = sorted(f"{a} -> {b}" for a, bs in package_graph().items() for b in bs
+                   if layer[b] >= layer[a] and (a, b) not in ALLOWED_PACKAGE_IMPORTS)
+    assert wrong == [], "imports that go up or sideways (see docs/ARCHITECTURE.md)"
+
+
+def pattern_graph() -> dict[str, set[str]]:
+    """patterns/ module -> the patterns/ modules it imports (short names)."""
+    prefix = "traceap.patterns."
+    return {m[len(prefix):]: {t[len(prefix):] for t in ts if t.startswith(prefix)}
+            for m, ts in IMPORTS.items() if m.startswith(prefix)}
+
+
+def test_no_cycle_among_pattern_modules():
+    assert cycles(pattern_graph()) == []
+
+
+def test_a_rule_never_imports_another_rule():
+    from traceap.dataset import PATTERNS
+    rules = set(PATTERNS)
+    wrong = sorted(f"{a} -> {b}" for a, bs in pattern_graph().items() for b in bs
+                   if a in rules and b in rules and (a, b) not in ALLOWED_PATTERN_IMPORTS)
+    assert wrong == [], "shared measurements go to patterns/signals.py or a shared module"
+
+
+@pytest.mark.parametrize("allowed, graph", [(ALLOWED_PACKAGE_IMPORTS, package_graph),
+                                            (ALLOWED_PATTERN_IMPORTS, pattern_graph)])
+def test_allow_lists_only_shrink(allowed, graph):
+    edges = {(a, b) for a, bs in graph().items() for b in bs}
+    assert set(allowed) - edges == set(), "this import is gone: delete its allow-list entry"
+
+
+def test_the_scan_sees_function_level_and_string_imports():
+    # classify/redetect.py imports patterns inside a function; the detector registry names
+    # its modules as strings; both must count, or a cycle could hide there.
+    assert "traceap.patterns" in IMPORTS["traceap.classify.redetect"]
+    assert "traceap.detectors.llm" in IMPORTS["traceap.detectors.registry"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
