@@ -138,8 +138,7 @@ def measure_trace(trace: Trace) -> dict:
     """The host-side numbers of one trace over `step_intervals`: the steps, their median
     duration, and the time in `DataLoader.__next__` inside them (the union over threads, so
     nested frames count once)."""
-    from .patterns.signals import rows_named
-    from .patterns.single_process_dataloading import LOADER_NEXT
+    from .measures.signals import LOADER_NEXT, rows_named
 
     steps = step_intervals(trace)
     rows = rows_named(trace, LOADER_NEXT)

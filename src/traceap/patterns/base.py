@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..measures.signals import cached, fmt_us
 from ..windows import Windows
-from .signals import cached, fmt_us
 
 Measures = dict[str, np.ndarray]
 

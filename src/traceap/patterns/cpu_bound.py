@@ -26,11 +26,11 @@ from ..idle import measure as idle_account
 from ..idle import pattern_lost
 from ..idle import per_window as idle_per_window
 from ..idle import python_holes
+from ..measures.signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp,
+                                rows_in_windows, rows_named, sum_in, top_names)
 from ..trace import Kind, merged_intervals
 from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp, rows_named,
-                      rows_in_windows, sum_in, top_names)
 
 
 @dataclass(frozen=True)

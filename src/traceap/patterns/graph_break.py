@@ -15,20 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..idle import pattern_lost
+from ..measures.compile_regions import BreakConfig, break_gaps, frame_ids
+from ..measures.signals import cached, count_in, fmt_us, ramp, sum_in, union_in
 from ..trace import Kind
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .compile_regions import BreakConfig, break_gaps, frame_ids
-from .signals import cached, count_in, fmt_us, ramp, sum_in, union_in
-
-
-def compile_gaps(trace, config: BreakConfig = BreakConfig()) -> tuple[np.ndarray, np.ndarray]:
-    """The break gaps that are breaks: none when a single compiled frame is called again and
-    again (a sampler loop), whose gaps are the loop's own Python."""
-    frames = cached(trace, "frame_ids", lambda: frame_ids(trace))
-    if len(frames) == 1:
-        return np.zeros(0), np.zeros(0)
-    return break_gaps(trace, config)
 
 
 class GraphBreak(AntiPattern):

@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..idle import pattern_lost, trace_costs
+from ..measures.communication import BlockConfig, blocking_nccl
+from ..measures.signals import (compute_rows, count_in, fmt_us, overlap_in, ramp, rows_in_windows,
+                                spans, top_names, union_in)
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .communication import BlockConfig, blocking_nccl, compute_per_step
-from .signals import (compute_rows, count_in, fmt_us, overlap_in, ramp, spans, top_names, union_in,
-                      rows_in_windows)
+from .communication import compute_per_step
 
 
 class NcclBlocksComputeStream(AntiPattern):

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..idle import pattern_lost
+from ..measures.communication import BlockConfig, blocking_nccl
+from ..measures.compile_regions import FORWARD
+from ..measures.signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
+                                rows_in_windows, rows_named, spans, top_names, union_in)
 from ..trace import busy_union
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .communication import BlockConfig, blocking_nccl, compute_per_step
-from .compile_regions import FORWARD
-from .signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
-                      rows_in_windows, rows_named, spans, top_names, union_in)
+from .communication import compute_per_step
 
 
 @dataclass(frozen=True)

@@ -12,44 +12,13 @@ pageable uploads per step in a healthy run make at most a low-severity finding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..idle import pattern_lost, trace_costs
-from ..trace import CopyKind, Kind, MemKind
+from ..measures.copies import PinConfig, pageable_h2d
+from ..measures.signals import fmt_bytes, fmt_us, ramp, sum_in, union_in
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import cached, fmt_bytes, fmt_us, ramp, sum_in, union_in
-
-
-@dataclass(frozen=True)
-class PinConfig:
-    """Thresholds: share of a window spent in pageable copies or blocked launching them."""
-
-    time_lo: float = 0.01
-    time_hi: float = 0.10
-    #: A copy smaller than this is a scalar or metadata, not an input batch.
-    bytes_lo: float = 64e3
-    #: A `Host -> Device` copy (kind unknown) counts when its launch blocked this much of it.
-    blocking_share: float = 0.8
-    unknown_weight: float = 0.7
-
-
-def pageable_h2d(trace, config: PinConfig = PinConfig()) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, weight): HtoD copies from pageable memory (1.0) or unknown host memory that
-    blocked their launch (config.unknown_weight)."""
-    def make():
-        rows = trace.rows(Kind.GPU_MEMCPY)
-        rows = rows[trace.copy_kind[rows] == CopyKind.HTOD]
-        src = trace.copy_src[rows]
-        launch = trace.launch[rows]
-        blocked = np.where(launch >= 0, trace.dur[np.maximum(launch, 0)], 0.0)
-        sync_like = blocked >= config.blocking_share * trace.dur[rows]
-        unknown = np.isin(src, (MemKind.HOST, MemKind.UNKNOWN)) & sync_like
-        keep = (src == MemKind.PAGEABLE) | unknown
-        return rows[keep], np.where(src[keep] == MemKind.PAGEABLE, 1.0, config.unknown_weight)
-    return cached(trace, f"pageable_h2d:{config}", make)
 
 
 class NoPinMemory(AntiPattern):

@@ -16,12 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..idle import pattern_lost
+from ..measures.signals import LOADER_NEXT, fmt_us, idle_while, ramp, rows_named, spans, union_in
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import fmt_us, idle_while, ramp, rows_named, spans, union_in
 
-#: `enumerate(DataLoader)#..._next__` annotations and with_stack python frames of the loader.
-LOADER_NEXT = r"DataLoader.*__next__|torch/utils/data/dataloader\.py\(\d+\): __next__"
 SINGLE = r"_SingleProcessDataLoaderIter|torch/utils/data/_utils/fetch\.py"
 MULTI = r"_MultiProcessingDataLoaderIter"
 
