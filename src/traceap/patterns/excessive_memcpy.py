@@ -22,9 +22,10 @@ from ..measures.copies import MemcpyConfig, host_copies, sync_bubbles, sync_rows
 from ..measures.signals import (compute_rows, count_in, fmt_bytes, fmt_us, overlap_in, per_episode,
                                 ramp, rows_in_windows, rows_named, spans, sum_in, top_names,
                                 union_in)
-from ..trace import CopyKind, merged_intervals
+from ..trace import CopyKind, Trace, merged_intervals
 from ..windows import Windows
 from .base import AntiPattern, Measures
+from .proof import Proof, event_rows, in_runs, longest_first
 
 SCALAR_OPS = r"^aten::(item|_local_scalar_dense)$|^aten::(to|_to_copy|copy_)$"
 
@@ -119,6 +120,13 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
     def supported(self, numbers: dict) -> bool:
         return (numbers.get("time_lost_us", 0.0) > 0
                 and numbers.get("n_copies", 0) + numbers.get("n_sync", 0) > 0)
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """Host<->device copies and host-blocking syncs, longest first."""
+        copies = np.isin(trace.copy_kind, (CopyKind.HTOD, CopyKind.DTOH))
+        rows = np.flatnonzero(in_runs(trace, runs) & (copies | trace.is_sync))
+        return ("Host<->device copies and host-blocking syncs, longest first",
+                event_rows(trace, longest_first(trace, rows), limit, detail="bytes"))
 
 
 def outside_breaks(trace, rows: np.ndarray) -> np.ndarray:

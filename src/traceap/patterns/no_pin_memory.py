@@ -17,8 +17,10 @@ import numpy as np
 from ..idle import pattern_lost, trace_costs
 from ..measures.copies import PinConfig, pageable_h2d
 from ..measures.signals import fmt_bytes, fmt_us, ramp, sum_in, union_in
+from ..trace import CopyKind, Kind, MemKind, Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
+from .proof import Proof, event_rows, in_runs, longest_first
 
 
 class NoPinMemory(AntiPattern):
@@ -88,6 +90,17 @@ For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pi
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_copies", 0) > 0
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """Copies from pageable (or unknown) host memory, longest first; all copies if none is."""
+        t = trace
+        mem = t.rows(Kind.GPU_MEMCPY)
+        mem = mem[in_runs(t, runs)[mem]]
+        host = np.where(t.copy_kind[mem] == CopyKind.DTOH, t.copy_dst[mem], t.copy_src[mem])
+        pageable = mem[(host == MemKind.PAGEABLE) | (host == MemKind.HOST)]
+        mem = pageable if len(pageable) else mem
+        return ("Copies from pageable host memory (synchronous), longest first",
+                event_rows(t, longest_first(t, mem), limit, detail="bytes"))
 
 
 PATTERN = NoPinMemory()

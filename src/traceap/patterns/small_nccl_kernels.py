@@ -17,8 +17,10 @@ from ..idle import pattern_lost, trace_costs
 from ..measures.communication import SmallNcclConfig, small_nccl
 from ..measures.signals import (compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
                                 rows_in_windows, spans, sum_in, top_names, union_in)
+from ..trace import Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
+from .proof import Proof, event_rows, in_runs
 
 
 def bursts(trace, rows: np.ndarray, burst_break: float = 10.0) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +105,13 @@ steps.  With gradient accumulation, wrap the non-final micro-batches in `model.n
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_small_nccl", 0) > 0
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """NCCL kernels, shortest first."""
+        nccl = np.flatnonzero(in_runs(trace, runs) & trace.is_nccl)
+        rows = nccl[np.argsort(trace.dur[nccl], kind="stable")]
+        return ("NCCL kernels, shortest first (each pays a fixed launch and sync cost)",
+                event_rows(trace, rows, limit, detail="nelems"))
 
 
 PATTERN = SmallNcclKernels()
