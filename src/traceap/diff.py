@@ -255,7 +255,8 @@ def side_of(path: str | os.PathLike, n_windows: int = 100) -> Side:
         raise TraceapError(f"{p}: no such file or folder")
     if is_analysis_json(p):
         return _side_of_json(p)
-    from .analysis import analyze, analyze_job
+    from .analysis import analyze
+    from .job import analyze_job
     from .load import load, load_job
 
     if p.is_dir():

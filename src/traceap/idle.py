@@ -189,7 +189,7 @@ class IdleAccount:
     def totals_only(self) -> "IdleAccount":
         """This account without its per-segment arrays (they grow with the trace: about 7 KB
         per MB of trace), keeping every total the reports use; for results sent back from a
-        worker and kept for many ranks (`traceap.analysis.analyze_job`)."""
+        worker and kept for many ranks (`traceap.job.analyze_job`)."""
         empty = np.zeros(0)
         return replace(self, seg_start=empty, seg_end=empty,
                        seg_code=np.zeros(0, self.seg_code.dtype), has_segments=False)

@@ -59,7 +59,8 @@ def analyze(
     ray_address: str | None = typer.Option(None, "--ray-address", help="For a folder: analyse ranks as Ray tasks on this existing cluster ('auto' or HOST:PORT / ray://HOST:PORT; implies --ray). The folder must be readable at the same path on every node."),
 ) -> None:
     """Find performance anti-patterns, window by window, with evidence and fixes."""
-    from ..analysis import analyze as run, analyze_job
+    from ..analysis import analyze as run
+    from ..job import analyze_job
     from ..detectors.registry import make_detector
     from ..load import load
     from ..progress import status
