@@ -135,7 +135,7 @@ def case(folder: str, mode: str, workers: int, windows: int) -> dict:
     import resource
 
     t_start = time.perf_counter()
-    from traceap.analysis import analyze_job
+    from traceap.job import analyze_job
     from traceap.parallel import peak_rss_bytes
 
     ray_start_s = None

@@ -12,9 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 import traceap
-from traceap.analysis import Analysis, JobAnalysis, analyze, analyze_job
+from traceap.analysis import Analysis, analyze
 from traceap.crossrank import cross_rank_findings, rank_summary
 from traceap.findings import SEVERITY
+from traceap.job import JobAnalysis, analyze_job
 from traceap.cli import app
 from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall

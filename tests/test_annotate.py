@@ -154,7 +154,7 @@ def test_array_form_traces_are_annotated_too(tmp_path):
 
 
 def test_a_job_gets_one_annotated_trace_per_rank(tmp_path):
-    from traceap.analysis import analyze_job
+    from traceap.job import analyze_job
     from traceap.load import load_job
 
     job = load_job(DATA / "dlrm_job")

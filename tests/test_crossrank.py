@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import traceap
-from traceap.analysis import analyze_job
+from traceap.job import analyze_job
 from traceap.crossrank import (RankSummary, cross_rank_findings, find_copies, rank_summary,
                                same_rank_claims)
 from traceap.findings import SEVERITY

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import traceap
-from traceap.analysis import analyze_job
+from traceap.job import analyze_job
 from traceap.classify import make_classifier
 from traceap.classify.redetect import RedetectConfig, RedetectingClassifier
 from traceap.cli import app

@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from traceap.analysis import analyze_job
+from traceap.job import analyze_job
 from traceap.classify import make_classifier
 from traceap.detectors.registry import make_detector
 

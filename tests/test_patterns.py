@@ -245,7 +245,7 @@ def test_bare_syncs_cost_at_most_their_waits_in_real_torchrec_trace():
     keeps only its few-us lead: the rest of each gap is the host's own (launch-bound) time.
     The few syncs that fetched values (a DtoH copy ends in them) are charged their whole gap."""
     import traceap.idle as idle
-    from traceap.patterns.excessive_memcpy import fetch_syncs, sync_rows
+    from traceap.measures.copies import fetch_syncs, sync_rows
     t = shared("facebookresearch__HolisticTraceAnalysis/negative_queue_length_values_check__rank0.json.gz")
     w = Windows(t, 100)
     ev = REGISTRY["excessive_memcpy"].evidence(w, range(100))

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import traceap
-from traceap.analysis import analyze, analyze_job
+from traceap.analysis import analyze
+from traceap.job import analyze_job
 from traceap.load import load_job
 from traceap.patterns import REGISTRY
 from traceap.report.html import (DIGEST_NAME_CHARS, render_html, short_name, window_digests,

@@ -83,7 +83,7 @@ def fingerprint(trace: Trace) -> str:
 
 def rank_summary(trace: Trace) -> RankSummary:
     """The per-rank record `cross_rank_findings` compares."""
-    from .patterns.signals import nccl_rows
+    from .measures.signals import nccl_rows
 
     acc = measure(trace)
     steady = acc.steady_steps

@@ -138,8 +138,7 @@ def measure_trace(trace: Trace) -> dict:
     """The host-side numbers of one trace over `step_intervals`: the steps, their median
     duration, and the time in `DataLoader.__next__` inside them (the union over threads, so
     nested frames count once)."""
-    from .patterns.signals import rows_named
-    from .patterns.single_process_dataloading import LOADER_NEXT
+    from .measures.signals import LOADER_NEXT, rows_named
 
     steps = step_intervals(trace)
     rows = rows_named(trace, LOADER_NEXT)
@@ -256,7 +255,8 @@ def side_of(path: str | os.PathLike, n_windows: int = 100) -> Side:
         raise TraceapError(f"{p}: no such file or folder")
     if is_analysis_json(p):
         return _side_of_json(p)
-    from .analysis import analyze, analyze_job
+    from .analysis import analyze
+    from .job import analyze_job
     from .load import load, load_job
 
     if p.is_dir():

@@ -60,7 +60,6 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -190,7 +189,7 @@ class IdleAccount:
     def totals_only(self) -> "IdleAccount":
         """This account without its per-segment arrays (they grow with the trace: about 7 KB
         per MB of trace), keeping every total the reports use; for results sent back from a
-        worker and kept for many ranks (`traceap.analysis.analyze_job`)."""
+        worker and kept for many ranks (`traceap.job.analyze_job`)."""
         empty = np.zeros(0)
         return replace(self, seg_start=empty, seg_end=empty,
                        seg_code=np.zeros(0, self.seg_code.dtype), has_segments=False)
@@ -251,7 +250,7 @@ class IdleAccount:
 
 # -- cause intervals ---------------------------------------------------------------------------
 def _rows_named(trace: Trace, pattern: str, kinds) -> np.ndarray:
-    from .patterns.signals import rows_named
+    from .measures.signals import rows_named
     return rows_named(trace, pattern, kinds)
 
 
@@ -313,19 +312,17 @@ def _typical_step_us(trace: Trace, next_starts: np.ndarray) -> float:
 
 def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
     """`warmup_intervals`, computed once per trace and config."""
-    from .patterns.signals import cached
+    from .measures.signals import cached
     return cached(trace, f"idle:warmup:{config!r}", lambda: warmup_intervals(trace, config))
 
 
 def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
-    from .patterns.excessive_memcpy import MemcpyConfig, host_copies, sync_bubbles
-    from .patterns.graph_break import compile_gaps
-    from .patterns.nccl_blocks_compute_stream import BlockConfig, blocking_nccl
-    from .patterns.no_pin_memory import PinConfig, pageable_h2d
-    from .patterns.signals import nccl_rows, spans, starved_gaps
-    from .patterns.small_nccl_kernels import SmallNcclConfig, small_nccl
+    from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
+    from .measures.compile_regions import compile_gaps
+    from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d, sync_bubbles
+    from .measures.signals import nccl_rows, spans, starved_gaps
 
     t = trace
     w0, w1, _, _ = warmup(t, config)
@@ -390,7 +387,7 @@ def intersect(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
 def idle_gaps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the GPU idle gaps inside the GPU span (no compute kernel, memset or
     on-device copy running)."""
-    from .patterns.signals import cached
+    from .measures.signals import cached
 
     def make():
         lo, hi = gpu_span(trace)
@@ -405,8 +402,7 @@ def idle_gaps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def loader_gaps(trace: Trace, config: IdleConfig = IdleConfig()) -> tuple[np.ndarray, np.ndarray]:
     """Where data loading explains idle time: every `DataLoader.__next__`, and the whole of each
     GPU idle gap that loaders fill for at least `config.loader_gap_share` of its length."""
-    from .patterns.signals import spans
-    from .patterns.single_process_dataloading import LOADER_NEXT
+    from .measures.signals import LOADER_NEXT, spans
 
     nxt = _rows_named(trace, LOADER_NEXT, HOST_KINDS)
     ns, ne = spans(trace, nxt)
@@ -436,7 +432,7 @@ def host_holes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def framework_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the merged stretches in which some thread is inside a framework call
     (an op named `ns::name`, a runtime or driver call).  Sorted, disjoint."""
-    from .patterns.signals import cached, name_mask
+    from .measures.signals import cached, name_mask
 
     def make():
         cpu = trace.rows(Kind.CPU_OP)
@@ -453,7 +449,7 @@ def python_holes(trace: Trace, config: IdleConfig = IdleConfig()
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The host holes in which the user's Python outlasts the framework: longer than
     `config.python_ratio` x the framework call just before them (and not unrecorded work)."""
-    from .patterns.signals import cached
+    from .measures.signals import cached
 
     def make():
         h0, h1 = host_holes(trace)
@@ -492,7 +488,7 @@ def first_batch_start(trace: Trace, first_gpu_us: float) -> float:
     """Start of the loader `__next__` the first GPU work waited for: the last one that starts
     before it and ends closer to it than its own length (nothing else came between them);
     `first_gpu_us` when there is none."""
-    from .patterns.single_process_dataloading import LOADER_NEXT
+    from .measures.signals import LOADER_NEXT
     nxt = _rows_named(trace, LOADER_NEXT, HOST_KINDS)
     nxt = nxt[trace.ts[nxt] < first_gpu_us]
     if not len(nxt):
@@ -505,7 +501,7 @@ def first_batch_start(trace: Trace, first_gpu_us: float) -> float:
 
 def busy_rows(trace: Trace) -> np.ndarray:
     """GPU work that counts as busy: compute kernels, memsets, on-device copies."""
-    from .patterns.signals import cached
+    from .measures.signals import cached
 
     def make() -> np.ndarray:
         g = trace.gpu_work_rows
@@ -527,7 +523,7 @@ def _inside(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def measure(trace: Trace, config: IdleConfig = IdleConfig()) -> IdleAccount:
     """The trace's idle account (computed once per trace and config)."""
-    from .patterns.signals import cached
+    from .measures.signals import cached
     return cached(trace, f"idle:{config!r}", lambda: _measure(trace, config))
 
 
@@ -594,7 +590,7 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
 # -- per window, per step ------------------------------------------------------------------------
 def per_window(windows: Windows, config: IdleConfig = IdleConfig()) -> dict[str, np.ndarray]:
     """Per mechanism id (and "not_explained"): idle time in each window (cached per Windows)."""
-    from .patterns.signals import cached
+    from .measures.signals import cached
 
     def make() -> dict[str, np.ndarray]:
         acc = measure(windows.trace, config)
@@ -630,7 +626,7 @@ def trace_costs(trace: Trace, pattern: str) -> float:
 
 def busy_per_window(windows: Windows) -> np.ndarray:
     """Per window: time the GPU is busy (compute kernel, memset or on-device copy)."""
-    from .patterns.signals import cached
+    from .measures.signals import cached
 
     def make() -> np.ndarray:
         t = windows.trace

@@ -59,15 +59,50 @@ def analyze(
     ray_address: str | None = typer.Option(None, "--ray-address", help="For a folder: analyse ranks as Ray tasks on this existing cluster ('auto' or HOST:PORT / ray://HOST:PORT; implies --ray). The folder must be readable at the same path on every node."),
 ) -> None:
     """Find performance anti-patterns, window by window, with evidence and fixes."""
-    from ..analysis import analyze as run, analyze_job
-    from ..detectors.registry import make_detector
-    from ..load import load
-    from ..progress import status
+    # Every option is checked before the (possibly long) load of the trace.
+    _check_options(trace, windows, threshold, detector, classifier, json_out, html, annotate)
+    det, clf = _stages(detector, model, classifier, llm_url, llm_model, redetect, threshold)
+    # Fail on a missing report module before the (possibly long) analysis.
+    html_mod = _report_module("html", "--html") if html else None
+    ann_mod = _report_module("annotate", "--annotate") if annotate else None
 
+    is_job = trace.is_dir()
+    execution = _execution(workers, ray, ray_address, is_job)
+    result, loaded = _run(trace, windows, det, clf, threshold, execution, html is not None)
+    _add_notes(result, det, clf, is_job)
+
+    if json_out is not None:
+        data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+        if str(json_out) == "-":
+            typer.echo(data.decode())
+            quiet = True
+        else:
+            _make_parent(json_out, "the analysis JSON")
+            json_out.write_bytes(data)
+    if html_mod is not None:
+        _make_parent(html, "the HTML report")
+        html_mod.write_html(result, html, loaded)
+    if ann_mod is not None:  # for a folder: OUT is a folder, one annotated trace per rank
+        _make_parent(annotate, "the annotated trace" + ("s" if is_job else ""))
+        ann_mod.write_annotated(result, loaded, annotate)
+    if not quiet:
+        from ..report.terminal import render, render_job
+        console = Console()
+        (render_job if is_job else render)(result, console)
+        for path, what in ((json_out, "analysis JSON"), (html, "HTML report"),
+                           (annotate, "annotated trace")):
+            if path is not None and str(path) != "-":
+                console.print(f"  [dim]{what}: {path}[/dim]")
+
+
+def _check_options(trace: Path, windows: int, threshold: float | None, detector: str | None,
+                   classifier: str, json_out: Path | None, html: Path | None,
+                   annotate: Path | None) -> None:
+    """The checks that need nothing loaded: the input exists, numbers in range, known names,
+    output paths that are not folders."""
     from ..classify import CLASSIFIER_NAMES
     from ..detectors.registry import DETECTOR_NAMES
 
-    # Every option is checked before the (possibly long) load of the trace.
     if not trace.exists():
         raise TraceapError(f"{trace}: no such file or folder")
     if not 1 <= windows <= MAX_WINDOWS:
@@ -85,6 +120,14 @@ def analyze(
         if path is not None and str(path) != "-" and path.is_dir() and not (
                 what == "--annotate" and trace.is_dir()):
             raise TraceapError(f"{what} {path}: is a folder; give a file name")
+
+
+def _stages(detector: str | None, model: Path | None, classifier: str, llm_url: str | None,
+            llm_model: str | None, redetect: int, threshold: float | None):
+    """(detector, classifier) as the options ask: a name the analysis resolves, or an object
+    built here so that a broken checkpoint or LLM option fails before the trace is read."""
+    from ..detectors.registry import make_detector
+
     if model is not None:
         if detector not in (None, "model", "hybrid"):
             raise TraceapError("--model goes with --detector model or hybrid")
@@ -111,26 +154,36 @@ def analyze(
         det = resolve_detector(det, [])
         clf = RedetectingClassifier(resolve_classifier(clf, det), det, threshold,
                                     RedetectConfig(max_rounds=redetect))
-    # Fail on a missing report module before the (possibly long) analysis.
-    html_mod = _report_module("html", "--html") if html else None
-    ann_mod = _report_module("annotate", "--annotate") if annotate else None
+    return det, clf
 
-    is_job = trace.is_dir()
-    execution = _execution(workers, ray, ray_address, is_job)
-    if is_job:
+
+def _run(trace: Path, windows: int, det, clf, threshold: float | None, execution,
+         for_html: bool):
+    """(the `Analysis` or `JobAnalysis`, the loaded `Trace` or None for a folder)."""
+    if trace.is_dir():
+        from ..job import analyze_job
+
         # Each rank is read by the process that analyses it, one at a time; the reports
         # read what they need per rank (the HTML's parts come back with the ranks).
-        loaded = None
         result = analyze_job(trace, windows, det, clf, threshold, workers=execution.workers,
-                             ray=execution.ray, for_html=html is not None)
+                             ray=execution.ray, for_html=for_html)
         for bad in result.unreadable:
             typer.echo(f"traceap: warning: rank file {Path(bad['path']).name} could not be read "
                        f"({bad['error']}); the other ranks were analysed", err=True)
-    else:
-        with status(f"loading {trace.name}"):
-            loaded = load(trace)
-        with status("analysing"):
-            result = run(loaded, windows, det, clf, threshold)
+        return result, None
+    from ..analysis import analyze
+    from ..load import load
+    from ..progress import status
+
+    with status(f"loading {trace.name}"):
+        loaded = load(trace)
+    with status("analysing"):
+        return analyze(loaded, windows, det, clf, threshold), loaded
+
+
+def _add_notes(result, det, clf, is_job: bool) -> None:
+    """What the stages have to say after the run: the classifier's notes, a detector that
+    failed, no GPU in the trace, how many windows the LLM named."""
     result.notes.extend(getattr(clf, "notes", []))
     failed = getattr(det, "failure_note", None)
     if failed is not None and failed():
@@ -146,29 +199,6 @@ def analyze(
                             f"{st['windows']} window(s) named by the LLM, {st['fell_back']} by "
                             f"the offline rules" + (f" ({st['backend_down']})"
                                                     if st["backend_down"] else ""))
-
-    if json_out is not None:
-        data = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-        if str(json_out) == "-":
-            typer.echo(data.decode())
-            quiet = True
-        else:
-            _make_parent(json_out, "the analysis JSON")
-            json_out.write_bytes(data)
-    if html_mod is not None:
-        _make_parent(html, "the HTML report")
-        html_mod.write_html(result, html, loaded)
-    if ann_mod is not None:  # for a folder: OUT is a folder, one annotated trace per rank
-        _make_parent(annotate, "the annotated trace" + ("s" if is_job else ""))
-        ann_mod.write_annotated(result, loaded, annotate)
-    if not quiet:
-        from ..report.terminal import render, render_job
-        console = Console()
-        (render_job if is_job else render)(result, console)
-        for path, what in ((json_out, "analysis JSON"), (html, "HTML report"),
-                           (annotate, "annotated trace")):
-            if path is not None and str(path) != "-":
-                console.print(f"  [dim]{what}: {path}[/dim]")
 
 
 def _execution(workers: int, ray: bool, ray_address: str | None, is_job: bool):

@@ -75,7 +75,8 @@ def profile(
 
 
 def _analyse(r, cfg, windows: int, html: bool, console) -> None:
-    from ..analysis import analyze, analyze_job
+    from ..analysis import analyze
+    from ..job import analyze_job
     from ..diff import measure_trace
     from ..load import load, load_job
     from ..progress import status

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..measures.signals import cached, fmt_us
+from ..trace import Trace
 from ..windows import Windows
-from .signals import cached, fmt_us
+from .proof import Proof, longest_gpu_events
 
 Measures = dict[str, np.ndarray]
 
@@ -102,6 +104,12 @@ class AntiPattern(ABC):
         """The most a fix can gain per step (in total without steps), where less than the
         time lost: e.g. communication can only hide under the compute there is."""
         return None
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """The events inside `runs` (a finding's merged windows) that show the mechanism, most
+        telling first: (caption, rows) as in `traceap.patterns.proof`.  Default: the longest
+        GPU events."""
+        return longest_gpu_events(trace, runs, limit)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"

@@ -26,11 +26,12 @@ from ..idle import measure as idle_account
 from ..idle import pattern_lost
 from ..idle import per_window as idle_per_window
 from ..idle import python_holes
-from ..trace import Kind, merged_intervals
+from ..measures.signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp,
+                                rows_in_windows, rows_named, sum_in, top_names)
+from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp, rows_named,
-                      rows_in_windows, sum_in, top_names)
+from .proof import Proof, gaps_and_ops
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,11 @@ batched tensor ops."""
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_kernels", 0) > 0
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """The longest GPU idle gaps, each with the CPU ops that ran meanwhile."""
+        return ("Longest GPU idle gaps, and the CPU ops that ran meanwhile",
+                gaps_and_ops(trace, runs, limit))
 
 
 def host_ops_while_waiting(windows: Windows, idx: np.ndarray, k: int = 3) -> list[tuple[str, float]]:

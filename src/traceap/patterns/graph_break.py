@@ -15,20 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..idle import pattern_lost
-from ..trace import Kind
+from ..measures.compile_regions import BreakConfig, break_gaps, frame_ids
+from ..measures.signals import cached, count_in, fmt_us, ramp, sum_in, union_in
+from ..trace import Kind, Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .compile_regions import BreakConfig, break_gaps, frame_ids
-from .signals import cached, count_in, fmt_us, ramp, sum_in, union_in
-
-
-def compile_gaps(trace, config: BreakConfig = BreakConfig()) -> tuple[np.ndarray, np.ndarray]:
-    """The break gaps that are breaks: none when a single compiled frame is called again and
-    again (a sampler loop), whose gaps are the loop's own Python."""
-    frames = cached(trace, "frame_ids", lambda: frame_ids(trace))
-    if len(frames) == 1:
-        return np.zeros(0), np.zeros(0)
-    return break_gaps(trace, config)
+from .proof import Proof, event_rows, in_runs, named_rows
 
 
 class GraphBreak(AntiPattern):
@@ -94,6 +86,14 @@ tensor, use torch.where / torch.cond); unsupported third-party calls (wrap them 
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_gaps", 0) > 0
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """Compiled regions and Dynamo guards, longest first."""
+        rows = named_rows(trace, in_runs(trace, runs),
+                          lambda n: ("Torch-Compiled Region" in n or "CompiledFunction" in n
+                                     or "TorchDynamo" in n or "Graph break" in n))
+        return ("Compiled regions and Dynamo guards (many short regions = graph breaks)",
+                event_rows(trace, rows, limit))
 
 
 PATTERN = GraphBreak()

@@ -13,11 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..idle import pattern_lost, trace_costs
+from ..measures.communication import BlockConfig, blocking_nccl
+from ..measures.signals import (compute_rows, count_in, fmt_us, overlap_in, ramp, rows_in_windows,
+                                spans, top_names, union_in)
+from ..trace import Kind, Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .communication import BlockConfig, blocking_nccl, compute_per_step
-from .signals import (compute_rows, count_in, fmt_us, overlap_in, ramp, spans, top_names, union_in,
-                      rows_in_windows)
+from .communication import compute_per_step
+from .proof import Proof, event_rows, in_runs, longest_first
 
 
 class NcclBlocksComputeStream(AntiPattern):
@@ -80,6 +83,18 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
 
     def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
         return compute_per_step(windows.trace, n_steps)
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """NCCL kernels on a stream that also runs compute kernels, longest first."""
+        t = trace
+        nccl = np.flatnonzero(in_runs(t, runs) & t.is_nccl)
+        kernels = t.rows(Kind.KERNEL)
+        # Every stream that runs a compute kernel (`blocking_nccl` also asks for a share of the
+        # compute time): the proof lists each collective that can hold compute back.
+        streams = np.unique(t.stream[kernels[~t.is_nccl[kernels]]])
+        rows = nccl[np.isin(t.stream[nccl], streams)]
+        return ("NCCL kernels on a stream that also runs compute kernels",
+                event_rows(t, longest_first(t, rows), limit, detail="nelems"))
 
 
 PATTERN = NcclBlocksComputeStream()

@@ -20,13 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..idle import pattern_lost
-from ..trace import busy_union
-from ..windows import Windows
+from ..measures.communication import BlockConfig, blocking_nccl
+from ..measures.compile_regions import FORWARD
+from ..measures.signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
+                                rows_in_windows, rows_named, spans, top_names, union_in)
+from ..trace import Kind, Trace, busy_union, merged_intervals
+from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .communication import BlockConfig, blocking_nccl, compute_per_step
-from .compile_regions import FORWARD
-from .signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
-                      rows_in_windows, rows_named, spans, top_names, union_in)
+from .communication import compute_per_step
+from .proof import Proof, event_rows, in_runs
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,21 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
 
     def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
         return compute_per_step(windows.trace, n_steps)
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """NCCL kernels by the time no compute kernel hides, most exposed first."""
+        t = trace
+        nccl = np.flatnonzero(in_runs(t, runs) & t.is_nccl)
+        kernels = t.rows(Kind.KERNEL)
+        compute = kernels[~t.is_nccl[kernels]]
+        cs, ce = merged_intervals(t.ts[compute], t.end[compute])
+        f = covered_time(cs, ce, np.concatenate((t.ts[nccl], t.end[nccl])))
+        hidden = f[len(nccl):] - f[:len(nccl)]
+        exposed = t.dur[nccl] - hidden
+        share = dict(zip(nccl.tolist(), (hidden / np.maximum(t.dur[nccl], 1e-9)).tolist()))
+        rows = nccl[np.argsort(-exposed, kind="stable")]
+        return ("NCCL kernels by time no compute kernel hides, most exposed first",
+                event_rows(t, rows, limit, detail="nelems", hidden=share))
 
 
 PATTERN = NcclComputeNoOverlap()

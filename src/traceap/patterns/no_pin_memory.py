@@ -12,44 +12,15 @@ pageable uploads per step in a healthy run make at most a low-severity finding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..idle import pattern_lost, trace_costs
-from ..trace import CopyKind, Kind, MemKind
+from ..measures.copies import PinConfig, pageable_h2d
+from ..measures.signals import fmt_bytes, fmt_us, ramp, sum_in, union_in
+from ..trace import CopyKind, Kind, MemKind, Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import cached, fmt_bytes, fmt_us, ramp, sum_in, union_in
-
-
-@dataclass(frozen=True)
-class PinConfig:
-    """Thresholds: share of a window spent in pageable copies or blocked launching them."""
-
-    time_lo: float = 0.01
-    time_hi: float = 0.10
-    #: A copy smaller than this is a scalar or metadata, not an input batch.
-    bytes_lo: float = 64e3
-    #: A `Host -> Device` copy (kind unknown) counts when its launch blocked this much of it.
-    blocking_share: float = 0.8
-    unknown_weight: float = 0.7
-
-
-def pageable_h2d(trace, config: PinConfig = PinConfig()) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, weight): HtoD copies from pageable memory (1.0) or unknown host memory that
-    blocked their launch (config.unknown_weight)."""
-    def make():
-        rows = trace.rows(Kind.GPU_MEMCPY)
-        rows = rows[trace.copy_kind[rows] == CopyKind.HTOD]
-        src = trace.copy_src[rows]
-        launch = trace.launch[rows]
-        blocked = np.where(launch >= 0, trace.dur[np.maximum(launch, 0)], 0.0)
-        sync_like = blocked >= config.blocking_share * trace.dur[rows]
-        unknown = np.isin(src, (MemKind.HOST, MemKind.UNKNOWN)) & sync_like
-        keep = (src == MemKind.PAGEABLE) | unknown
-        return rows[keep], np.where(src[keep] == MemKind.PAGEABLE, 1.0, config.unknown_weight)
-    return cached(trace, f"pageable_h2d:{config}", make)
+from .proof import Proof, event_rows, in_runs, longest_first
 
 
 class NoPinMemory(AntiPattern):
@@ -119,6 +90,17 @@ For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pi
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_copies", 0) > 0
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """Copies from pageable (or unknown) host memory, longest first; all copies if none is."""
+        t = trace
+        mem = t.rows(Kind.GPU_MEMCPY)
+        mem = mem[in_runs(t, runs)[mem]]
+        host = np.where(t.copy_kind[mem] == CopyKind.DTOH, t.copy_dst[mem], t.copy_src[mem])
+        pageable = mem[(host == MemKind.PAGEABLE) | (host == MemKind.HOST)]
+        mem = pageable if len(pageable) else mem
+        return ("Copies from pageable host memory (synchronous), longest first",
+                event_rows(t, longest_first(t, mem), limit, detail="bytes"))
 
 
 PATTERN = NoPinMemory()

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..idle import pattern_lost
+from ..measures.signals import LOADER_NEXT, fmt_us, idle_while, ramp, rows_named, spans, union_in
+from ..trace import Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import fmt_us, idle_while, ramp, rows_named, spans, union_in
+from .proof import Proof, event_rows, in_runs, named_rows
 
-#: `enumerate(DataLoader)#..._next__` annotations and with_stack python frames of the loader.
-LOADER_NEXT = r"DataLoader.*__next__|torch/utils/data/dataloader\.py\(\d+\): __next__"
 SINGLE = r"_SingleProcessDataLoaderIter|torch/utils/data/_utils/fetch\.py"
 MULTI = r"_MultiProcessingDataLoaderIter"
 
@@ -94,6 +94,13 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("loader_us", 0.0) > 0
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """DataLoader fetches on the training thread, longest first."""
+        rows = named_rows(trace, in_runs(trace, runs),
+                          lambda n: "DataLoader" in n and "__next__" in n)
+        return ("DataLoader fetches on the training thread, longest first",
+                event_rows(trace, rows, limit))
 
 
 PATTERN = SingleProcessDataloading()

@@ -11,43 +11,16 @@ kernels per step.  Evidence: NCCL kernels shorter than `short_us` (or carrying u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..idle import pattern_lost, trace_costs
+from ..measures.communication import SmallNcclConfig, small_nccl
+from ..measures.signals import (compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
+                                rows_in_windows, spans, sum_in, top_names, union_in)
+from ..trace import Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .signals import (cached, compute_rows, count_in, fmt_us, nccl_rows, overlap_in, ramp,
-                      spans, sum_in, top_names, union_in, rows_in_windows)
-
-
-@dataclass(frozen=True)
-class SmallNcclConfig:
-    """Thresholds: what a short collective is, and how many per window and per step."""
-
-    short_us: float = 50.0
-    small_bytes: float = 1 << 20
-    per_window_lo: float = 1.0
-    per_window_hi: float = 5.0
-    per_step_lo: float = 4.0
-    per_step_hi: float = 16.0
-    #: Share of a window inside a burst of small collectives for a full score.
-    burst_lo: float = 0.3
-    burst_hi: float = 0.8
-    #: Without step markers, a pause this many times the median spacing ends a burst.
-    burst_break: float = 10.0
-
-
-def small_nccl(trace, config: SmallNcclConfig) -> np.ndarray:
-    """NCCL kernel rows that are short (or small, when sizes are recorded)."""
-    def make():
-        n = nccl_rows(trace)
-        nelems = trace.comm_nelems[n]
-        by_size = (nelems > 0) & (nelems * 4 < config.small_bytes)
-        by_time = (nelems <= 0) & (trace.dur[n] < config.short_us)
-        return n[by_size | by_time]
-    return cached(trace, f"small_nccl:{config}", make)
+from .proof import Proof, event_rows, in_runs
 
 
 def bursts(trace, rows: np.ndarray, burst_break: float = 10.0) -> tuple[np.ndarray, np.ndarray]:
@@ -132,6 +105,13 @@ steps.  With gradient accumulation, wrap the non-final micro-batches in `model.n
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_small_nccl", 0) > 0
+
+    def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
+        """NCCL kernels, shortest first."""
+        nccl = np.flatnonzero(in_runs(trace, runs) & trace.is_nccl)
+        rows = nccl[np.argsort(trace.dur[nccl], kind="stable")]
+        return ("NCCL kernels, shortest first (each pays a fixed launch and sync cost)",
+                event_rows(trace, rows, limit, detail="nelems"))
 
 
 PATTERN = SmallNcclKernels()

@@ -25,9 +25,11 @@ import orjson
 
 from .. import idle as idle_mod
 from ..findings import cost_sentence
-from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
+from ..measures.signals import outer_cpu_ops
+from ..patterns.proof import Proof, longest_gpu_events, merge_spans
+from ..trace import Kind, Trace
 from ..units import fmt_us
-from ..windows import Windows, covered_time
+from ..windows import Windows
 from .colors import BUSY_COLOR, CAUSE_COLORS, PATTERN_COLORS
 
 UNKNOWN_COLOR = "#7b3294"
@@ -117,7 +119,7 @@ def window_digests(windows: Windows, top: int = TOP) -> list[dict]:
     # Busy and idle as `traceap.idle` defines them (the numbers of every other report).
     busy = idle_mod.busy_per_window(windows) / windows.width_us
     causes = idle_mod.cause_per_window(windows)
-    outer = _outer_cpu_ops(t)
+    outer = outer_cpu_ops(t)
     o_ts, o_end = t.ts[outer], t.end[outer]
     longest = float(t.dur[outer].max()) if len(outer) else 0.0
     short = _short_names(t)
@@ -151,13 +153,6 @@ def window_digests(windows: Windows, top: int = TOP) -> list[dict]:
             d["o"] = _top_by_name(t.name[outer[cand]], clipped, top, short)
         out.append(d)
     return out
-
-
-def _outer_cpu_ops(t: Trace) -> np.ndarray:
-    """CPU ops with no enclosing CPU op (``aten::conv2d``, not the ``aten::_convolution`` in it)."""
-    cpu = t.rows(Kind.CPU_OP)
-    par = t.parent[cpu]
-    return cpu[(par < 0) | (t.kind[np.maximum(par, 0)] != Kind.CPU_OP)]
 
 
 def _top_by_name(codes: np.ndarray, values: np.ndarray, top: int, short: list[str]) -> list:
@@ -201,135 +196,20 @@ def _short_names(t: Trace) -> list[str]:
 
 # -- the events that prove a finding -----------------------------------------------------------
 def proof_events(trace: Trace, finding, spans: Sequence[tuple[float, float]] | None = None,
-                 limit: int = PROOF_ROWS) -> tuple[str, list[dict]]:
+                 limit: int = PROOF_ROWS) -> Proof:
     """The events in a finding's windows that show its pattern, most telling first.
 
     `spans` are the (start, end) of the finding's windows (default: its whole time range).
     Returns a caption (what the rows are) and rows with ``t_ms`` (from the trace start),
-    ``dur_us``, ``kind``, ``name``, ``where`` (stream or thread) and ``detail``.
+    ``dur_us``, ``kind``, ``name``, ``where`` (stream or thread) and ``detail``: the pattern's
+    own choice (`AntiPattern.proof_events`), the longest GPU events for any other finding.
     """
-    t = trace
-    runs = _merge_spans(spans or [(float(finding.start_us), float(finding.end_us))])
-    t0 = t.span[0]
-    # Runs are sorted and disjoint: an event overlaps one iff the last run starting before
-    # the event ends is still open when the event starts.
-    r_start = np.array([a for a, _ in runs])
-    r_end = np.array([b for _, b in runs])
-    j = np.searchsorted(r_start, t.end, side="left") - 1
-    in_range = (j >= 0) & (r_end[np.maximum(j, 0)] > t.ts)
-    names = t.names_array
-    pattern = finding.pattern
-    detail = None
-    overlap: dict[int, float] = {}
-    if pattern == "single_process_dataloading":
-        caption = "DataLoader fetches on the training thread, longest first"
-        loaders = np.array(["DataLoader" in n and "__next__" in n for n in t.names], dtype=bool)
-        rows = np.flatnonzero(in_range & loaders[t.name]) if len(t.names) else np.zeros(0, int)
-        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
-    elif pattern == "no_pin_memory":
-        mem = t.rows(Kind.GPU_MEMCPY)
-        mem = mem[in_range[mem]]
-        caption = "Copies from pageable host memory (synchronous), longest first"
-        host = np.where(t.copy_kind[mem] == CopyKind.DTOH, t.copy_dst[mem], t.copy_src[mem])
-        pageable = mem[(host == MemKind.PAGEABLE) | (host == MemKind.HOST)]
-        mem = pageable if len(pageable) else mem
-        rows = mem[np.argsort(-t.dur[mem], kind="stable")]
-        detail = "bytes"
-    elif pattern == "excessive_memcpy":
-        caption = "Host<->device copies and host-blocking syncs, longest first"
-        copies = np.isin(t.copy_kind, (CopyKind.HTOD, CopyKind.DTOH))
-        rows = np.flatnonzero(in_range & (copies | t.is_sync))
-        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
-        detail = "bytes"
-    elif pattern == "graph_break":
-        caption = "Compiled regions and Dynamo guards (many short regions = graph breaks)"
-        marks = np.array([("Torch-Compiled Region" in n or "CompiledFunction" in n or
-                           "TorchDynamo" in n or "Graph break" in n) for n in t.names], dtype=bool)
-        rows = np.flatnonzero(in_range & marks[t.name]) if len(t.names) else np.zeros(0, int)
-        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
-    elif pattern in ("small_nccl_kernels", "nccl_blocks_compute_stream",
-                     "nccl_compute_no_overlap"):
-        nccl = np.flatnonzero(in_range & t.is_nccl)
-        if pattern == "small_nccl_kernels":
-            caption = "NCCL kernels, shortest first (each pays a fixed launch and sync cost)"
-            rows = nccl[np.argsort(t.dur[nccl], kind="stable")]
-        elif pattern == "nccl_blocks_compute_stream":
-            caption = "NCCL kernels on a stream that also runs compute kernels"
-            kernels = t.rows(Kind.KERNEL)
-            compute_streams = np.unique(t.stream[kernels[~t.is_nccl[kernels]]])
-            rows = nccl[np.isin(t.stream[nccl], compute_streams)]
-            rows = rows[np.argsort(-t.dur[rows], kind="stable")]
-        else:
-            caption = "NCCL kernels by time no compute kernel hides, most exposed first"
-            kernels = t.rows(Kind.KERNEL)
-            cs, ce = merged_intervals(t.ts[kernels[~t.is_nccl[kernels]]],
-                                      t.end[kernels[~t.is_nccl[kernels]]])
-            f = covered_time(cs, ce, np.concatenate((t.ts[nccl], t.end[nccl])))
-            hidden = f[len(nccl):] - f[:len(nccl)]
-            exposed = t.dur[nccl] - hidden
-            overlap = dict(zip(nccl.tolist(), (hidden / np.maximum(t.dur[nccl], 1e-9)).tolist()))
-            rows = nccl[np.argsort(-exposed, kind="stable")]
-        detail = "nelems"
-    elif pattern == "cpu_bound":
-        caption = "Longest GPU idle gaps, and the CPU ops that ran meanwhile"
-        return caption, _gaps_and_ops(t, runs, limit)
-    else:
-        caption = "Longest GPU events in this range"
-        gpu = t.gpu_work_rows
-        rows = gpu[in_range[gpu]]
-        rows = rows[np.argsort(-t.dur[rows], kind="stable")]
-    rows = rows[:limit]
-    out = []
-    for r in rows:
-        r = int(r)
-        gpu_side = t.stream[r] >= 0
-        extra = ""
-        if detail == "bytes" and np.isfinite(t.bytes[r]):
-            extra = f"{t.bytes[r] / 1e6:.2f} MB"
-        elif detail == "nelems" and t.comm_nelems[r] >= 0:
-            extra = f"{int(t.comm_nelems[r]):,} elements"
-        if r in overlap:
-            extra = (extra + "; " if extra else "") + f"{overlap[r] * 100:.0f}% hidden by compute"
-        if gpu_side and np.isfinite(t.launch_delay[r]):
-            extra = (extra + "; " if extra else "") + f"launched {_us(t.launch_delay[r])} earlier"
-        out.append({"t_ms": (t.ts[r] - t0) / 1e3, "dur_us": float(t.dur[r]),
-                    "kind": Kind(int(t.kind[r])).name.lower(), "name": str(names[t.name[r]]),
-                    "where": f"stream {t.stream[r]}" if gpu_side else f"thread {t.tid[r]}",
-                    "detail": extra})
-    return caption, out
-
-
-def _merge_spans(spans) -> list[tuple[float, float]]:
-    s, e = merged_intervals(np.array([float(a) for a, _ in spans]),
-                            np.array([float(b) for _, b in spans]))
-    return list(zip(s.tolist(), e.tolist()))
-
-
-def _gaps_and_ops(t: Trace, runs: list[tuple[float, float]], limit: int) -> list[dict]:
-    starts, ends = [], []
-    for a, b in runs:  # GPU idle gaps inside each run of windows
-        gpu = t.gpu_work_rows
-        gpu = gpu[(t.ts[gpu] < b) & (t.end[gpu] > a)]
-        s, e = merged_intervals(np.clip(t.ts[gpu], a, b), np.clip(t.end[gpu], a, b))
-        starts.append(np.concatenate(([a], e)))
-        ends.append(np.concatenate((s, [b])))
-    starts, ends = np.concatenate(starts), np.concatenate(ends)
-    gap = ends - starts
-    t0 = t.span[0]
-    out = []
-    outer = _outer_cpu_ops(t)
-    for i in np.argsort(-gap, kind="stable")[:max(limit // 2, 1)]:
-        if gap[i] <= 0:
-            break
-        g0, g1 = starts[i], ends[i]
-        ops = outer[(t.ts[outer] < g1) & (t.end[outer] > g0)]
-        busy = np.minimum(t.end[ops], g1) - np.maximum(t.ts[ops], g0)
-        top = ops[np.argsort(-busy, kind="stable")[:2]]
-        out.append({"t_ms": (g0 - t0) / 1e3, "dur_us": float(gap[i]), "kind": "GPU idle",
-                    "name": "no kernel, copy or memset running", "where": "GPU",
-                    "detail": "CPU meanwhile: " + (", ".join(t.name_of(int(r)) for r in top)
-                                                   or "nothing traced")})
-    return out
+    from ..patterns import REGISTRY
+    runs = merge_spans(spans or [(float(finding.start_us), float(finding.end_us))])
+    rule = REGISTRY.get(finding.pattern)
+    if rule is None:  # a cross-rank finding (straggler, imbalance) or an unknown id
+        return longest_gpu_events(trace, runs, limit)
+    return rule.proof_events(trace, runs, limit)
 
 
 # -- what a rank's trace gives the report --------------------------------------------------------
@@ -501,15 +381,15 @@ class _RankView:
             dur = s["span_us"][1] - s["span_us"][0]
         lost = self.time_lost()
         tiles = [("GPU", s.get("gpu_name") or "unknown", False),
-                 ("Duration", _us(dur) if dur else "-", False),
+                 ("Duration", fmt_us(dur) if dur else "-", False),
                  ("Profiler steps", f"{len(steps) or s.get('n_profiler_steps', 0)}"
-                  + (f" \u00b7 {_us(float(np.median(step_us)))} each" if step_us else ""), False),
+                  + (f" \u00b7 {fmt_us(float(np.median(step_us)))} each" if step_us else ""), False),
                  ("GPU utilisation", f"{busy * 100:.0f}%" if busy is not None else "-",
                   busy is not None and busy < 0.5),
                  ("Kernels", f"{s.get('n_kernels', 0):,}", False),
                  ("Flagged windows", f"{sum(self.data['flagged'])} / {self.data['n']}", False),
                  ("GPU idle", self.idle_tile(), False),
-                 ("Time lost", _us(sum(lost.values())) if lost else "none found", bool(lost))]
+                 ("Time lost", fmt_us(sum(lost.values())) if lost else "none found", bool(lost))]
         if s.get("world_size"):
             tiles.insert(1, ("Rank", f"{s.get('rank')} of {s.get('world_size')}", False))
         det = getattr(self.analysis, "detector", None)
@@ -532,7 +412,7 @@ class _RankView:
         acc = getattr(self.analysis, "idle", None)
         if acc is None or acc.span_us <= 0:
             return "-"
-        return f"{_us(acc.total_us)} ({100 * acc.total_us / acc.span_us:.0f}%)"
+        return f"{fmt_us(acc.total_us)} ({100 * acc.total_us / acc.span_us:.0f}%)"
 
     def idle_bar(self) -> str:
         """Where the GPU's idle time goes: busy + one part per cause, each linked to its finding."""
@@ -578,7 +458,7 @@ def _lost_bars(lost: dict[str, float], titles: dict[str, str] | None = None) -> 
         rows.append(f'<div class="lost-row"><div><span class="swatch" style="background:'
                     f'{_color(p)}"></span>{_e((titles or {}).get(p) or pattern_title(p))}</div><div><div class="lost-bar" '
                     f'style="width:{100 * us / most:.1f}%;background:{_color(p)}"></div></div>'
-                    f'<div class="n">{_e(_us(us))}</div></div>')
+                    f'<div class="n">{_e(fmt_us(us))}</div></div>')
     rows.append("</div>")
     return "".join(rows)
 
@@ -602,7 +482,7 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
         name = "GPU busy" if cause == "busy" else idle_mod.CAUSE_TITLES[cause]
         share = (f"{100 * us / span:.1f}% of the GPU span" if cause == "busy" else
                  f"{100 * us / max(tot, 1e-9):.1f}% of the idle time")
-        tip = f"{name}: {_us(us)} ({share})"
+        tip = f"{name}: {fmt_us(us)} ({share})"
         link = target.get(cause)
         if link is not None:
             tip += " — click for its finding"
@@ -612,13 +492,13 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
         bar.append(f'<a {attrs} data-cause="{_e(cause)}" title="{_e(tip)}" style="width:'
                    f'{100 * us / span:.3f}%;background:{color}"></a>')
         legend.append(f'<span><span class="swatch" style="background:{color}"></span>'
-                      f'{_e(name)} <b>{_e(_us(us))}</b></span>')
+                      f'{_e(name)} <b>{_e(fmt_us(us))}</b></span>')
     unexplained = acc.by_cause["not_explained"]
-    plain = (f"{_us(unexplained)} of the idle time ({100 * unexplained / max(tot, 1e-9):.0f}%) "
+    plain = (f"{fmt_us(unexplained)} of the idle time ({100 * unexplained / max(tot, 1e-9):.0f}%) "
              f"is not explained by any cause." if unexplained > 0 else
              "Every idle microsecond has a cause.")
     return ('<h2>Where the GPU\'s idle time goes</h2><div class="panel idle">'
-            f'<div class="idle-head">GPU idle <b>{_e(_us(tot))}</b> of {_e(_us(span))} '
+            f'<div class="idle-head">GPU idle <b>{_e(fmt_us(tot))}</b> of {_e(fmt_us(span))} '
             f'({100 * tot / span:.0f}% of the GPU span, {len(acc.steady_steps)} steady '
             f'step(s)). {_e(plain)}</div>'
             f'<div class="idle-bar">{"".join(bar)}</div><div class="legend">{"".join(legend)}</div>'
@@ -643,9 +523,9 @@ def _cards(findings: list, prefix: str, details: TraceDetails | None,
             rank = getattr(f, "rank", None)
             where = f"rank {rank}" if rank is not None else "every rank"
         elif t0 is not None:
-            where = f"{_us(float(f.start_us) - t0)} \u2013 {_us(float(f.end_us) - t0)} from the start"
+            where = f"{fmt_us(float(f.start_us) - t0)} \u2013 {fmt_us(float(f.end_us) - t0)} from the start"
         else:
-            where = f"{_us(float(f.end_us) - float(f.start_us))} long"
+            where = f"{fmt_us(float(f.end_us) - float(f.start_us))} long"
         badge = f'<span class="badge {_e(sev.lower())}">{_e(sev)}</span>' if sev else ""
         meta = [where] + ([f"windows {_ranges(wins)}"] if wins else []) + [cost_sentence(f)]
         show = (f'<button class="show" data-rank="{rank_index}" data-windows="'
@@ -671,7 +551,7 @@ def _proof_table(caption: str, rows: list[dict]) -> str:
         return (f'<details><summary>Events that prove it</summary><p class="none">'
                 f'{_e(caption)}: none in this range.</p></details>')
     body = "".join(
-        f'<tr><td class="n">{r["t_ms"]:.3f}</td><td class="n">{_e(_us(r["dur_us"]))}</td>'
+        f'<tr><td class="n">{r["t_ms"]:.3f}</td><td class="n">{_e(fmt_us(r["dur_us"]))}</td>'
         f'<td>{_e(r["kind"])}</td><td>{_e(r["where"])}</td>'
         f'<td><code title="{_e(r["name"])}">{_e(short_name(r["name"], 120))}</code></td>'
         f'<td>{_e(r["detail"])}</td></tr>' for r in rows)
@@ -697,8 +577,8 @@ def _job_header(sections: Sequence[_RankView], cross: list) -> str:
              ("GPU utilisation", f"{min(busy) * 100:.0f}\u2013{max(busy) * 100:.0f}%" if busy else "-"),
              ("Findings", f"{sum(len(s.findings) for s in sections)} in ranks + "
                           f"{len(cross)} across"),
-             ("GPU idle (all ranks)", _us(idle_total) if any(accounts) else "-"),
-             ("Time lost (all ranks)", _us(sum(lost.values())) if lost else "none found")]
+             ("GPU idle (all ranks)", fmt_us(idle_total) if any(accounts) else "-"),
+             ("Time lost (all ranks)", fmt_us(sum(lost.values())) if lost else "none found")]
     out = '<div class="tiles">' + "".join(
         f'<div class="tile"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
         for k, v in tiles) + "</div>"
@@ -714,9 +594,9 @@ def _ranks_view(sections: Sequence[_RankView]) -> str:
                     f'<td style="width:60%"><div class="rankstrip" data-rank="{k}"></div></td>'
                     f'<td class="n">{f"{busy * 100:.0f}%" if busy is not None else "-"}</td>'
                     f'<td class="n">{_e(s.idle_tile())}</td>'
-                    f'<td class="n">{_e(_us(float(np.median(steps)))) if steps else "-"}</td>'
+                    f'<td class="n">{_e(fmt_us(float(np.median(steps)))) if steps else "-"}</td>'
                     f'<td class="n">{sum(s.data["flagged"])}</td>'
-                    f'<td class="n">{_e(_us(sum(s.time_lost().values())))}</td></tr>')
+                    f'<td class="n">{_e(fmt_us(sum(s.time_lost().values())))}</td></tr>')
     return ('<h2>Across ranks</h2><div class="panel ranks"><table class="ev"><tr><th>rank</th>'
             '<th>window scores (flagged windows in their pattern colour)</th>'
             '<th class="n">GPU busy</th><th class="n">GPU idle</th><th class="n">median step</th>'
@@ -731,10 +611,6 @@ def _e(s) -> str:
 
 def _color(p: str | None) -> str:
     return PATTERN_COLORS.get(p or "", UNKNOWN_COLOR)
-
-
-def _us(us: float | None) -> str:
-    return fmt_us(us)  # one formatting for the terminal, the JSON's readers and this page
 
 
 def _ranges(ws: list[int]) -> str:

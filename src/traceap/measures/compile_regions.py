@@ -1,6 +1,7 @@
 """torch.compile regions and the eager stretches between them, measured on the GPU.
 
-Shared by `graph_break` (the stretches are the anti-pattern), `excessive_memcpy` (a copy inside
+Measurements of the trace, below both the rules and the idle account.  Shared by
+`graph_break` (the stretches are the anti-pattern), `excessive_memcpy` (a copy inside
 one belongs to the break, not to a memcpy habit), `nccl_compute_no_overlap` (a compiled model
 gets the DDPOptimizer hint) and the idle account (`traceap.idle`).  Gaps are measured on the
 device, from the last kernel a region launched to the first kernel of the next region, within
@@ -108,3 +109,12 @@ def break_gaps(trace, config: BreakConfig) -> tuple[np.ndarray, np.ndarray]:
             return np.zeros(0), np.zeros(0)
         return np.concatenate(starts), np.concatenate(ends)
     return cached(trace, f"break_gaps:{config}", make)
+
+
+def compile_gaps(trace, config: BreakConfig = BreakConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """The break gaps that are breaks: none when a single compiled frame is called again and
+    again (a sampler loop), whose gaps are the loop's own Python."""
+    frames = cached(trace, "frame_ids", lambda: frame_ids(trace))
+    if len(frames) == 1:
+        return np.zeros(0), np.zeros(0)
+    return break_gaps(trace, config)

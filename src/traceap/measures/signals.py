@@ -1,4 +1,4 @@
-"""Shared measurements the anti-pattern rules are built from.
+"""Shared measurements the anti-pattern rules and the idle account are built from.
 
 Everything here is vectorised over the trace's columns and cached on the `Trace` or the
 `Windows` object it belongs to, so eight patterns (plus the classifier and the report) asking
@@ -21,6 +21,10 @@ T = TypeVar("T")
 
 #: CPU-side kinds that carry Python/op/annotation names (where DataLoader and compile markers live).
 HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
+
+#: `enumerate(DataLoader)#..._next__` annotations and with_stack python frames of the loader
+#: (single_process_dataloading, and the idle account's data_loading cause).
+LOADER_NEXT = r"DataLoader.*__next__|torch/utils/data/dataloader\.py\(\d+\): __next__"
 
 
 def cached(obj: object, key: str, make: Callable[[], T]) -> T:

@@ -1,0 +1,65 @@
+"""NCCL collectives the communication rules and the idle account both measure.
+
+`blocking_nccl`: NCCL kernels on a stream that carries the model's compute, the signature of
+`nccl_blocks_compute_stream` and the collectives `nccl_compute_no_overlap` leaves to it.
+`small_nccl`: short (or small) collectives, the signature of `small_nccl_kernels`.  The idle
+account (`traceap.idle`, cause `communication`) splits exposed communication with the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .signals import cached, compute_streams, nccl_rows
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """Thresholds: share of a window a compute stream spends in NCCL."""
+
+    time_lo: float = 0.02
+    time_hi: float = 0.15
+    #: Score of a window holding any such kernel, however short: each one stalls the stream...
+    presence: float = 0.55
+    #: ... once the trace holds this many (one stray all-gather of metrics is not a habit).
+    presence_min: int = 3
+    #: A stream is a compute stream when it carries this share of compute-kernel time.
+    compute_share: float = 0.1
+
+
+def blocking_nccl(trace, config: BlockConfig) -> np.ndarray:
+    """NCCL kernel rows on a compute stream."""
+    def make():
+        n = nccl_rows(trace)
+        return n[np.isin(trace.stream[n], compute_streams(trace, config.compute_share))]
+    return cached(trace, f"blocking_nccl:{config}", make)
+
+
+@dataclass(frozen=True)
+class SmallNcclConfig:
+    """Thresholds: what a short collective is, and how many per window and per step."""
+
+    short_us: float = 50.0
+    small_bytes: float = 1 << 20
+    per_window_lo: float = 1.0
+    per_window_hi: float = 5.0
+    per_step_lo: float = 4.0
+    per_step_hi: float = 16.0
+    #: Share of a window inside a burst of small collectives for a full score.
+    burst_lo: float = 0.3
+    burst_hi: float = 0.8
+    #: Without step markers, a pause this many times the median spacing ends a burst.
+    burst_break: float = 10.0
+
+
+def small_nccl(trace, config: SmallNcclConfig) -> np.ndarray:
+    """NCCL kernel rows that are short (or small, when sizes are recorded)."""
+    def make():
+        n = nccl_rows(trace)
+        nelems = trace.comm_nelems[n]
+        by_size = (nelems > 0) & (nelems * 4 < config.small_bytes)
+        by_time = (nelems <= 0) & (trace.dur[n] < config.short_us)
+        return n[by_size | by_time]
+    return cached(trace, f"small_nccl:{config}", make)

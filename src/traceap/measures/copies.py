@@ -1,0 +1,148 @@
+"""Host<->device copies and host-blocking syncs: which copies are a habit, which are pageable
+uploads, and the GPU gap each sync costs.
+
+Measurements of the trace, below both the rules that score them (`excessive_memcpy`,
+`no_pin_memory`) and the idle account (`traceap.idle`, cause `host_copy_sync`), so that both
+count the same copies.  The configs are the rules' configs: one threshold, one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import CopyKind, Kind, MemKind
+from .signals import cached, name_mask, starved_gaps
+
+
+@dataclass(frozen=True)
+class MemcpyConfig:
+    """Thresholds on the share of a window lost to copies and sync bubbles."""
+
+    lost_lo: float = 0.03
+    lost_hi: float = 0.25
+    #: Host time blocked in copies + syncs (the host cannot run ahead of the device).
+    host_lo: float = 0.10     # TraceLens: a memcpy direction over 5% of time
+    host_hi: float = 0.50
+    host_weight: float = 0.8
+    #: Fewer transfers + syncs than this in a window is one batch upload, not a habit.
+    count_lo: float = 1.0
+    count_hi: float = 4.0
+    #: A GPU gap counts as a sync bubble when a sync returned within this long of its start.
+    sync_tol_us: float = 20.0
+    #: Syncs per window that make a habit, and the small bubble share that then suffices.
+    many_lo: float = 4.0
+    many_hi: float = 12.0
+    habit_lost_lo: float = 0.01
+    habit_lost_hi: float = 0.05
+    #: HtoD copies at least this big are input batches, not the per-sample habit.
+    batch_bytes: float = 64e3
+    #: A window whose copies and syncs cost the GPU less than this share scores in proportion
+    #: (a free sync is not a habit worth flagging).
+    cost_gate: float = 0.01
+
+
+def host_copies(trace, batch_bytes: float = 64e3) -> np.ndarray:
+    """The copies of the habit: every DtoH copy, and HtoD copies smaller than an input batch
+    (`torch.tensor(x, device=...)`, per-sample uploads).  Batch uploads are the normal
+    once-per-step input transfer (pinned) or the no_pin_memory pattern (pageable)."""
+    def make():
+        rows = trace.rows(Kind.GPU_MEMCPY)
+        kind = trace.copy_kind[rows]
+        nb = np.nan_to_num(trace.bytes[rows])
+        small_up = (kind == CopyKind.HTOD) & (nb > 0) & (nb < batch_bytes)
+        return rows[(kind == CopyKind.DTOH) | small_up]
+    return cached(trace, f"host_copies:{batch_bytes}", make)
+
+
+#: `cudaStreamWaitEvent` makes a *stream* wait on the device; the host does not block.
+DEVICE_SIDE_WAITS = r"StreamWaitEvent"
+
+
+def sync_rows(trace) -> np.ndarray:
+    """Runtime calls that block the host until the device catches up."""
+    def make():
+        rows = np.flatnonzero(trace.is_sync)
+        if not len(rows):
+            return rows
+        return rows[~name_mask(trace, DEVICE_SIDE_WAITS)[trace.name[rows]]]
+    return cached(trace, "sync_rows", make)
+
+
+def fetch_syncs(trace, tol_us: float) -> np.ndarray:
+    """Per row of `sync_rows`: the sync fetched values to the host (a DtoH copy ends inside it,
+    as with `.item()`, `.tolist()`, `.cpu()` or a synchronous `cudaMemcpy`)."""
+    def make():
+        sync = sync_rows(trace)
+        rows = trace.rows(Kind.GPU_MEMCPY)
+        ends = np.sort(trace.end[rows[trace.copy_kind[rows] == CopyKind.DTOH]])
+        if not len(sync) or not len(ends):
+            return np.zeros(len(sync), dtype=bool)
+        lo = np.searchsorted(ends, trace.ts[sync] - tol_us, side="left")
+        hi = np.searchsorted(ends, trace.end[sync] + tol_us, side="right")
+        return hi > lo
+    return cached(trace, f"fetch_syncs:{tol_us}", make)
+
+
+def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
+    """The price of each host-blocking sync: the starved GPU gap that begins as it returns.
+
+    A sync that fetched values to the host is charged the whole gap: the host then works on what
+    it fetched, and keeping the values on the GPU removes the wait and that work.  A bare sync
+    (an event, stream or device sync, nothing fetched) is charged at most the time the host
+    blocked in it: that wait is how far the host ran ahead of the device, the lead it would have
+    kept without the sync.  The rest of such a gap is the host's own time between launches:
+    16 event syncs of 3 us do not cost the 8 ms gap that follows them."""
+    def make():
+        g0, g1, _ = starved_gaps(trace)
+        sync = sync_rows(trace)
+        # A DtoH copy whose launch call lasted until the copy ended (pageable DtoH, or a copy
+        # behind other work) blocked the host like a sync, and fetched.
+        copies = trace.rows(Kind.GPU_MEMCPY)
+        copies = copies[(trace.copy_kind[copies] == CopyKind.DTOH) & (trace.launch[copies] >= 0)]
+        calls = trace.launch[copies]
+        blocking = calls[trace.end[calls] >= trace.end[copies] - tol_us]
+        if not len(g0) or not len(sync) + len(blocking):
+            return np.zeros(0), np.zeros(0)
+        rows = np.concatenate((sync, blocking))
+        fetched = np.concatenate((fetch_syncs(trace, tol_us), np.ones(len(blocking), bool)))
+        order = np.argsort(trace.end[rows], kind="stable")
+        ends, waits, fetched = trace.end[rows][order], trace.dur[rows][order], fetched[order]
+        j = np.searchsorted(ends, g1, side="right") - 1  # last sync ending before the gap ends
+        ok = j >= 0
+        jj = np.maximum(j, 0)
+        last = np.where(ok, ends[jj], -np.inf)
+        hit = ok & (last >= g0 - tol_us)
+        cost = np.where(fetched[jj], g1 - g0, np.minimum(g1 - g0, waits[jj]))
+        return g0[hit], (g0 + cost)[hit]
+    return cached(trace, f"sync_bubbles:{tol_us}", make)
+
+
+@dataclass(frozen=True)
+class PinConfig:
+    """Thresholds: share of a window spent in pageable copies or blocked launching them."""
+
+    time_lo: float = 0.01
+    time_hi: float = 0.10
+    #: A copy smaller than this is a scalar or metadata, not an input batch.
+    bytes_lo: float = 64e3
+    #: A `Host -> Device` copy (kind unknown) counts when its launch blocked this much of it.
+    blocking_share: float = 0.8
+    unknown_weight: float = 0.7
+
+
+def pageable_h2d(trace, config: PinConfig = PinConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, weight): HtoD copies from pageable memory (1.0) or unknown host memory that
+    blocked their launch (config.unknown_weight)."""
+    def make():
+        rows = trace.rows(Kind.GPU_MEMCPY)
+        rows = rows[trace.copy_kind[rows] == CopyKind.HTOD]
+        src = trace.copy_src[rows]
+        launch = trace.launch[rows]
+        blocked = np.where(launch >= 0, trace.dur[np.maximum(launch, 0)], 0.0)
+        sync_like = blocked >= config.blocking_share * trace.dur[rows]
+        unknown = np.isin(src, (MemKind.HOST, MemKind.UNKNOWN)) & sync_like
+        keep = (src == MemKind.PAGEABLE) | unknown
+        return rows[keep], np.where(src[keep] == MemKind.PAGEABLE, 1.0, config.unknown_weight)
+    return cached(trace, f"pageable_h2d:{config}", make)
