@@ -40,19 +40,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("__main__",),
 ]
 
-#: Package imports that go up or sideways today, with what removes each.  The parallel engine
-#: still knows its users (it rebuilds their detectors and classifiers, warms their modules).
-ALLOWED_PACKAGE_IMPORTS: dict[tuple[str, str], str] = {
-    ("parallel", "detectors"): "parallel.rebuild builds a detector from its (name, options) spec "
-                               "with detectors.registry.make_detector: the spec is to carry its "
-                               "builder (detectors/registry.py passes make_detector to buildable)",
-    ("parallel", "classify"): "parallel.rebuild builds a classifier with classify.make_classifier: "
-                              "the spec is to carry its builder, as for detectors",
-    ("parallel", "analysis"): "parallel.PRELOAD warms every forkserver with traceap.analysis (eval "
-                              "and train workers too): the job's own preload (job._RANK_PRELOAD, "
-                              "which names traceap.job) is to carry it, once eval/train worker "
-                              "start-up is measured without it",
-}
+#: Package imports that go up or sideways, each with what would remove it (none today: the
+#: parallel engine is handed its users' builders and preloads, it never names them).
+ALLOWED_PACKAGE_IMPORTS: dict[tuple[str, str], str] = {}
 
 #: Pattern modules (named by a pattern id) that import another pattern module, with what
 #: removes each.  Shared measurements live in `traceap/measures/` (or, when they read the idle

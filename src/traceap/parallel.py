@@ -54,8 +54,7 @@ RAY_MISSING = "Ray is not installed: pip install traceap[ray]"
 #: results come back, few enough that finished results do not pile up in the object store.
 RAY_IN_FLIGHT_PER_CPU = 2
 #: Modules the forkserver imports once, so that each worker starts warm (a fork of it).
-PRELOAD = ("traceap.parallel", "traceap.analysis", "traceap.patterns", "traceap.idle",
-           "traceap.load")
+PRELOAD = ("traceap.parallel", "traceap.patterns", "traceap.idle", "traceap.load")
 _SPEC = "_traceap_spec"
 #: Set only while the forkserver starts: "key:path" of the shared part it should build once.
 _WARM_ENV = "TRACEAP_FORKSERVER_SHARED"
@@ -105,25 +104,22 @@ class Execution:
 
 
 # -- specs: rebuilding detectors and classifiers in a worker --------------------------------
-def buildable(obj: Any, stage: str, name: str, options: dict) -> Any:
-    """Mark `obj` as made by ``make_<stage>(name, **options)``: it crosses to workers as that
-    call (e.g. a model detector is loaded from its checkpoint there).  Returns `obj`.
+def buildable(obj: Any, builder: Callable[..., Any], name: str, options: dict) -> Any:
+    """Mark `obj` as made by ``builder(name, **options)``: it crosses to workers as that call
+    (e.g. a model detector is loaded from its checkpoint there).  `builder` must be importable
+    by name (a module-level function), so that a worker can find it.  Returns `obj`.
 
     Only for objects whose whole state comes from these options (not fitted afterwards)."""
     try:
-        setattr(obj, _SPEC, (stage, name, dict(options)))
+        setattr(obj, _SPEC, (builder, name, dict(options)))
     except (AttributeError, TypeError):  # __slots__ or a frozen object: pickled as it is
         pass
     return obj
 
 
-def rebuild(stage: str, name: str, options: dict) -> Any:
+def rebuild(builder: Callable[..., Any], name: str, options: dict) -> Any:
     """The worker's side of `buildable`."""
-    if stage == "detector":
-        from .detectors.registry import make_detector
-        return make_detector(name, **options)
-    from .classify import make_classifier
-    return make_classifier(name, **options)
+    return builder(name, **options)
 
 
 class _SpecPickler(pickle.Pickler):

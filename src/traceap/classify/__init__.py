@@ -18,7 +18,7 @@ def make_classifier(name: str, **options) -> Classifier:
 
     if name == "offline":
         from .offline import OfflineClassifier
-        return buildable(OfflineClassifier(**options), "classifier", name, options)
+        return buildable(OfflineClassifier(**options), make_classifier, name, options)
     if name == "llm":
         try:
             mod = importlib.import_module("traceap.classify.llm")
@@ -27,7 +27,7 @@ def make_classifier(name: str, **options) -> Classifier:
                 raise TraceapError("the 'llm' classifier is not available in this installation "
                                    "(traceap.classify.llm is missing)") from None
             raise
-        return buildable(mod.LLMClassifier(**options), "classifier", name, options)
+        return buildable(mod.LLMClassifier(**options), make_classifier, name, options)
     raise TraceapError(f"unknown classifier {name!r}; choose one of {', '.join(CLASSIFIER_NAMES)}")
 
 

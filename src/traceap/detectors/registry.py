@@ -44,7 +44,7 @@ def make_detector(name: str, **options) -> Detector:
         raise TraceapError(f"detector {name!r}: bad option ({exc})") from None
     if name in BUILT_FROM_OPTIONS:
         from ..parallel import buildable
-        buildable(det, "detector", name, options)
+        buildable(det, make_detector, name, options)
     return det
 
 

@@ -429,7 +429,8 @@ def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
 
     work = EntryWork(dataset, tuple(config.windows), config.threshold, per_n, classifiers)
     records: list[TraceRecord] = []
-    done = sorted(track(run(score_entry, chosen, work, Execution(workers, ray)),
+    done = sorted(track(run(score_entry, chosen, work, Execution(workers, ray),
+                                preload=("traceap.eval.runner",)),
                         "evaluating traces", total=len(chosen)), key=lambda ir: ir[0])
     for _, (recs, entry_warnings) in done:
         for msg in entry_warnings:
