@@ -14,7 +14,8 @@ from traceap.dataset import PATTERNS, read_manifest, trace_path
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
-from traceap.model.features import SUMMARY_DIM, featurize, quantize_time
+from traceap.model.features import (STAT_KEYS, SUMMARY_DIM, featurize, longest_idle,
+                                     quantize_ratio, quantize_time, summary_dim)
 from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
                                   svm_loss, total_loss, trace_loss)
 from traceap.model.net import collate
@@ -59,8 +60,12 @@ def test_featurize_caps_and_keeps_order(sample_windows):
     cfg = preset("small")
     f = featurize(sample_windows, cfg)
     n, k = sample_windows.n, cfg.max_events
-    assert f.kernel.shape == f.cpu_op.shape == f.delay.shape == f.t_rel.shape == (n, k)
-    assert f.summary.shape == (n, SUMMARY_DIM) and np.isfinite(f.summary).all()
+    assert f.kernel.shape == f.cpu_op.shape == f.delay_us.shape == f.t_rel.shape == (n, k)
+    assert f.stats.shape == (n, len(STAT_KEYS))
+    x = f.inputs(cfg)
+    assert x["delay"].shape == (n, k) and (x["delay"][~f.mask] == cfg.time_vocab).all()
+    assert x["summary"].shape == (n, summary_dim(cfg)) == (n, 2 * SUMMARY_DIM)
+    assert np.isfinite(x["summary"]).all()
     counts = np.diff(sample_windows.anchor_ptr)
     assert (f.mask.sum(1) == np.minimum(counts, k)).all()
     assert (f.n_events == counts).all() and counts.max() > k      # the cap is exercised
@@ -73,6 +78,46 @@ def test_featurize_caps_and_keeps_order(sample_windows):
     kernel_names = {str(f.names[i]) for i in np.unique(f.kernel[f.mask])}
     assert any("nccl" in s.lower() for s in kernel_names)          # a DDP trace: NCCL anchors
     assert set(np.unique(f.stream[f.mask])) == {0, 1}               # compute + NCCL stream
+
+
+def test_relative_inputs_are_scale_free(sample_windows):
+    """The relative time levels and the relative summary do not change when every time of the
+    trace is stretched (another GPU, another batch size); the absolute ones do."""
+    cfg = replace(preset("small"), time_relative=True, summary_absolute=False, summary_extra=True)
+    f = featurize(sample_windows, cfg)
+    g = replace(f, delay_us=f.delay_us * 4, dur_us=f.dur_us * 4, gap_us=f.gap_us * 4,
+                dur_ref_us=f.dur_ref_us * 4, ref=f.ref * 4, width_us=f.width_us * 4)
+    a, b = f.inputs(cfg), g.inputs(cfg)
+    for key in ("delay_rel", "gap_rel", "dur_rel"):
+        assert np.array_equal(a[key], b[key]), key
+    a_abs = f.inputs(replace(cfg, time_absolute=True))
+    b_abs = g.inputs(replace(cfg, time_absolute=True))
+    assert not np.array_equal(a_abs["dur"], b_abs["dur"])
+    # durations of one name relative to its median: the median itself is the middle level
+    typical = np.isclose(f.dur_us, f.dur_ref_us) & f.mask
+    middle = (cfg.time_vocab - 1) // 2
+    assert typical.any() and (a["dur_rel"][typical] == middle).all()
+    assert a["summary"].shape[1] == summary_dim(cfg) and np.isfinite(a["summary"]).all()
+    q = quantize_ratio(np.array([0.0, 1.0, 1e9, np.nan]), cfg)
+    assert q[0] == 0 and q[2] == cfg.time_vocab - 1 and q[3] == cfg.time_vocab
+
+
+def test_longest_idle_is_the_longest_gpu_gap_in_each_window(sample_windows):
+    t = sample_windows.trace
+    edges = sample_windows.edges
+    got = longest_idle(t, edges)
+    rows = t.gpu_work_rows
+    for w in (0, 17, 50, 99):   # brute force over the GPU work overlapping the window
+        a, b = edges[w], edges[w + 1]
+        r = rows[(t.ts[rows] < b) & (t.end[rows] > a)]
+        iv = sorted((max(t.ts[i], a), min(t.end[i], b)) for i in r)
+        longest, cur = 0.0, a
+        for s, e in iv:
+            longest = max(longest, s - cur)
+            cur = max(cur, e)
+        longest = max(longest, b - cur)
+        assert got[w] == pytest.approx(longest, abs=1e-3)
+    assert 0 < got.max() <= sample_windows.width_us + 1e-2   # float64 us on a ~1e15 clock
 
 
 # -- model shapes -----------------------------------------------------------------------------

@@ -24,16 +24,27 @@ from pathlib import Path
 
 import numpy as np
 
-from ..trace import Trace
+from ..trace import Trace, merged_intervals
 from ..windows import Windows
 from .config import ModelConfig
 
-#: Per-window summary measures (from `Windows.stats`) and how they are scaled.
+#: Per-window measures (from `Windows.stats`, plus the longest GPU-idle stretch) kept raw in
+#: the features; `summary` turns them into the model's per-window input.
 SUMMARY_FRACTIONS = ("gpu_busy_frac", "compute_busy_frac", "kernel_time_frac", "memcpy_time_frac",
                      "runtime_time_frac", "sync_time_frac", "nccl_time_frac", "cpu_op_time_frac")
 SUMMARY_RATES = ("n_kernels", "n_short_kernels", "n_memcpy", "n_runtime", "n_sync", "n_nccl")
 SUMMARY_LOGS = ("mean_kernel_us", "mean_launch_delay_us", "memcpy_mb")
+#: Beyond v1 (config `summary_extra`): the longest stretch inside the window with no GPU work,
+#: as a fraction of the window (a stall shows as one long gap; many short ones do not).
+SUMMARY_EXTRA = ("max_idle_frac",)
+STAT_KEYS = SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA
+#: Width of the v1 summary: the measures above (without the extras) and log window width.
 SUMMARY_DIM = len(SUMMARY_FRACTIONS) + len(SUMMARY_RATES) + len(SUMMARY_LOGS) + 1
+#: Per-trace reference values for the relative time inputs (medians over the whole trace).
+REF_KEYS = ("launch_delay_us", "gap_us")
+#: Ratios to a trace's own typical value are quantised over [1/RATIO_SPAN, RATIO_SPAN]: three
+#: decades either way covers a 1 us gap against a 1 ms median and a stall 1000x the median.
+RATIO_SPAN = 1e3
 
 UNKNOWN_PLATFORM = "unknown"
 
@@ -51,39 +62,124 @@ def quantize_time(t_us: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return np.where(np.isfinite(t), q, cfg.time_vocab).astype(np.int16)
 
 
-def window_summary(windows: Windows) -> np.ndarray:
-    """[N, SUMMARY_DIM] float32: time fractions, log event rates per ms, log magnitudes."""
+def quantize_ratio(ratio: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """A time relative to the trace's own typical one (x / reference), log-quantised into
+    `time_vocab` levels over [1/RATIO_SPAN, RATIO_SPAN] (level floor((N-1)/2) = typical; 0 = zero
+    or far below).  A ratio of 1 lies in the middle of its level (+-11%), so float rounding of
+    the typical value never flips it.  NaN (unknown) maps to level N, as in `quantize_time`."""
+    r = np.asarray(ratio, np.float64)
+    span = np.log(RATIO_SPAN)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.floor((np.log(np.clip(r, 1.0 / RATIO_SPAN, RATIO_SPAN)) + span) / (2 * span)
+                     * (cfg.time_vocab - 1))
+    q = np.clip(np.nan_to_num(q, nan=0.0), 0, cfg.time_vocab - 1)
+    return np.where(np.isfinite(r), q, cfg.time_vocab).astype(np.int16)
+
+
+def longest_idle(trace: Trace, edges: np.ndarray) -> np.ndarray:
+    """Per window (edges [N+1]): the longest stretch with no GPU work inside it (us)."""
+    n = len(edges) - 1
+    rows = trace.gpu_work_rows
+    s, e = merged_intervals(trace.ts[rows], trace.end[rows])
+    # idle stretches: before the first busy interval, between them, after the last
+    gs = np.concatenate(([edges[0]], e))
+    ge = np.concatenate((s, [edges[-1]]))
+    ok = ge > gs
+    gs, ge = gs[ok], ge[ok]
+    out = np.zeros(n)
+    if not len(gs):
+        return out
+    first = np.clip(np.searchsorted(edges, gs, side="right") - 1, 0, n - 1)
+    last = np.clip(np.searchsorted(edges, ge, side="left") - 1, 0, n - 1)
+    span = np.maximum(last - first + 1, 1)
+    gap = np.repeat(np.arange(len(gs)), span)
+    win = np.repeat(first, span) + (np.arange(len(gap)) - np.repeat(np.cumsum(span) - span, span))
+    overlap = np.minimum(ge[gap], edges[win + 1]) - np.maximum(gs[gap], edges[win])
+    np.maximum.at(out, win, np.maximum(overlap, 0.0))
+    return out
+
+
+def raw_stats(windows: Windows) -> np.ndarray:
+    """[N, len(STAT_KEYS)] float32: the per-window measures, unscaled."""
     s = windows.stats
-    width_ms = max(windows.width_us / 1e3, 1e-6)
-    cols = [np.clip(s[k], 0.0, 2.0) for k in SUMMARY_FRACTIONS]
-    cols += [np.log1p(np.maximum(s[k], 0.0) / width_ms) for k in SUMMARY_RATES]
-    cols += [np.log1p(np.maximum(np.nan_to_num(s[k]), 0.0)) / 5.0 for k in SUMMARY_LOGS]
-    cols.append(np.full(windows.n, np.log10(max(windows.width_us, 1.0)) / 6.0))
-    return np.nan_to_num(np.stack(cols, axis=1)).astype(np.float32)
+    cols = [np.nan_to_num(np.asarray(s[k], np.float64)) for k in STAT_KEYS if k in s]
+    cols.append(longest_idle(windows.trace, windows.edges) / max(windows.width_us, 1e-9))
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
+    """The per-window summary input [N, summary_dim(cfg)] from raw stats: time fractions, log
+    event rates per ms, log magnitudes, log window width (the v1 measures), the extras when
+    `cfg.summary_extra`; absolute (`summary_absolute`) and/or minus the trace's median window
+    (`summary_relative`; the lower middle value, as torch.median)."""
+    idx = {k: i for i, k in enumerate(STAT_KEYS)}
+    width_ms = max(width_us / 1e3, 1e-6)
+    n = stats.shape[0]
+    cols = [np.clip(stats[:, idx[k]], 0.0, 2.0) for k in SUMMARY_FRACTIONS]
+    cols += [np.log1p(np.maximum(stats[:, idx[k]], 0.0) / width_ms) for k in SUMMARY_RATES]
+    cols += [np.log1p(np.maximum(stats[:, idx[k]], 0.0)) / 5.0 for k in SUMMARY_LOGS]
+    cols.append(np.full(n, np.log10(max(width_us, 1.0)) / 6.0))
+    if cfg.summary_extra:
+        cols += [np.clip(stats[:, idx[k]], 0.0, 1.0) for k in SUMMARY_EXTRA]
+    s = np.nan_to_num(np.stack(cols, axis=1)).astype(np.float32)
+    parts = [s] if cfg.summary_absolute else []
+    if cfg.summary_relative:  # how this window differs from the trace's typical one
+        parts.append(s - np.sort(s, axis=0)[(n - 1) // 2][None, :])
+    return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), np.float32)
+
+
+def summary_dim(cfg: ModelConfig) -> int:
+    """Width of the per-window summary input under a config."""
+    base = SUMMARY_DIM + (len(SUMMARY_EXTRA) if cfg.summary_extra else 0)
+    return base * (int(cfg.summary_absolute) + int(cfg.summary_relative))
 
 
 @dataclass
 class TraceFeatures:
-    """The model inputs of one trace cut into N windows (K = max_events per window)."""
+    """What the model reads of one trace cut into N windows (K = max_events per window), raw:
+    times in us and unscaled window measures, so that one cached file serves every config;
+    `inputs(cfg)` quantises and scales them."""
 
-    kernel: np.ndarray    # int32 [N, K]: index into `names` (0 = padding)
-    cpu_op: np.ndarray    # int32 [N, K]: index into `names` (0 = no parent CPU op)
-    delay: np.ndarray     # int16 [N, K]: quantised launch delay (time_vocab = unknown)
-    dur: np.ndarray       # int16 [N, K]: quantised duration
-    t_rel: np.ndarray     # float32 [N, K]: start within the window, in [0, 1]
-    stream: np.ndarray    # int16 [N, K]: stream rank in the trace
-    mask: np.ndarray      # bool [N, K]: real event (not padding)
-    n_events: np.ndarray  # int32 [N]: anchors in the window before the cap
-    summary: np.ndarray   # float32 [N, SUMMARY_DIM]
-    names: np.ndarray     # str [U]: local name table, names[0] = "" (none)
+    kernel: np.ndarray      # int32 [N, K]: index into `names` (0 = padding)
+    cpu_op: np.ndarray      # int32 [N, K]: index into `names` (0 = no parent CPU op)
+    delay_us: np.ndarray    # float32 [N, K]: launch delay (NaN = no linked launch)
+    dur_us: np.ndarray      # float32 [N, K]: duration
+    gap_us: np.ndarray      # float32 [N, K]: GPU idle just before the event (no work on any stream)
+    dur_ref_us: np.ndarray  # float32 [N, K]: median duration of the event's name in the trace
+    t_rel: np.ndarray       # float32 [N, K]: start within the window, in [0, 1]
+    stream: np.ndarray      # int16 [N, K]: stream rank in the trace
+    mask: np.ndarray        # bool [N, K]: real event (not padding)
+    n_events: np.ndarray    # int32 [N]: anchors in the window before the cap
+    stats: np.ndarray       # float32 [N, len(STAT_KEYS)]: raw per-window measures
+    ref: np.ndarray         # float32 [len(REF_KEYS)]: the trace's typical delay and gap
+    width_us: np.ndarray    # float64 []: window width
+    names: np.ndarray       # str [U]: local name table, names[0] = "" (none)
     platform: str
-    start_us: np.ndarray  # float64 [N]: window starts (trace clock)
-    end_us: np.ndarray    # float64 [N]
+    start_us: np.ndarray    # float64 [N]: window starts (trace clock)
+    end_us: np.ndarray      # float64 [N]
 
     @property
     def n_windows(self) -> int:
         """N."""
         return int(self.kernel.shape[0])
+
+    def inputs(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
+        """The model's per-trace inputs under a config: quantised time levels (absolute, eq. 3;
+        relative to the trace's own typical values when `cfg.time_relative`) and the summary."""
+        out = {"summary": summary(self.stats, float(self.width_us), cfg)}
+        if cfg.time_absolute:
+            out["delay"] = quantize_time(self.delay_us, cfg)
+            out["dur"] = quantize_time(self.dur_us, cfg)
+        if cfg.time_relative:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out["delay_rel"] = quantize_ratio(self.delay_us / max(float(self.ref[0]), 1e-3), cfg)
+                out["gap_rel"] = quantize_ratio(self.gap_us / max(float(self.ref[1]), 1e-3), cfg)
+                out["dur_rel"] = quantize_ratio(self.dur_us / np.maximum(self.dur_ref_us, 1e-3), cfg)
+        pad = ~self.mask
+        for k in ("delay", "dur", "delay_rel", "gap_rel", "dur_rel"):
+            if k in out:
+                out[k][pad] = cfg.time_vocab
+        return out
 
     def save(self, path: Path) -> None:
         """Write as .npz (atomically)."""
@@ -128,6 +224,36 @@ def _diverse_pick(names: np.ndarray, ptr: np.ndarray, count: np.ndarray, k: int)
     return np.flatnonzero(rank < k)
 
 
+def _per_row_context(t: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every row: GPU idle just before it (GPU work rows; 0 elsewhere), the median duration
+    of GPU work with its name, and the trace's reference values (REF_KEYS)."""
+    gap = np.zeros(len(t.ts))
+    name_med = np.zeros(len(t.ts))
+    rows = t.gpu_work_rows
+    ref = np.ones(len(REF_KEYS), np.float32)
+    if not len(rows):
+        return gap, name_med, ref
+    order = rows[np.argsort(t.ts[rows], kind="stable")]
+    ends = np.maximum.accumulate(t.end[order])
+    g = np.zeros(len(order))
+    g[1:] = np.maximum(t.ts[order][1:] - ends[:-1], 0.0)
+    gap[order] = g
+    # median duration per name: sort by (name, dur), take each group's lower middle
+    codes, durs = t.name[rows], t.dur[rows]
+    o = np.lexsort((durs, codes))
+    c_s = codes[o]
+    starts = np.flatnonzero(np.r_[True, c_s[1:] != c_s[:-1]])
+    sizes = np.diff(np.r_[starts, len(o)])
+    med = durs[o][starts + (sizes - 1) // 2]
+    name_med[rows] = med[np.searchsorted(c_s[starts], codes)]
+    delay = t.launch_delay[rows]
+    delay = delay[np.isfinite(delay)]
+    positive = g[g > 0]
+    ref[0] = np.median(delay) if len(delay) else 1.0
+    ref[1] = np.median(positive) if len(positive) else 1.0
+    return gap, name_med, ref
+
+
 def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     """The model inputs for one trace's windows (vectorised; no per-event Python loop)."""
     t = windows.trace
@@ -157,6 +283,7 @@ def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
         if len(streams) else np.zeros(len(r), np.int64)
     width = max(windows.width_us, 1e-9)
     t_rel = np.clip((t.ts[r] - windows.edges[win]) / width, 0.0, 1.0)
+    gap, name_med, ref = _per_row_context(t)
 
     def grid(values, dtype, fill=0):
         out = np.full((n, k), fill, dtype=dtype)
@@ -165,20 +292,22 @@ def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
 
     return TraceFeatures(
         kernel=grid(local_k, np.int32), cpu_op=grid(local_c, np.int32),
-        delay=grid(quantize_time(t.launch_delay[r], cfg), np.int16, cfg.time_vocab),
-        dur=grid(quantize_time(t.dur[r], cfg), np.int16, cfg.time_vocab),
+        delay_us=grid(t.launch_delay[r], np.float32, np.nan), dur_us=grid(t.dur[r], np.float32),
+        gap_us=grid(gap[r], np.float32), dur_ref_us=grid(name_med[r], np.float32),
         t_rel=grid(t_rel, np.float32), stream=grid(s_rank, np.int16),
         mask=grid(True, bool, False), n_events=count.astype(np.int32),
-        summary=window_summary(windows), names=names, platform=platform_of(t),
+        stats=raw_stats(windows), ref=ref, width_us=np.float64(windows.width_us),
+        names=names, platform=platform_of(t),
         start_us=windows.start_us.copy(), end_us=windows.end_us.copy(),
     )
 
 
-def batch_arrays(feats: list[TraceFeatures], platform_id, text_dim: int,
+def batch_arrays(feats: list[TraceFeatures], platform_id, cfg: ModelConfig,
                  text_table: dict[str, np.ndarray], platform_dropout: float = 0.0,
                  rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
     """Stack traces with the same N into one batch of model inputs; names become rows of one
     text table (row 0 = no name).  `platform_id`: platform name -> row of the model's table.
+    With `cfg.names_masked` every event is nameless (the names-masked ablation).
     `net.collate` is this, as torch tensors."""
     n = {f.n_windows for f in feats}
     if len(n) != 1:
@@ -186,28 +315,37 @@ def batch_arrays(feats: list[TraceFeatures], platform_id, text_dim: int,
     names: dict[str, int] = {"": 0}
     remaps = []
     for f in feats:
-        remaps.append(np.array([names.setdefault(str(s), len(names)) for s in f.names], np.int64))
-    text = np.zeros((len(names), text_dim), np.float32)
+        if cfg.names_masked:
+            remaps.append(np.zeros(len(f.names), np.int64))
+        else:
+            remaps.append(np.array([names.setdefault(str(s), len(names)) for s in f.names],
+                                   np.int64))
+    text = np.zeros((len(names), cfg.text_dim), np.float32)
     for s, i in names.items():
         if i:
             text[i] = text_table[s]
     platforms = [platform_id(f.platform) for f in feats]
     if platform_dropout > 0 and rng is not None:
         platforms = [0 if rng.random() < platform_dropout else p for p in platforms]
+    per_trace = [f.inputs(cfg) for f in feats]
 
     def stack(attr, dtype):
         return np.stack([getattr(f, attr) for f in feats]).astype(dtype)
 
-    return {
+    out = {
         "text": text,
         "kernel": np.stack([r[f.kernel] for r, f in zip(remaps, feats)]),
         "cpu_op": np.stack([r[f.cpu_op] for r, f in zip(remaps, feats)]),
-        "delay": stack("delay", np.int64), "dur": stack("dur", np.int64),
         "t_rel": stack("t_rel", np.float32), "stream": stack("stream", np.int64),
-        "mask": stack("mask", bool), "summary": stack("summary", np.float32),
+        "mask": stack("mask", bool),
         "platform": np.array(platforms, dtype=np.int64),
     }
+    for key in per_trace[0]:
+        dtype = np.float32 if key == "summary" else np.int64
+        out[key] = np.stack([p[key] for p in per_trace]).astype(dtype)
+    return out
 
 
-__all__ = ["SUMMARY_DIM", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays", "featurize",
-           "platform_of", "quantize_time", "window_summary"]
+__all__ = ["RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM", "TraceFeatures",
+           "UNKNOWN_PLATFORM", "batch_arrays", "featurize", "longest_idle", "platform_of",
+           "quantize_ratio", "quantize_time", "raw_stats", "summary", "summary_dim"]
