@@ -14,7 +14,8 @@ from traceap.dataset import PATTERNS, read_manifest, trace_path
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
-from traceap.model.features import (STAT_KEYS, SUMMARY_DIM, featurize, longest_idle,
+from traceap.model.features import (HOST_KINDS, STAT_KEYS, SUMMARY_DIM, featurize, host_pick,
+                                     longest_idle,
                                      quantize_ratio, quantize_time, summary_dim)
 from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
                                   svm_loss, total_loss, trace_loss)
@@ -118,6 +119,36 @@ def test_longest_idle_is_the_longest_gpu_gap_in_each_window(sample_windows):
         longest = max(longest, b - cur)
         assert got[w] == pytest.approx(longest, abs=1e-3)
     assert 0 < got.max() <= sample_windows.width_us + 1e-2   # float64 us on a ~1e15 clock
+
+
+def test_host_events_are_the_longest_distinct_names_of_each_window(sample_windows):
+    t, edges = sample_windows.trace, sample_windows.edges
+    win, rows = host_pick(t, edges, 4)
+    assert len(win) and np.bincount(win, minlength=sample_windows.n).max() <= 4
+    host = t.rows(*HOST_KINDS)
+    for w in np.unique(win)[:5]:
+        a, b = edges[w], edges[w + 1]
+        picked = rows[win == w]
+        assert (t.ts[picked] < b).all() and (t.end[picked] > a).all()
+        assert len({t.name[r] for r in picked}) == len(picked)          # one per name
+        assert (np.diff(t.ts[picked]) >= 0).all()                        # in start order
+        cand = host[(t.ts[host] < b) & (t.end[host] > a)]
+        inside = np.minimum(t.end[cand], b) - np.maximum(t.ts[cand], a)
+        best: dict[int, float] = {}
+        for r, x in zip(cand, inside):
+            best[t.name[r]] = max(best.get(t.name[r], 0.0), x)
+        top = sorted(best.values(), reverse=True)[:4]
+        got = sorted((min(t.end[r], b) - max(t.ts[r], a) for r in picked), reverse=True)
+        assert np.allclose(got, top)
+    cfg = replace(preset("small"), host_events=4)
+    f = featurize(sample_windows, cfg)
+    x = f.inputs(cfg)
+    k = cfg.max_events
+    assert x["kernel"].shape == (sample_windows.n, k + 4)
+    assert (x["stream"][:, k:][x["mask"][:, k:]] == cfg.max_streams).all()
+    assert (x["delay"][:, k:] == cfg.time_vocab).all()              # host events: no launch delay
+    names = {str(f.names[i]) for i in np.unique(x["kernel"][:, k:][x["mask"][:, k:]])}
+    assert any(n.startswith("ProfilerStep") for n in names) and any("cuda" in n for n in names)
 
 
 # -- model shapes -----------------------------------------------------------------------------

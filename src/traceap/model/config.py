@@ -44,6 +44,8 @@ class ModelConfig:
     time_relative: bool = False   # add delay, idle gap before the event and duration relative
     #                               to the trace's own typical values (other GPUs, batch sizes)
     name_dropout: float = 0.0     # train-time chance to hide an event's names (unseen models)
+    host_events: int = 0          # beyond the paper: also feed each window's dominant host events
+    #                               (CPU ops, annotations, runtime calls; features.host_pick)
     platform_embedding: bool = True  # False: one shared "unknown" platform for every trace
     # -- ablations (paper Table 5) ----------------------------------------------------------
     no_event_adapter: bool = False
@@ -127,6 +129,8 @@ class ModelConfig:
             raise ValueError("trace_pool must be 'mean' or 'topk'")
         if self.D % self.heads or (self.D // self.heads) % 4:
             raise ValueError("D / heads must be a multiple of 4 (2-D RoPE splits each head)")
+        if not 0 <= self.host_events <= 16:
+            raise ValueError("host_events must be between 0 and 16 (features.HOST_CAP)")
         if not (self.time_absolute or self.time_relative):
             raise ValueError("time_absolute and time_relative cannot both be off")
         if self.window_summary and not (self.summary_absolute or self.summary_relative):

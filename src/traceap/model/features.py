@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..trace import Trace, merged_intervals
+from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows
 from .config import ModelConfig
 
@@ -47,6 +47,12 @@ REF_KEYS = ("launch_delay_us", "gap_us")
 RATIO_SPAN = 1e3
 
 UNKNOWN_PLATFORM = "unknown"
+#: Host-side events kept per window in the features (config `host_events` uses up to this many).
+HOST_CAP = 16
+#: Kinds of host events: CPU ops, user annotations (DataLoader iteration, compiled regions,
+#: ProfilerStep) and runtime/driver calls (launches, copies, syncs).  Python frames are left
+#: out (thousands per step, named by file and line).
+HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
 
 
 def quantize_time(t_us: np.ndarray, cfg: ModelConfig) -> np.ndarray:
@@ -134,6 +140,37 @@ def summary_dim(cfg: ModelConfig) -> int:
     return base * (int(cfg.summary_absolute) + int(cfg.summary_relative))
 
 
+def host_pick(trace: Trace, edges: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, the host events that dominate it: of the host events (HOST_KINDS)
+    overlapping the window, the longest occurrence (time inside the window) of each distinct
+    name, the `cap` longest of those, in start order.  Returns (window, row) pairs."""
+    n = len(edges) - 1
+    rows = trace.rows(*HOST_KINDS)
+    ts, end = trace.ts[rows], trace.end[rows]
+    keep = (end > edges[0]) & (ts < edges[-1])
+    rows, ts, end = rows[keep], ts[keep], end[keep]
+    if not len(rows):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n - 1)
+    last = np.clip(np.searchsorted(edges, end, side="left") - 1, 0, n - 1)
+    span = np.maximum(last - first + 1, 1)
+    ev = np.repeat(np.arange(len(rows)), span)
+    win = np.repeat(first, span) + (np.arange(len(ev)) - np.repeat(np.cumsum(span) - span, span))
+    inside = np.minimum(end[ev], edges[win + 1]) - np.maximum(ts[ev], edges[win])
+    name = trace.name[rows[ev]]
+    o = np.lexsort((-inside, name, win))                      # per (window, name): longest first
+    w_s, n_s = win[o], name[o]
+    head = np.r_[True, (w_s[1:] != w_s[:-1]) | (n_s[1:] != n_s[:-1])]
+    o = o[head]
+    o = o[np.lexsort((-inside[o], win[o]))]                   # per window: longest first
+    w_s = win[o]
+    start = np.r_[True, w_s[1:] != w_s[:-1]]
+    first_pos = np.maximum.accumulate(np.where(start, np.arange(len(o)), 0))
+    o = o[(np.arange(len(o)) - first_pos) < cap]
+    o = o[np.lexsort((ts[ev[o]], win[o]))]                    # per window: in start order
+    return win[o], rows[ev[o]]
+
+
 @dataclass
 class TraceFeatures:
     """What the model reads of one trace cut into N windows (K = max_events per window), raw:
@@ -150,6 +187,12 @@ class TraceFeatures:
     stream: np.ndarray      # int16 [N, K]: stream rank in the trace
     mask: np.ndarray        # bool [N, K]: real event (not padding)
     n_events: np.ndarray    # int32 [N]: anchors in the window before the cap
+    host_name: np.ndarray   # int32 [N, H]: host events (`host_pick`), index into `names`
+    host_parent: np.ndarray  # int32 [N, H]: their enclosing host event's name (0 = none)
+    host_dur_us: np.ndarray  # float32 [N, H]: their whole duration
+    host_ref_us: np.ndarray  # float32 [N, H]: median duration of host events with that name
+    host_t_rel: np.ndarray  # float32 [N, H]: start within the window, clipped to [0, 1]
+    host_mask: np.ndarray   # bool [N, H]
     stats: np.ndarray       # float32 [N, len(STAT_KEYS)]: raw per-window measures
     ref: np.ndarray         # float32 [len(REF_KEYS)]: the trace's typical delay and gap
     width_us: np.ndarray    # float64 []: window width
@@ -164,21 +207,35 @@ class TraceFeatures:
         return int(self.kernel.shape[0])
 
     def inputs(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
-        """The model's per-trace inputs under a config: quantised time levels (absolute, eq. 3;
-        relative to the trace's own typical values when `cfg.time_relative`) and the summary."""
-        out = {"summary": summary(self.stats, float(self.width_us), cfg)}
+        """The model's per-trace inputs under a config: the event sequence of every window (its
+        GPU anchors, then with `cfg.host_events` its dominant host events on stream position
+        `max_streams`), quantised time levels (absolute, eq. 3; relative to the trace's own
+        typical values when `cfg.time_relative`) and the per-window summary."""
+        h = min(cfg.host_events, self.host_name.shape[1])
+        nan = np.full(self.host_dur_us[:, :h].shape, np.nan, np.float32)
+
+        def ev(gpu, host):
+            return np.concatenate([gpu, host[:, :h]], axis=1) if h else gpu
+
+        mask = ev(self.mask, self.host_mask)
+        delay_us = ev(self.delay_us, nan)
+        dur_us = ev(self.dur_us, self.host_dur_us)
+        out = {"kernel": ev(self.kernel, self.host_name), "cpu_op": ev(self.cpu_op, self.host_parent),
+               "t_rel": ev(self.t_rel, self.host_t_rel),
+               "stream": ev(self.stream, np.full(self.host_name.shape, cfg.max_streams, np.int16)),
+               "mask": mask, "summary": summary(self.stats, float(self.width_us), cfg)}
         if cfg.time_absolute:
-            out["delay"] = quantize_time(self.delay_us, cfg)
-            out["dur"] = quantize_time(self.dur_us, cfg)
+            out["delay"] = quantize_time(delay_us, cfg)
+            out["dur"] = quantize_time(dur_us, cfg)
         if cfg.time_relative:
             with np.errstate(invalid="ignore", divide="ignore"):
-                out["delay_rel"] = quantize_ratio(self.delay_us / max(float(self.ref[0]), 1e-3), cfg)
-                out["gap_rel"] = quantize_ratio(self.gap_us / max(float(self.ref[1]), 1e-3), cfg)
-                out["dur_rel"] = quantize_ratio(self.dur_us / np.maximum(self.dur_ref_us, 1e-3), cfg)
-        pad = ~self.mask
+                out["delay_rel"] = quantize_ratio(delay_us / max(float(self.ref[0]), 1e-3), cfg)
+                out["gap_rel"] = quantize_ratio(ev(self.gap_us, nan) / max(float(self.ref[1]), 1e-3), cfg)
+                out["dur_rel"] = quantize_ratio(
+                    dur_us / np.maximum(ev(self.dur_ref_us, self.host_ref_us), 1e-3), cfg)
         for k in ("delay", "dur", "delay_rel", "gap_rel", "dur_rel"):
             if k in out:
-                out[k][pad] = cfg.time_vocab
+                out[k][~mask] = cfg.time_vocab
         return out
 
     def save(self, path: Path) -> None:
@@ -254,6 +311,22 @@ def _per_row_context(t: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return gap, name_med, ref
 
 
+def _host_reference(t: Trace) -> np.ndarray:
+    """Per row: the median duration of host events (HOST_KINDS) with its name (0 elsewhere)."""
+    out = np.zeros(len(t.ts))
+    rows = t.rows(*HOST_KINDS)
+    if not len(rows):
+        return out
+    codes, durs = t.name[rows], t.dur[rows]
+    o = np.lexsort((durs, codes))
+    c_s = codes[o]
+    starts = np.flatnonzero(np.r_[True, c_s[1:] != c_s[:-1]])
+    sizes = np.diff(np.r_[starts, len(o)])
+    med = durs[o][starts + (sizes - 1) // 2]
+    out[rows] = med[np.searchsorted(c_s[starts], codes)]
+    return out
+
+
 def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     """The model inputs for one trace's windows (vectorised; no per-event Python loop)."""
     t = windows.trace
@@ -272,11 +345,25 @@ def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     parent = t.cpu_op[r] if len(r) else np.zeros(0, np.int64)
     k_codes = t.name[r]
     c_codes = np.where(parent >= 0, t.name[np.maximum(parent, 0)], -1)
-    used, inverse = np.unique(np.concatenate([k_codes, c_codes[c_codes >= 0]]), return_inverse=True)
-    local_k = inverse[:len(k_codes)] + 1
-    local_c = np.zeros(len(c_codes), np.int64)
-    local_c[c_codes >= 0] = inverse[len(k_codes):] + 1
+    h_win, h_rows = host_pick(t, windows.edges, HOST_CAP)
+    h_parent = t.parent[h_rows] if len(h_rows) else np.zeros(0, np.int64)
+    hn_codes = t.name[h_rows]
+    hp_codes = np.where(h_parent >= 0, t.name[np.maximum(h_parent, 0)], -1)
+    codes = [k_codes, c_codes, hn_codes, hp_codes]
+    used, inverse = np.unique(np.concatenate([c[c >= 0] for c in codes]), return_inverse=True)
+    local = []
+    at = 0
+    for c in codes:   # local index (1 + position in `used`), 0 where there is no name
+        li = np.zeros(len(c), np.int64)
+        ok = c >= 0
+        li[ok] = inverse[at:at + ok.sum()] + 1
+        at += ok.sum()
+        local.append(li)
+    local_k, local_c, local_hn, local_hp = local
     names = np.array([""] + [t.names[c] for c in used], dtype=str)
+    h_count = np.bincount(h_win, minlength=n)
+    h_slot = np.arange(len(h_win)) - np.repeat(np.cumsum(h_count) - h_count, h_count)
+    h_ref = _host_reference(t)
 
     streams = np.array(t.gpu_streams, dtype=np.int64)
     s_rank = np.minimum(np.searchsorted(streams, t.stream[r]), cfg.max_streams - 1) \
@@ -290,12 +377,21 @@ def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
         out[win, slot] = values
         return out
 
+    def hgrid(values, dtype, fill=0):
+        out = np.full((n, HOST_CAP), fill, dtype=dtype)
+        out[h_win, h_slot] = values
+        return out
+
     return TraceFeatures(
         kernel=grid(local_k, np.int32), cpu_op=grid(local_c, np.int32),
         delay_us=grid(t.launch_delay[r], np.float32, np.nan), dur_us=grid(t.dur[r], np.float32),
         gap_us=grid(gap[r], np.float32), dur_ref_us=grid(name_med[r], np.float32),
         t_rel=grid(t_rel, np.float32), stream=grid(s_rank, np.int16),
         mask=grid(True, bool, False), n_events=count.astype(np.int32),
+        host_name=hgrid(local_hn, np.int32), host_parent=hgrid(local_hp, np.int32),
+        host_dur_us=hgrid(t.dur[h_rows], np.float32), host_ref_us=hgrid(h_ref[h_rows], np.float32),
+        host_t_rel=hgrid(np.clip((t.ts[h_rows] - windows.edges[h_win]) / width, 0.0, 1.0), np.float32),
+        host_mask=hgrid(True, bool, False),
         stats=raw_stats(windows), ref=ref, width_us=np.float64(windows.width_us),
         names=names, platform=platform_of(t),
         start_us=windows.start_us.copy(), end_us=windows.end_us.copy(),
@@ -328,24 +424,16 @@ def batch_arrays(feats: list[TraceFeatures], platform_id, cfg: ModelConfig,
     if platform_dropout > 0 and rng is not None:
         platforms = [0 if rng.random() < platform_dropout else p for p in platforms]
     per_trace = [f.inputs(cfg) for f in feats]
-
-    def stack(attr, dtype):
-        return np.stack([getattr(f, attr) for f in feats]).astype(dtype)
-
-    out = {
-        "text": text,
-        "kernel": np.stack([r[f.kernel] for r, f in zip(remaps, feats)]),
-        "cpu_op": np.stack([r[f.cpu_op] for r, f in zip(remaps, feats)]),
-        "t_rel": stack("t_rel", np.float32), "stream": stack("stream", np.int64),
-        "mask": stack("mask", bool),
-        "platform": np.array(platforms, dtype=np.int64),
-    }
+    out = {"text": text, "platform": np.array(platforms, dtype=np.int64)}
+    dtypes = {"summary": np.float32, "t_rel": np.float32, "mask": bool}
     for key in per_trace[0]:
-        dtype = np.float32 if key == "summary" else np.int64
-        out[key] = np.stack([p[key] for p in per_trace]).astype(dtype)
+        if key in ("kernel", "cpu_op"):   # local name index -> row of the batch's text table
+            out[key] = np.stack([r[p[key]] for r, p in zip(remaps, per_trace)])
+        else:
+            out[key] = np.stack([p[key] for p in per_trace]).astype(dtypes.get(key, np.int64))
     return out
 
 
-__all__ = ["RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM", "TraceFeatures",
-           "UNKNOWN_PLATFORM", "batch_arrays", "featurize", "longest_idle", "platform_of",
+__all__ = ["HOST_CAP", "HOST_KINDS", "RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM",
+           "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays", "featurize", "host_pick", "longest_idle", "platform_of",
            "quantize_ratio", "quantize_time", "raw_stats", "summary", "summary_dim"]

@@ -39,8 +39,9 @@ from .losses import total_loss, trace_score
 from .net import TraceAPModel, collate
 from .text import TextEncoder, cache_dir
 
-#: Bumped whenever `featurize` writes different arrays (2: raw times and window measures).
-FEATURE_VERSION = 2
+#: Bumped whenever `featurize` writes different arrays (2: raw times and window measures;
+#: 3: host events).
+FEATURE_VERSION = 3
 
 
 @dataclass
