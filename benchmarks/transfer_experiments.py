@@ -50,6 +50,8 @@ RECIPES = {
     "relative": {"time_relative": True, "time_absolute": False, "summary_absolute": False,
                  "summary_relative": True, "summary_extra": True, "platform_embedding": False},
     "lr3e-3": {"lr": 3e-3},
+    "host8": {"host_events": 8},
+    "host16": {"host_events": 16},
     "n_all": {"windows": (50, 100, 200)},
     "n_100": {"windows": (100,)},
 }
@@ -74,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", type=Path, default=Path("benchmarks/out/cache"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save", type=Path, help="folder for each run's checkpoint")
+    ap.add_argument("--steps-per-epoch", type=int, help="default: one pass over the bad traces")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     ns = tuple(int(x) for x in args.windows.split(","))
@@ -110,7 +113,8 @@ def main(argv=None) -> int:
         mix = {"mix": (0.5, 0.5), "mix_real2": (1 / 3, 2 / 3), "mix_real3": (0.25, 0.75)}.get(data)
         t1, c1 = time.perf_counter(), time.process_time()
         model, log = fit(examples, cfg, table, mix=mix, val=[val_real, val_synth],
-                         val_windows=100, log=lambda m: print("  " + m, flush=True))
+                         val_windows=100, log=lambda m: print("  " + m, flush=True),
+                         steps_per_epoch=args.steps_per_epoch)
         best = log.epochs[(log.best_epoch or len(log.epochs)) - 1]
         row = {"run": run, "best_epoch": log.best_epoch, "steps": log.steps,
                "seconds": round(time.perf_counter() - t1, 1),

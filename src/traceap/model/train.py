@@ -203,14 +203,16 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
         mix: Sequence[float] | None = None,
         val: Sequence[Sequence[Example]] = (), val_windows: int = 100,
         val_text_table: dict[str, np.ndarray] | None = None,
+        steps_per_epoch: int | None = None,
         ) -> tuple[TraceAPModel, TrainLog]:
     """Train a fresh model on examples (each with features at every N in cfg.windows).
 
     `mix`: sampling weight of each example group (dataset) for the bad traces of a step
     (default: in proportion to their bad traces).  `val`: validation example lists (with
     window labels), scored after every epoch at `val_windows`; the best epoch (mean
-    `validation_metrics` score over the lists) is the model returned.  `on_epoch(model, log)`
-    runs after every epoch (e.g. to save a checkpoint)."""
+    `validation_metrics` score over the lists) is the model returned.  An epoch is
+    `steps_per_epoch` steps (default: enough pairs to show every bad trace, or every good one,
+    once).  `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint)."""
     goods = [i for i, x in enumerate(examples) if x.label == 0]
     bads = [i for i, x in enumerate(examples) if x.label == 1]
     if not goods or not bads:
@@ -231,7 +233,7 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     pairs = cfg.batch_size // 2
-    per_epoch = math.ceil(max(len(goods), len(bads)) / pairs)
+    per_epoch = steps_per_epoch or math.ceil(max(len(goods), len(bads)) / pairs)
     epochs = cfg.epochs if epochs is None else epochs
     total = max(1, per_epoch * epochs if max_steps is None else min(per_epoch * epochs, max_steps))
     warmup = max(1, min(50, total // 20))
