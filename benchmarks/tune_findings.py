@@ -1,6 +1,6 @@
 """Choose the finding cut-offs (`traceap.findings.SeverityConfig`) on a dataset's validation split.
 
-    .venv/bin/python benchmarks/tune_findings.py --dataset datasets/real_injected
+    .venv/bin/python benchmarks/tune_findings.py --dataset datasets/real
     .venv/bin/python benchmarks/tune_findings.py --dataset /tmp/ds --split test_seen  # smoke test
 
 Reads DATASET/manifest.jsonl (docs/FORMATS.md: `split`, `label`, `patterns`), analyses every trace
@@ -11,8 +11,10 @@ cut-offs on those numbers:
 - min_gain_pct: the largest floor that still reports >= 99% of the labelled patterns' findings
   on bad traces (a floor that hides real anti-patterns is too high);
 - medium_pct: the cut that makes the labelled pattern medium-or-high on the most bad traces
-  while healthy (label good) traces keep at most --max-healthy (0.5) medium-or-high findings
-  per trace; ties go to the higher cut (fewer alarms), then to trace-level agreement;
+  while healthy (label good) traces keep at most --max-healthy (0.1; issue 14 allows 0.5 on
+  the test split, but a validation split with a dozen healthy traces pins the rate down only
+  to about +-0.25, so the choice keeps that margin) medium-or-high findings per trace; ties go
+  to the higher cut (fewer alarms), then to trace-level agreement;
 - high_pct: the smallest cut >= 2 x medium at which healthy traces keep at most
   --max-healthy-high (0.1) high findings per trace.
 
@@ -149,8 +151,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="the split to tune on (validation; another only as a smoke test)")
     ap.add_argument("--detector", default=None, help="detector name (default: the analysis default)")
     ap.add_argument("--windows", type=int, default=100)
-    ap.add_argument("--max-healthy", type=float, default=0.5,
-                    help="medium-or-high findings per healthy trace allowed (issue 14: 0.5)")
+    ap.add_argument("--max-healthy", type=float, default=0.1,
+                    help="medium-or-high findings per healthy trace allowed (issue 14 allows "
+                         "0.5 on test; 0.1 leaves the margin a dozen healthy traces need)")
     ap.add_argument("--max-healthy-high", type=float, default=0.1)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)

@@ -20,6 +20,7 @@ from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall
 from traceap.dataset import PATTERNS
 from traceap.errors import TraceapError
+from traceap.patterns import REGISTRY
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
@@ -68,7 +69,10 @@ def test_analysis_json_keeps_formats_v1_and_adds_keys(ddp_analysis):
 
 def test_ddp_findings_ranked_by_gain_with_numbers_and_fixes(ddp_analysis):
     f = ddp_analysis.findings
-    assert [x.pattern for x in f] == ["cpu_bound", "nccl_compute_no_overlap"]
+    # The GPU waits for the framework's dispatch all through this small-CNN run: said once as
+    # the run's nature (a note), not as a cpu_bound anomaly (issue 13).
+    assert [x.pattern for x in f] == ["nccl_compute_no_overlap"]
+    assert any(n.startswith("launch-bound run:") for n in ddp_analysis.notes)
     assert [x.rank for x in f] == list(range(1, len(f) + 1))
     assert all(a.gain_pct >= b.gain_pct for a, b in zip(f, f[1:]))
     # The issue's complaint: 16 event syncs of 51 us in all blamed for an 8 ms gap, under a
@@ -76,7 +80,6 @@ def test_ddp_findings_ranked_by_gain_with_numbers_and_fixes(ddp_analysis):
     assert "excessive_memcpy" not in {x.pattern for x in f}
     # Severity follows the share of the step each fix gains, by the one rule.
     assert all(x.severity == SEVERITY.severity(x.gain_pct) for x in f)
-    assert f[0].severity == "high" and f[0].gain_pct > 50  # the GPU waits for the host
     for x in f:
         assert any(ch.isdigit() for ch in x.evidence) and "window" in x.evidence
         assert x.fix and x.title and x.start_us < x.end_us
@@ -275,7 +278,9 @@ def test_note_suggests_more_windows_when_windows_span_steps(ddp):
 
 
 class _HeadDetector:
-    """The expert detector plus a learned pattern head that believes in graph breaks."""
+    """The expert detector plus a learned pattern head that believes in graph breaks (which
+    the DDP sample has no trace of: nothing is compiled) and in CPU-bound windows (which its
+    rule sees, weakly, in a few windows)."""
 
     name = "headed"
     threshold = 0.5
@@ -288,25 +293,46 @@ class _HeadDetector:
         return ExpertDetector().score_windows(windows)
 
     def pattern_probabilities(self, windows):
-        return {p: np.full(windows.n, 1.0 if p == "graph_break" else 0.0) for p in PATTERNS}
+        return {p: np.full(windows.n, 1.0 if p in ("graph_break", "cpu_bound") else 0.0)
+                for p in PATTERNS}
 
 
 def test_offline_classifier_blends_a_detectors_pattern_head(ddp):
     det = _HeadDetector()
     w = Windows(ddp, 100)
-    clf = make_classifier("offline", pattern_head=det.pattern_probabilities)
+    clf = make_classifier("offline", pattern_head=det.pattern_probabilities, head_weight=0.5)
     flagged = np.flatnonzero(det.score_windows(w) >= 0.5)
     calls = clf.classify(w, flagged.tolist(), det.score_windows(w))
-    # cpu_bound windows score 0.85 by rule (0.43 blended) < graph_break's 0.5 from the head.
-    assert "graph_break" in {c.pattern for c in calls}
-    # ... but a name without a measured cost never becomes a finding (a weak checkpoint's
-    # "0 us lost, 0 of 0 kernels" finding must not show), and its windows stay unnamed.
+    named = {c.pattern for c in calls}
+    # Where the rule sees some Python-bound idle, the head's belief tips the name (0.5 + rule
+    # vs the exposed all-reduce's 0.5) ...
+    assert "cpu_bound" in named
+    # ... but a head never names a mechanism the trace has no trace of (no compiled region).
+    assert "graph_break" not in named
     a = analyze(ddp, n_windows=100, detector=det)
     assert any("model's pattern scores" in n for n in a.notes)
     assert "graph_break" not in {f.pattern for f in a.findings}
     assert "graph_break" not in {x.pattern for x in a.windows if x.pattern}
-    assert any("graph_break not reported" in n for n in a.notes)
     assert all(f.time_lost_us > 0 and f.numbers.get("time_lost_us", 0) > 0 for f in a.findings)
+
+
+def test_offline_classifier_names_a_window_after_the_evidence_next_door(ddp):
+    """A stall's lead-in or tail spills into the next window: a window with no mechanism of its
+    own is named after the evidence one window away; far from any, it is a false alarm."""
+    w = Windows(ddp, 100)
+    own = np.stack([REGISTRY[p].score_windows(w) for p in PATTERNS])
+    best = own.max(axis=0)
+    strong = best >= 0.5
+    nxt = [i for i in range(1, w.n - 1)
+           if best[i] < 0.15 and (strong[i - 1] or strong[i + 1])]
+    far = [i for i in range(3, w.n - 3) if best[i - 3:i + 4].max() < 0.15]
+    assert nxt and far
+    calls = make_classifier("offline").classify(w, nxt + far[:1], best)
+    for c in calls[:-1]:
+        i = c.window
+        j = i - 1 if best[i - 1] >= best[i + 1] else i + 1
+        assert c.pattern == PATTERNS[int(own[:, j].argmax())] and not c.false_alarm
+    assert calls[-1].false_alarm and calls[-1].pattern is None
 
 
 # -- a newcomer's first hour: options, output folders, notes ----------------------------------

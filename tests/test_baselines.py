@@ -10,11 +10,11 @@ import pytest
 import traceap
 from traceap.detectors import Detector
 from traceap.detectors.clustering import ClusteringDetector, window_features
-from traceap.detectors.expert import ExpertDetector
+from traceap.detectors.expert import NEARBY_REACH, NEARBY_WEIGHT, ExpertDetector
 from traceap.detectors.registry import DETECTOR_NAMES, make_detector
 from traceap.detectors.rule import RuleDetector
 from traceap.errors import TraceapError
-from traceap.patterns import REGISTRY
+from traceap.patterns import REGISTRY, nearby
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
@@ -107,9 +107,12 @@ def test_clustering_fit_prefers_good_traces(ddp):
 def test_expert_is_the_max_of_pattern_scores(ddp):
     w = Windows(ddp, 100)
     s = ExpertDetector().score_windows(w)
-    stack = np.stack([p.score_windows(w) for p in REGISTRY.values()])
-    assert np.allclose(s, stack.max(axis=0))
-    only = ExpertDetector(patterns=["cpu_bound"]).score_windows(w)
-    assert np.allclose(only, REGISTRY["cpu_bound"].score_windows(w))
+    own = np.stack([p.score_windows(w) for p in REGISTRY.values()]).max(axis=0)
+    # Evidence next door raises a window's rank, never its flag.
+    assert np.allclose(s, nearby(own, NEARBY_WEIGHT, NEARBY_REACH))
+    assert np.array_equal(s >= 0.5, own >= 0.5) and (s >= own).all()
+    assert np.allclose(ExpertDetector(nearby_reach=0).score_windows(w), own)
+    only = ExpertDetector(patterns=["nccl_compute_no_overlap"], nearby_weight=0.0)
+    assert np.allclose(only.score_windows(w), REGISTRY["nccl_compute_no_overlap"].score_windows(w))
     with pytest.raises(TraceapError, match="unknown pattern"):
         ExpertDetector(patterns=["slow"])

@@ -21,7 +21,7 @@ from .conftest import SAMPLE
 def test_hybrid_is_the_stack_of_model_and_rules(sample_trace, tmp_path):
     w = Windows(sample_trace, 100)
     model = ModelDetector().score_windows(w)
-    rules = ExpertDetector().score_windows(w)
+    rules = ExpertDetector(nearby_reach=0).score_windows(w)
     p = HybridParams.read()
     assert p == HybridParams.read(bundled_params_path())
     logit = lambda x: np.log(np.clip(x, p.eps, 1 - p.eps)) - np.log1p(-np.clip(x, p.eps, 1 - p.eps))

@@ -42,6 +42,8 @@ def measured_idle(trace: Trace) -> float:
     if trace.steps:
         lo = min(lo, min(s.start_us for s in trace.steps))
         hi = max(hi, max(s.end_us for s in trace.steps))
+    else:  # the first batch the GPU waited for
+        lo = min(lo, idle.first_batch_start(trace, lo))
     kind = trace.kind[g]
     busy = g[((kind == Kind.KERNEL) & ~trace.is_nccl[g]) | (kind == Kind.GPU_MEMSET)
              | np.isin(trace.copy_kind[g], (CopyKind.DTOD, CopyKind.PTOP))]
@@ -144,9 +146,8 @@ def test_warmup_claims_its_time_before_the_launch_bound_host(ddp):
     assert after.by_cause["launch_bound"] == pytest.approx(
         before.by_cause["launch_bound"] - moved, abs=1.0)
     assert after.total_us == pytest.approx(before.total_us)
-    cpu = lambda a: next(f for f in a.findings if f.pattern == "cpu_bound")  # noqa: E731
-    assert cpu(analyze(t, detector="expert")).time_lost_us == pytest.approx(
-        after.by_mechanism["launch_bound"])
+    # DDP's own bookkeeping is the framework's dispatch, not user Python: no cpu_bound finding.
+    assert "cpu_bound" not in [f.pattern for f in analyze(t, detector="expert").findings]
 
 
 @needs_shared
@@ -162,6 +163,31 @@ def test_first_multiprocess_next_far_longer_than_the_rest_is_worker_startup():
     cols["dur"] = dur
     slow = Trace(t.names, cols, copy.copy(t.meta), list(t.steps))
     assert "DataLoader worker start-up" in idle.warmup_intervals(slow)[2]
+
+
+def test_python_between_calls_is_cpu_bound_and_dispatch_is_the_steady_state():
+    """A launch-bound small model: nearly all its idle time is the framework dispatching op
+    after op (launch_bound, no pattern); the user's Python between calls (python_host, the
+    cpu_bound pattern's time) is a small part."""
+    t = traceap.load(DATA / "particle_transformer_bs8.json.gz")
+    acc = check_partition(t)
+    assert acc.by_mechanism["launch_bound"] > 0.8 * acc.total_us
+    assert acc.by_pattern["cpu_bound"] == acc.by_mechanism["python_host"] < 0.1 * acc.total_us
+    assert idle.launch_bound_note(acc).startswith("launch-bound run:")
+
+
+@needs_shared
+def test_a_host_that_records_nothing_is_not_explained_not_launch_bound():
+    """particle_transformer's gpu_working trace: after its first kernel the host records no op
+    and no runtime call for 370 ms (set-up the profiler did not see).  The GPU idle then is not
+    launch overhead: nothing in the trace says what the host did."""
+    t = traceap.load(SHARED_TRACES / "harryjmoss__particle_transformer/gpu_working_chrome_trace.json.gz")
+    acc = check_partition(t)
+    h0, h1 = idle.unrecorded_host(t, idle.IdleConfig().unrecorded_host_us)
+    assert (h1 - h0).max() > 300_000
+    assert acc.by_mechanism["unrecorded_host"] > 300_000
+    assert acc.by_cause["launch_bound"] < 0.1 * acc.by_mechanism["unrecorded_host"]
+    assert acc.by_cause["not_explained"] >= acc.by_mechanism["unrecorded_host"]
 
 
 # -- must show: the bundled sample -----------------------------------------------------------------
@@ -203,7 +229,9 @@ def test_terminal_html_json_and_info_show_the_same_figures(ddp):
     parts = re.findall(r'<a (?:href="#(r0-f\d+)" )?class="idle-part[^"]*" data-cause="(\w+)"', html)
     assert {c for _, c in parts} == {"busy"} | {c for c, v in acc.by_cause.items() if v > 0}
     links = {c: h for h, c in parts if h}
-    assert links["launch_bound"] == f"r0-f{[f.pattern for f in a.findings].index('cpu_bound')}"
+    named = [f.pattern for f in a.findings]
+    assert links.get("launch_bound") == (f"r0-f{named.index('cpu_bound')}"
+                                         if "cpu_bound" in named else None)
     assert links["communication"] == (
         f"r0-f{[f.pattern for f in a.findings].index('nccl_compute_no_overlap')}")
     for h in links.values():

@@ -16,6 +16,7 @@ import pytest
 
 import traceap
 from traceap.dataset import PATTERNS
+from traceap.idle import idle_gaps
 from traceap.patterns import REGISTRY, Evidence, runs_of
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
@@ -86,6 +87,28 @@ def blocking_copies(trace: Trace, rows: np.ndarray) -> np.ndarray:
     return dur
 
 
+#: Particle Transformer inference at batch 8 (no profiler steps; launch-bound), the base
+#: traces planted into below.
+PARTICLE = DATA / "particle_transformer_bs8.json.gz"
+
+
+def planted(base_path, pattern: str, tmp_path_factory, seed: int = 7) -> tuple[Trace, list]:
+    """A real trace with `pattern` planted by its mechanism (`traceap.inject`), and where."""
+    from traceap.inject import Base, Doc, inject_one
+    out = inject_one(Base.of(Doc(base_path), base_path.name), pattern,
+                     np.random.default_rng([seed, PATTERNS.index(pattern)]))
+    path = tmp_path_factory.mktemp("planted") / f"{pattern}.json.gz"
+    path.write_bytes(out.data)
+    return traceap.load(path), list(out.anomalies)
+
+
+def labelled(w: Windows, anomalies) -> np.ndarray:
+    y = np.zeros(w.n, dtype=bool)
+    for a, b in anomalies:
+        y[w.overlapping(a, b)] = True
+    return y
+
+
 # -- the registry contract ----------------------------------------------------------------------
 def test_registry_has_the_eight_ids_with_title_fix_and_scores(ddp):
     assert tuple(REGISTRY) == PATTERNS
@@ -117,10 +140,29 @@ def test_dataloading_found_in_dlrm_with_num_workers_0(dlrm):
     assert len(idx) >= 3
     loader = rows_where(dlrm, lambda n: "_SingleProcessDataLoaderIter" in n)
     w = Windows(dlrm, 100)
-    inside = w.overlapping(float(dlrm.ts[loader].min()), float(dlrm.end[loader].max()))
-    assert set(idx) <= set(inside)  # found exactly where __next__ runs
+    # Found where __next__ runs and in the rest of the GPU gap it leaves (the batch turned
+    # into tensors and uploaded before the first kernel): no further.
+    gs, ge = idle_gaps(dlrm)
+    held = (gs < dlrm.end[loader].max()) & (ge > dlrm.ts[loader].min())
+    inside = w.overlapping(float(gs[held].min()), float(ge[held].max()))
+    assert set(idx) <= set(inside)
+    assert set(w.overlapping(float(dlrm.ts[loader].min()), float(dlrm.end[loader].max()))) <= set(idx)
     ev = REGISTRY["single_process_dataloading"].evidence(w, idx)
     assert "num_workers=0" in ev.text and ev.time_lost_us > 500
+
+
+def test_planted_loader_stalls_found_with_the_first_batch_and_the_upload(tmp_path_factory):
+    """num_workers=0 stalls planted into a real trace without profiler steps: found where the
+    GPU waits, including the first batch (loaded before any GPU work: the GPU waits for it
+    too) and the rest of each gap (the batch's upload and the relaunch after it)."""
+    t, anomalies = planted(PARTICLE, "single_process_dataloading", tmp_path_factory)
+    w = Windows(t, 100)
+    y = labelled(w, anomalies)
+    s = REGISTRY["single_process_dataloading"].score_windows(w)
+    assert s[np.flatnonzero(y)[0]] >= FLAG           # the first batch
+    assert (s[y] >= FLAG).mean() >= 0.9 and (s[~y] >= FLAG).sum() == 0
+    acc = traceap.idle.measure(t)
+    assert acc.gpu_span[0] < float(t.ts[t.gpu_work_rows].min())
 
 
 def test_dataloading_silent_without_loader_and_weaker_with_workers(dlrm, ddp):
@@ -176,6 +218,17 @@ def test_excessive_memcpy_found_on_synchronous_copies(ddp):
     assert len(idx) >= 3 * max(1, len(flagged(ddp, "excessive_memcpy")))
     ev = REGISTRY["excessive_memcpy"].evidence(Windows(t, 100), idx)
     assert ev.numbers["n_dtoh"] > 100 and ev.numbers["n_sync"] > 100
+
+
+def test_planted_item_syncs_found_across_the_gaps_they_leave(tmp_path_factory):
+    """8-32 `.item()` per pass planted into a real trace: each drains the queue and the GPU
+    waits for the relaunch; a burst's gaps reach windows where no sync starts, and those are
+    the habit's too."""
+    t, anomalies = planted(PARTICLE, "excessive_memcpy", tmp_path_factory)
+    w = Windows(t, 100)
+    y = labelled(w, anomalies)
+    s = REGISTRY["excessive_memcpy"].score_windows(w)
+    assert (s[y] >= FLAG).mean() >= 0.9 and (s[~y] >= FLAG).sum() <= 2
 
 
 def test_excessive_memcpy_silent_on_quiet_and_dtod(gemm, ddp):
@@ -277,16 +330,33 @@ def test_graph_break_silent_without_compile_or_for_one_reused_frame(ddp):
 
 
 # -- cpu_bound ------------------------------------------------------------------------------------
-def test_cpu_bound_found_at_small_batch():
-    t = traceap.load(DATA / "particle_transformer_bs8.json.gz")
-    idx = flagged(t, "cpu_bound")
-    assert len(idx) >= 10
-    ev = REGISTRY["cpu_bound"].evidence(Windows(t, 100), idx)
-    assert ev.numbers["n_short_kernels"] > ev.numbers["n_kernels"] / 2
+def test_launch_bound_small_model_inference_is_not_an_anomaly():
+    """Particle Transformer inference at batch 8: the GPU waits for the host most of the time,
+    in the framework's own dispatch, op after op.  That is the steady state of a small model
+    (the idle account says it: launch-bound host), not a cpu_bound anomaly in some windows."""
+    from traceap.analysis import analyze
+    t = traceap.load(PARTICLE)
+    assert len(flagged(t, "cpu_bound")) <= 1  # at most a stray stretch of user Python
+    a = analyze(t, detector="expert")
+    assert "cpu_bound" not in [f.pattern for f in a.findings if f.severity != "low"]
+    assert a.idle.by_cause["launch_bound"] > 0.8 * a.idle.total_us
+
+
+def test_cpu_bound_found_where_python_between_ops_is_planted(tmp_path_factory):
+    """The same trace with the Python before a stretch of forward ops made 2-6x longer: found
+    there (the GPU waits for Python, far beyond the trace's own rhythm), hardly elsewhere."""
+    t, anomalies = planted(PARTICLE, "cpu_bound", tmp_path_factory)
+    w = Windows(t, 100)
+    y = labelled(w, anomalies)
+    s = REGISTRY["cpu_bound"].score_windows(w)
+    assert (s[y] >= FLAG).mean() >= 0.6
+    assert (s[~y] >= FLAG).sum() <= 2
+    ev = REGISTRY["cpu_bound"].evidence(w, np.flatnonzero(s >= FLAG))
+    assert ev.numbers["python_between_calls_us"] > 0.3 * ev.numbers["gpu_waiting_for_cpu_us"]
 
 
 def test_cpu_bound_silent_when_kernels_are_long(gemm):
-    t = traceap.load(DATA / "particle_transformer_bs8.json.gz")
+    t = traceap.load(PARTICLE)
     k = t.rows(Kind.KERNEL)
     dur = t.dur.copy()
     dur[k] = dur[k] * 200.0  # the same launches, each kernel now fills the gap behind it
@@ -295,11 +365,10 @@ def test_cpu_bound_silent_when_kernels_are_long(gemm):
 
 
 @needs_shared
-def test_cpu_bound_follows_batch_size_in_real_traces():
+def test_cpu_bound_silent_on_healthy_batch_size_sweep():
     base = "harryjmoss__particle_transformer/run1_chrome_traces__single_epoch_forward_pass_batch_size_{}.json.gz"
-    small, big = shared(base.format(2)), shared(base.format(512))
-    assert len(flagged(small, "cpu_bound")) > 20
-    assert len(flagged(big, "cpu_bound")) == 0
+    for bs in (2, 512):
+        assert len(flagged(shared(base.format(bs)), "cpu_bound")) == 0, bs
 
 
 # -- small_nccl_kernels ---------------------------------------------------------------------------
@@ -434,11 +503,12 @@ def test_healthy_simulated_run_raises_no_configuration_pattern(world_size, tmp_p
             assert len(hits) <= 1, (pid, hits)
 
 
-def test_thresholds_live_in_each_patterns_config(ddp):
+def test_thresholds_live_in_each_patterns_config(dlrm):
     """Each rule's thresholds are one frozen dataclass; another instance can use others."""
-    from traceap.patterns.cpu_bound import CpuBound, CpuBoundConfig
-    w = Windows(ddp, 100)
-    default = REGISTRY["cpu_bound"].score_windows(w)
-    strict = CpuBound(CpuBoundConfig(starved_lo=0.9, starved_hi=0.99)).score_windows(w)
+    from traceap.patterns.single_process_dataloading import LoaderConfig, SingleProcessDataloading
+    w = Windows(dlrm, 100)
+    pid = "single_process_dataloading"
+    default = REGISTRY[pid].score_windows(w)
+    strict = SingleProcessDataloading(LoaderConfig(idle_lo=0.9, idle_hi=0.99)).score_windows(w)
     assert (strict >= FLAG).sum() < (default >= FLAG).sum()
-    assert np.array_equal(REGISTRY["cpu_bound"].score_windows(w), default)  # caches kept apart
+    assert np.array_equal(REGISTRY[pid].score_windows(w), default)  # caches kept apart

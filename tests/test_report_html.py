@@ -432,15 +432,15 @@ def test_browser_draws_the_timeline_without_errors(browser, analysis, tmp_path):
                         "copied")
     # The idle bar above the timeline: a cause's part opens the finding its time belongs to.
     browser.js("document.querySelectorAll('.card.flash').forEach(c => c.classList.remove('flash'))")
-    part = "a.idle-part[data-cause='launch_bound']"
+    part = "a.idle-part[data-cause='communication']"
     card = browser.js(f"document.querySelector(\"{part}\").getAttribute('href')")[1:]
-    assert card == f"r0-f{[f.pattern for f in analysis.findings].index('cpu_bound')}"
+    assert card == f"r0-f{[f.pattern for f in analysis.findings].index('nccl_compute_no_overlap')}"
     browser.click(part)
     assert browser.js(f"document.getElementById('{card}').classList.contains('flash')")
     width = browser.js(f"document.querySelector(\"{part}\").getBoundingClientRect().width")
     bar = browser.js("document.querySelector('.idle-bar').getBoundingClientRect().width")
     acc = analysis.idle
-    assert width / bar == pytest.approx(acc.by_cause["launch_bound"] / acc.span_us, abs=0.01)
+    assert width / bar == pytest.approx(acc.by_cause["communication"] / acc.span_us, abs=0.01)
     assert browser.errors() == []
 
 

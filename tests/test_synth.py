@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import numpy as np
 
 import traceap
 from traceap.dataset import PATTERNS, read_manifest, trace_path, window_labels
@@ -27,14 +28,18 @@ def _digest(folder) -> dict[str, str]:
 
 
 def test_split_counts_follow_the_paper():
-    assert split_counts(610) == {"train": 460, "test_seen": 75, "test_unseen": 75}
+    # the paper's 460 training traces become 400 train + 60 validation (FORMATS.md splits)
+    assert split_counts(610) == {"train": 400, "validation": 60, "test_seen": 75, "test_unseen": 75}
     c = split_counts(40)
     assert sum(c.values()) == 40 and min(c.values()) >= 1
+    c = split_counts(3)
+    assert c["validation"] == 0 and sum(c.values()) == 3 and min(c[s] for s in c if s != "validation") == 1
 
 
 def test_default_plan_mixes_tasks_platforms_world_sizes_and_patterns():
     jobs = plan(SynthConfig())
     assert sum(j.world_size for j in jobs) == 610
+    assert sum(j.world_size for j in jobs if j.split == "validation") == 60
     seen = {j.task for j in jobs if j.split != "test_unseen"}
     unseen = {j.task for j in jobs if j.split == "test_unseen"}
     assert seen == {"image_classification", "object_detection", "image_segmentation"}
@@ -52,7 +57,7 @@ def test_dataset_is_valid_and_loads(tmp_path):
     rep = generate(tmp_path / "ds", SynthConfig(traces=8, seed=3))
     entries = read_manifest(tmp_path / "ds")
     assert rep.n_traces == len(entries) == 8
-    assert {e.split for e in entries} == {"train", "test_seen", "test_unseen"}
+    assert {e.split for e in entries} == {"train", "validation", "test_seen", "test_unseen"}
     for e in entries:
         t = traceap.load(trace_path(tmp_path / "ds", e))
         assert len(t.steps) in (2, 3)
@@ -197,3 +202,43 @@ def test_synth_refuses_a_file_in_the_way_even_with_overwrite(tmp_path):
     with pytest.raises(DatasetError, match="not written by traceap synth"):
         generate(ds, SynthConfig(traces=4, seed=1), overwrite=True)
     assert (ds / first).read_bytes() == b"not ours"
+
+
+def test_nccl_kernel_names_follow_the_library_version():
+    """Three dialects of NCCL kernel names, as real traces spell them (2.10, 2.12-2.18, 2.19+)."""
+    from traceap.synth.ops import nccl_kernel
+    from traceap.trace import is_nccl_name
+
+    names = [nccl_kernel("AllReduce", "fp32", "LL", "2.21.5"),
+             nccl_kernel("AllReduce", "fp32", "LL", "2.14.3"),
+             nccl_kernel("AllReduce", "fp32", "LL128", "2.10.3"),
+             nccl_kernel("Broadcast", "i8", "LL", "2.14.3"),
+             nccl_kernel("AllGather", "bf16", "LL", "2.21.5"),
+             nccl_kernel("ReduceScatter", "bf16", "SIMPLE", "2.19.3")]
+    assert names == [
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+        "ncclKernel_AllReduce_RING_LL128_Sum_float(ncclWorkElem)",
+        "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+        "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        "ncclDevKernel_ReduceScatter_Sum_bf16_RING_SIMPLE(ncclDevKernelArgsStorage<4096ul>)"]
+    assert all(is_nccl_name(n) for n in names)
+
+
+def test_cnn_kernel_mix_and_launch_calls_look_like_real_ones():
+    """An fp32 ResNet-50 on an A100 runs 1x1 convolutions as CUTLASS GEMMs and its linear head
+    through cuBLAS (TF32 off), as the HTA A100 DDP trace does; launch calls have a long tail."""
+    m = all_models()["resnet50"]
+    res = simulate(RunConfig(m, PLATFORMS["a100"], 32, 224, steps=2, seed=4, t0_us=1e12))
+    kernels = [e for e in res.events if e.get("cat") == "kernel"]
+    names = {e["name"] for e in kernels}
+    assert any("cutlass_80_tensorop_s1688gemm" in n for n in names)
+    assert any(n.startswith("sm80_xmma_fprop_implicit_gemm") for n in names)
+    assert any(n.startswith("ampere_sgemm") or "gemvx" in n or "simt_sgemm" in n for n in names)
+    gemm = sum(e["dur"] for e in kernels if "gemm" in e["name"] and "implicit" not in e["name"])
+    assert gemm > 0.05 * sum(e["dur"] for e in kernels)
+    launches = np.array([e["dur"] for e in res.events if e.get("name") == "cudaLaunchKernel"])
+    assert 5.0 < np.median(launches) < 12.0 and np.percentile(launches, 99) > 1.8 * np.median(launches)
+    # the profiler stops with a device synchronize on the main thread
+    last = max((e for e in res.events if e.get("cat") == "cuda_runtime"), key=lambda e: e["ts"])
+    assert last["name"] == "cudaDeviceSynchronize"

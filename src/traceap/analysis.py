@@ -285,6 +285,7 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
         notes.append("CPU-only trace: no GPU activity, so the eight GPU anti-patterns do not apply")
     else:
         notes.insert(0, idle_mod.describe(account))
+        notes.extend(n for n in [idle_mod.launch_bound_note(account)] if n)
         if account.by_cause["warmup"] > 0:
             src = ", ".join(f"{k} {fmt_us(v)}" for k, v in
                             sorted(account.warmup_sources.items(), key=lambda kv: -kv[1]))

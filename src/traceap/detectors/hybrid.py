@@ -91,7 +91,9 @@ class HybridDetector:
         if model_weight is not None and not 0.0 <= model_weight <= 1.0:
             raise ValueError("model_weight must be between 0 and 1")
         self.model = ModelDetector(path)
-        self.expert = ExpertDetector()
+        # The rules' own evidence only: credit for evidence next door ranks windows for the
+        # expert detector alone, but in a mean it would lift model-only windows over the flag.
+        self.expert = ExpertDetector(nearby_reach=0)
         self.model_weight = model_weight
         self.params = None if model_weight is not None else (
             params if isinstance(params, HybridParams) else HybridParams.read(params))

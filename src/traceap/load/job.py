@@ -41,9 +41,10 @@ def trace_files(folder: str | os.PathLike) -> list[Path]:
                   if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
 
 
-def load_job(folder: str | os.PathLike) -> Job:
-    """Load every trace in a folder as the ranks of one job (rank from distributedInfo or name)."""
-    files = trace_files(folder)
+def load_job(folder: str | os.PathLike, files: list[Path] | None = None) -> Job:
+    """Load every trace in a folder (or just `files`) as the ranks of one job (rank from
+    distributedInfo or name)."""
+    files = trace_files(folder) if files is None else [Path(f) for f in files]
     if not files:
         raise TraceFormatError(f"{folder}: no .json or .json.gz traces in this folder")
     traces = [load(f) for f in track(files, "loading ranks")]

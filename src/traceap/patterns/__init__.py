@@ -26,4 +26,20 @@ def pattern_scores(windows) -> dict[str, np.ndarray]:
     return {pid: p.score_windows(windows) for pid, p in REGISTRY.items()}
 
 
-__all__ = ["AntiPattern", "Evidence", "REGISTRY", "pattern_scores", "runs_of"]
+def nearby(scores: np.ndarray, weight: float, reach: int) -> np.ndarray:
+    """Per window: its own score, or `weight**k` x the score k windows away (k <= reach) when
+    that is higher.  A mechanism's cost spills over window edges (the collective launched just
+    before, the relaunch after a stall, the tail of a gap), so evidence next door speaks for a
+    window, more weakly; with weight under the flagging threshold it ranks windows, never flags
+    them."""
+    s = np.asarray(scores, dtype=np.float64)
+    out = s.copy()
+    n = len(s)
+    for k in range(1, min(reach, n - 1) + 1):
+        f = weight ** k
+        out[:-k] = np.maximum(out[:-k], f * s[k:])
+        out[k:] = np.maximum(out[k:], f * s[:-k])
+    return out
+
+
+__all__ = ["AntiPattern", "Evidence", "REGISTRY", "nearby", "pattern_scores", "runs_of"]

@@ -169,7 +169,9 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         n_copies = count_in(windows, t.ts[copies])
         n_sync = count_in(windows, t.ts[sync])
         lost = pattern_lost(windows, self.id)
-        count = ramp(n_copies + n_sync, c.count_lo, c.count_hi)
+        # Counted per episode (a run of windows the copies and syncs cost idle time in): the
+        # gap after a burst of `.item()` calls reaches windows where none starts.
+        count = ramp(per_episode(n_copies + n_sync, lost > 0), c.count_lo, c.count_hi)
         # Many syncs in one window are the habit itself (a sync per item of a loop), even when
         # each bubble is short.
         habit = ramp(n_sync, c.many_lo, c.many_hi) * ramp(lost / w, c.habit_lost_lo, c.habit_lost_hi)
@@ -218,6 +220,19 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
     def supported(self, numbers: dict) -> bool:
         return (numbers.get("time_lost_us", 0.0) > 0
                 and numbers.get("n_copies", 0) + numbers.get("n_sync", 0) > 0)
+
+
+def per_episode(values: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """Per window: the sum of `values` over its run of consecutive `active` windows (its own
+    value where it is not active)."""
+    active = np.asarray(active, dtype=bool)
+    if not active.any():
+        return np.asarray(values, dtype=np.float64).copy()
+    starts = active & ~np.r_[False, active[:-1]]
+    run = np.cumsum(starts)
+    sums = np.bincount(run[active], weights=np.asarray(values, float)[active],
+                       minlength=run.max() + 1)
+    return np.where(active, sums[run], values)
 
 
 def outside_breaks(trace, rows: np.ndarray) -> np.ndarray:

@@ -68,7 +68,9 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
         loader_time = union_in(windows, *spans(t, nxt))
         frac = idle / windows.width_us
         # Unknown kind (python frames only) counts as single: workers' frames never show here.
-        weight = np.where(idle_multi > idle_single, c.multi_weight, 1.0)
+        # Judged over the trace, not per window: the idle gap a loader leaves reaches windows
+        # where no `__next__` runs, and a run has one kind of loader.
+        weight = c.multi_weight if idle_multi.sum() > idle_single.sum() else 1.0
         score = ramp(frac, c.idle_lo, c.idle_hi) * weight
         return {"score": score, "lost_us": idle, "loader_us": loader_time,
                 "idle_single_us": idle_single, "idle_multi_us": idle_multi}

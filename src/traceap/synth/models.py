@@ -52,7 +52,7 @@ class _B:
         self.hw = max(1, self.hw // stride)
         px = self.hw * self.hw
         self.layers.append(Layer("conv", 2 * cin * cout * k * k * px / 1e9, cout * px * 4 / 1e6,
-                                 cin * cout * k * k / 1e6, self._variant()))
+                                 cin * cout * k * k / 1e6, self._variant(), shape=k, cin=cin))
         if bn:
             self.layers.append(Layer("bn", 0, cout * px * 4 / 1e6, 2 * cout / 1e6, self._variant()))
         if act:
@@ -63,7 +63,7 @@ class _B:
         self.hw *= 2
         px = self.hw * self.hw
         self.layers.append(Layer("deconv", 2 * cin * cout * 16 * px / 4 / 1e9, cout * px * 4 / 1e6,
-                                 cin * cout * 16 / 1e6, self._variant()))
+                                 cin * cout * 16 / 1e6, self._variant(), shape=4, cin=cin))
         self.layers.append(Layer("bn", 0, cout * px * 4 / 1e6, 2 * cout / 1e6))
         self.layers.append(Layer(act, 0, cout * px * 4 / 1e6))
         return self
@@ -82,7 +82,7 @@ class _B:
 
     def linear(self, tokens: int, din: int, dout: int, act: str | None = None) -> "_B":
         self.layers.append(Layer("linear", 2 * tokens * din * dout / 1e9, tokens * dout * 4 / 1e6,
-                                 din * dout / 1e6, self._variant()))
+                                 din * dout / 1e6, self._variant(), shape=tokens))
         if act:
             self.layers.append(Layer(act, 0, tokens * dout * 4 / 1e6))
         return self
@@ -107,7 +107,7 @@ class _B:
         if stride != 1 or cin != cout:
             hw = self.hw
             self.layers.append(Layer("conv", 2 * cin * cout * hw * hw / 1e9, cout * hw * hw * 4 / 1e6,
-                                     cin * cout / 1e6, self._variant()))
+                                     cin * cout / 1e6, self._variant(), shape=1, cin=cin))
             self.layers.append(Layer("bn", 0, cout * hw * hw * 4 / 1e6, 2 * cout / 1e6))
         return self.ew("add", cout).ew(act, cout)
 

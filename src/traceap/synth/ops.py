@@ -121,10 +121,37 @@ def elementwise(kind: str, dt: str) -> str:
     raise KeyError(kind)
 
 
-def gemm(dt: str, p: Platform, variant: int, layout: str = "tn") -> str:
-    """A cuBLAS / CUTLASS GEMM kernel name for a dtype on a platform."""
+#: cuBLAS SIMT sgemm kernels (fp32 matmul with TF32 off, PyTorch's default for matmul) and the
+#: split-K reduction cuBLAS adds for tall-K shapes; names read from A100 traces (HTA, PARAM).
+_SGEMM = ("ampere_sgemm_128x64_tn", "ampere_sgemm_32x32_sliced1x4_tn", "ampere_sgemm_128x32_nn",
+          "ampere_sgemm_64x32_sliced1x4_nt", "ampere_sgemm_32x128_nt", "ampere_sgemm_128x128_tn",
+          "ampere_sgemm_64x64_nn", "void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>("
+          "cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)")
+SPLITK_REDUCE = ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, true, "
+                 "true, false>(cublasLt::cublasSplitKParams<float>, float const*, float const*, "
+                 "float*, float const*, float const*, float const*, float const*, float*, void*, "
+                 "long, float*, int*)")
+GEMV = ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float, float, float, "
+        "float, false, true, true, false, 7, cublasGemvParams<cublasGemvTensorStridedBatched<float "
+        "const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, "
+        "float> >(cublasGemvParams<cublasGemvTensorStridedBatched<float const>, "
+        "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float>)")
+#: cuBLAS 12.8+ "nvjet" GEMMs on Hopper/Blackwell (names read from an H100/B200 trace).
+_NVJET = ("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_TNT", "nvjet_tst_144x128_64x6_2x1_v_bz_TNN",
+          "nvjet_tst_64x16_64x16_2x4_2cta_h_bz_TNT", "nvjet_tst_192x8_64x8_4x1_v_bz_TNT")
+
+
+def gemm(dt: str, p: Platform, variant: int, layout: str = "tn", tf32: bool = True) -> str:
+    """A cuBLAS / CUTLASS GEMM kernel name for a dtype on a platform.
+
+    `variant` picks among the kernels cuBLAS's heuristics choose for different shapes (any
+    int); fp32 without TF32 (`torch.backends.cuda.matmul.allow_tf32 = False`, the default for
+    matmul) runs SIMT sgemm kernels, with TF32 CUTLASS tensor-op ones.
+    """
     v = variant % 3
     if p.sm_tag == "sm90":
+        if variant % 5 == 4 and dt != "fp32":
+            return _NVJET[(variant // 5) % len(_NVJET)]
         if dt == "fp32":
             tile = ("128x128x32", "64x128x32", "256x128x32")[v]
             return (f"sm90_xmma_gemm_f32f32_tf32f32_f32_{layout}_n_tilesize{tile}_warpgroupsize1x1x1_"
@@ -133,13 +160,17 @@ def gemm(dt: str, p: Platform, variant: int, layout: str = "tn") -> str:
         return (f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize{tile}_warpgroupsize1x1x1_"
                 f"execute_segment_k_off_kernel__5x_cublas")
     if dt == "fp32":
+        if not tf32:
+            name = _SGEMM[variant % len(_SGEMM)]
+            return name[:-2] + layout if name.startswith("ampere_sgemm") else name
         tile = ("256x64_16x4", "64x64_16x6", "128x128_16x5")[v]
         k = f"cutlass_80_tensorop_s1688gemm_{tile}_{layout}_align4"
         return f"void cutlass::Kernel<{k}>({k}::Params)"
     if dt == "fp16":
         return ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_" + layout,
                 "ampere_fp16_s16816gemm_fp16_64x64_ldg8_f2f_stages_64x5_" + layout,
-                "ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_64x3_" + layout)[v]
+                "ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_64x3_" + layout,
+                "ampere_fp16_s1688gemm_fp16_128x128_ldg8_f2f_stages_32x1_" + layout)[variant % 4]
     tile = ("64x64_64x6", "256x128_64x3", "128x128_64x4")[v]
     k = f"cutlass_80_tensorop_bf16_s16816gemm_bf16_{tile}_{layout}_align8"
     return f"void cutlass::Kernel2<{k}>({k}::Params)"
@@ -164,6 +195,99 @@ def conv(kind: str, dt: str, p: Platform, variant: int, channels_last: bool) -> 
     lib = "cudnn_train" if kind == "wgrad" else "cudnn_infer"
     return (f"sm80_xmma_{kind}_implicit_gemm_{idx}{t}_nhwckrsc_{out}_tilesize{tile}_g1_{tensor}_"
             f"execute_kernel_{lib}")
+
+
+#: The split-K reduction and NCHW weight-gradient helper cuDNN runs after some wgrad kernels.
+_REDUCE_SPLITK = ("void cutlass_cudnn_train::Kernel<cutlass_cudnn_train::reduction::kernel::ReduceSplitK<"
+                  "cutlass_cudnn_train::MatrixShape<4, 128>, cutlass_cudnn_train::epilogue::thread::"
+                  "LinearCombination<float, 4, float, float, (cutlass_cudnn_train::epilogue::thread::"
+                  "ScaleType::Kind)0, (cutlass_cudnn_train::FloatRoundStyle)2>, cutlass_cudnn_train::"
+                  "reduction::thread::ReduceAdd<float, float, 4>, 4> >(cutlass_cudnn_train::reduction::"
+                  "kernel::ReduceSplitK<cutlass_cudnn_train::MatrixShape<4, 128>, cutlass_cudnn_train::"
+                  "epilogue::thread::LinearCombination<float, 4, float, float, (cutlass_cudnn_train::"
+                  "epilogue::thread::ScaleType::Kind)0, (cutlass_cudnn_train::FloatRoundStyle)2>, "
+                  "cutlass_cudnn_train::reduction::thread::ReduceAdd<float, float, 4>, 4>::Params)")
+_REDUCE_WGRAD_NCHW = ("void cudnn::cnn::reduce_wgrad_nchw_helper<float, float>(void*, void const*, float, "
+                      "int, int)")
+#: CUTLASS implicit-GEMM wgrad as cuDNN ships it (an unmangled name is never written for it).
+_MANGLED_WGRAD = (
+    "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22"
+    "ImplicitGemmMultistageINS_4gemm9GemmShapeILi{m}ELi128ELi32EEENS4_52Conv2dWgradOutputGradient"
+    "TileAccessIteratorOptimizedINS_11MatrixShapeILi{m}ELi32EEENS_10tfloat32_tENS_9transform29"
+    "PitchLinearWarpRakedThreadMapINS_16PitchLinearShapeILi{m}ELi32EEELi128ENSF_ILi8ELi4EEELi4EEENS_"
+    "12AlignedArrayISC_Li4ELi16EEEEENSD_11threadblock25RegularTileAccessIteratorISB_SC_NS_6layout40"
+    "ColumnMajorTensorOpMultiplicandCongruousILi32ELi32EEELi1ESI_Li16EEELNS_4arch14CacheOperation4"
+    "KindE0ENS4_48Conv2dWgradActivationTileAccessIteratorOptimizedINSA_ILi32ELi128EEESC_SI_SK_EENSN_"
+    "ISW_SC_NSO_37RowMajorTensorOpMultiplicandCongruousILi32ELi32EEELi0ESI_Li16EEELSU_0ENS6_11thread"
+    "block9MmaPolicyINS6_4warp11MmaTensorOpINS7_ILi64ELi64ELi32EEESC_SQ_SC_SZ_fNSO_8RowMajorENS13_17"
+    "MmaTensorOpPolicyINSS_3MmaINS7_ILi16ELi8ELi8EEELi32ESC_S16_SC_NSO_11ColumnMajorEfS16_NSS_13Op"
+    "MultiplyAddEEENSA_ILi1ELi1EEEEELi1ELb0EbEENSA_ILi0ELi0EEES1G_Li1EEELi4EbEENS_8epilogue11thread"
+    "block8EpilogueIS8_S1F_Li1ENS1K_22PredicatedTileIteratorINS1K_26OutputTileOptimalThreadMapINS1K_"
+    "15OutputTileShapeILi128ELi8ELi2ELi1ELi1EEENS1O_ILi1ELi8ELi1ELi1ELi8EEELi128ELi4ELi32EEEfLb0ENSO_"
+    "9NoPermuteELb0EEENS1J_4warp24FragmentIteratorTensorOpIS15_S19_fNS_5ArrayIfLi4ELb1EEES16_EENS1U_"
+    "20TileIteratorTensorOpIS15_S19_fS16_EENS1K_18SharedLoadIteratorINS1R_18CompactedThreadMapEfLi16"
+    "EEENS1J_6thread17LinearCombinationIfLi4EffLNS24_9ScaleType4KindE0ELNS_15FloatRoundStyleE2EEENSA_"
+    "ILi0ELi8EEELi2ELi1EEENS11_30GemmIdentityThreadblockSwizzleILi4EEELNS1_8OperatorE2ENS1_17Conv2d"
+    "ProblemSizeELNS1_9GroupModeE0EEEEEvNT_6ParamsE")
+_STEM = ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1",
+         "void cask_cudnn_infer::computeOffsetsKernel<false, false>(cask_cudnn_infer::ComputeOffsetsParams)")
+_CUTLASS_CONV_TILES = {
+    "fprop": ("128x128_32x4", "128x128_16x4", "256x64_32x3"),
+    "dgrad": ("64x128_32x3", "128x128_16x4", "64x256_32x4", "64x256_16x4", "256x64_16x4"),
+    "wgrad": ("256x128_16x3", "256x64_16x4", "128x128_32x3"),
+}
+
+
+def _cutlass_conv(kind: str, dt: str, tile: str, unity: bool) -> str:
+    """cuDNN's CUTLASS convolution kernels (`cutlass_cudnn_{infer,train}::Kernel<...>`)."""
+    ns = "cutlass_cudnn_train" if kind == "wgrad" else "cutlass_cudnn_infer"
+    if dt == "fp32":
+        stride = "_unity_stride" if unity else ""
+        k = f"cutlass_tensorop_s1688{kind}_optimized_tf32_{tile}_nhwc{stride}_align4"
+    else:
+        t = "f16" if dt == "fp16" else "bf16"
+        k = f"cutlass_tensorop_{t}_s16816{kind}_optimized_{t}_{tile}_nhwc_align8"
+    return f"void {ns}::Kernel<{k}>({k}::Params)"
+
+
+def conv_kernels(kind: str, dt: str, p: Platform, layer: "Layer", channels_last: bool,
+                 algo: int = 0) -> list[tuple[str, float, bool]]:
+    """The kernels cuDNN runs for one convolution pass: (name, share of the work, memory bound).
+
+    cuDNN picks per shape among implicit-GEMM xmma kernels, CUTLASS convolutions, plain GEMMs
+    for 1x1 convolutions and (for the 3-channel stem) scudnn kernels, with split-K reductions
+    after some weight gradients; the mix follows the A100 DDP CNN trace of HTA.  `algo` is a
+    per-run salt (cuDNN version, benchmark-mode choices) so one model differs across runs.
+    """
+    pick = (layer.variant * 7 + int(layer.gflop * 1e3) + int(layer.act_mb * 10) + algo) & 0xFFFF
+    if p.sm_tag == "sm90":
+        if layer.shape == 1 and pick % 3 != 0:
+            lay = {"fprop": "nn", "dgrad": "nt", "wgrad": "tn"}[kind]
+            return [(gemm(dt, p, pick, lay), 1.0, False)]
+        return [(conv(kind, dt, p, pick, channels_last), 1.0, False)]
+    if kind == "fprop" and 0 < layer.cin <= 4 and dt == "fp32":
+        return [(_STEM[1], 0.02, True), (_STEM[0], 0.98, False)]
+    if layer.shape == 1 and pick % 5 < 3:
+        lay = {"fprop": "nn", "dgrad": "nt", "wgrad": "tn"}[kind]
+        return [(gemm(dt, p, pick, lay, tf32=True), 1.0, False)]
+    r = pick % 10
+    if kind == "wgrad":
+        if r < 4:
+            out = [(conv(kind, dt, p, pick, channels_last), 1.0, False)]
+        elif r < 7 and dt == "fp32":
+            m = 128 if pick % 2 else 64
+            out = [(_MANGLED_WGRAD.format(m=m), 0.93, False), (_REDUCE_SPLITK, 0.07, True)]
+        else:
+            tiles = _CUTLASS_CONV_TILES[kind]
+            out = [(_cutlass_conv(kind, dt, tiles[pick % len(tiles)], False), 1.0, False)]
+        if not channels_last and dt == "fp32" and pick % 3 == 0:
+            out.append((_REDUCE_WGRAD_NCHW, 0.03, True))
+        return out
+    if r < 5:
+        return [(conv(kind, dt, p, pick, channels_last), 1.0, False)]
+    tiles = _CUTLASS_CONV_TILES[kind]
+    return [(_cutlass_conv(kind, dt, tiles[pick % len(tiles)], kind == "dgrad" and pick % 2 == 0),
+             1.0, False)]
 
 
 def cudnn_transpose(to_nhwc: bool, dt: str) -> str:
@@ -330,14 +454,38 @@ def foreach(kind: str) -> str:
     raise KeyError(kind)
 
 
-def nccl_allreduce(dt: str, nbytes: float, old_names: bool = False) -> str:
+#: NCCL kernel naming dialects by library version (names read from real traces and reports):
+#: 2.19+ `ncclDevKernel_<Coll>_<Op>_<type>_<ALGO>_<PROTO>(ncclDevKernelArgsStorage<4096ul>)`,
+#: 2.12-2.18 `ncclKernel_<Coll>_<ALGO>_<PROTO>_<Op>_<type>(ncclDevComm*, unsigned long, ncclWork*)`,
+#: 2.8-2.11 the same with `(ncclWorkElem)`.
+NCCL_VERSIONS = ("2.21.5", "2.19.3", "2.18.1", "2.14.3", "2.10.3")
+_NCCL_NEW_T = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "i8": "i8"}
+_NCCL_OLD_T = {"fp32": "float", "fp16": "half", "bf16": "bfloat16", "i8": "int8_t"}
+
+
+def nccl_protocol(nbytes: float, ll_max: float = 64 * 1024, ll128_max: float = 8 * 2**20) -> str:
+    """The protocol NCCL's tuner picks by message size (thresholds depend on topology/version)."""
+    return "LL" if nbytes < ll_max else ("LL128" if nbytes < ll128_max else "SIMPLE")
+
+
+def nccl_kernel(coll: str, dt: str, proto: str, version: str = "2.21.5", algo: str = "RING") -> str:
+    """An NCCL collective kernel name (coll: AllReduce, Broadcast, AllGather, ReduceScatter)."""
+    major = tuple(int(x) for x in version.split(".")[:2])
+    op = "Sum"
+    if major >= (2, 19):
+        t = _NCCL_NEW_T[dt]
+        mid = f"{op}_{t}_" if coll in ("AllReduce", "ReduceScatter", "Reduce") else ""
+        return f"ncclDevKernel_{coll}_{mid}{algo}_{proto}(ncclDevKernelArgsStorage<4096ul>)"
+    t = _NCCL_OLD_T[dt]
+    args = "(ncclDevComm*, unsigned long, ncclWork*)" if major >= (2, 12) else "(ncclWorkElem)"
+    return f"ncclKernel_{coll}_{algo}_{proto}_{op}_{t}{args}"
+
+
+def nccl_allreduce(dt: str, nbytes: float, old_names: bool = False, version: str | None = None,
+                   ll_max: float = 64 * 1024, ll128_max: float = 8 * 2**20) -> str:
     """The NCCL all-reduce kernel, its protocol picked by message size as NCCL's tuner does."""
-    proto = "LL" if nbytes < 64 * 1024 else ("LL128" if nbytes < 8 * 2**20 else "SIMPLE")
-    if old_names:
-        t = {"fp32": "float", "fp16": "half", "bf16": "bfloat16"}[dt]
-        return f"ncclKernel_AllReduce_RING_{proto}_Sum_{t}(ncclDevComm*, unsigned long, ncclWork*)"
-    t = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}[dt]
-    return f"ncclDevKernel_AllReduce_Sum_{t}_RING_{proto}(ncclDevKernelArgsStorage<4096ul>)"
+    proto = nccl_protocol(nbytes, ll_max, ll128_max)
+    return nccl_kernel("AllReduce", dt, proto, version or ("2.14.3" if old_names else "2.21.5"))
 
 
 def triton_name(kind: str, fused: str, idx: int) -> str:
@@ -379,6 +527,8 @@ class Layer:
     act_mb: float = 0.0     # forward output activation, MB per sample (fp32)
     params_m: float = 0.0   # parameters, millions
     variant: int = 0        # which kernel tile variant cuDNN/cuBLAS would pick
+    shape: int = 0          # conv: kernel size; linear: rows (tokens) per sample; 0 = unknown
+    cin: int = 0            # conv: input channels (the 3-channel stem gets its own kernels)
 
 
 @dataclass(frozen=True)
@@ -389,10 +539,33 @@ class Ctx:
     channels_last: bool
     platform: Platform
     scale: float             # batch * (resolution / base)^2
+    train: bool = True       # training mode (BatchNorm counts batches, dropout is on)
+    tf32_matmul: bool = False  # torch.backends.cuda.matmul.allow_tf32 (off by default)
+    algo: int = 0            # per-run salt of cuDNN/cuBLAS kernel choices (versions, benchmark)
 
 
 def _chain_conv() -> tuple[str, ...]:
     return ("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution")
+
+
+def _conv_kerns(kind: str, layer: Layer, c: Ctx) -> list[Kern]:
+    """`conv_kernels` as `Kern`s: compute-bound main kernels, memory-bound helpers."""
+    regs = 168 if kind == "wgrad" else 128
+    return [Kern(n, share, mem, 128 if not mem else 256, regs if not mem else 32,
+                 (65536 if kind == "wgrad" else 49152) if not mem else 0)
+            for n, share, mem in conv_kernels(kind, c.dt, c.platform, layer, c.channels_last, c.algo)]
+
+
+def _linear_kerns(layer: Layer, c: Ctx, layout: str, salt: int) -> list[Kern]:
+    """cuBLAS kernels of one matmul: a GEMV for a handful of rows, split-K reductions for long K."""
+    pick = layer.variant * 5 + int(layer.gflop * 1e4) + c.algo + salt
+    rows = max(1, layer.shape) * c.scale
+    if c.dt == "fp32" and rows <= 8 and c.platform.sm_tag != "sm90":
+        return [Kern(GEMV, 1.0, False, 128, 64)]
+    ks = [Kern(gemm(c.dt, c.platform, pick, layout, c.tf32_matmul), 1.0, False, 256, 232, 65536)]
+    if c.dt == "fp32" and not c.tf32_matmul and pick % 4 == 0 and c.platform.sm_tag != "sm90":
+        ks = [Kern(ks[0].name, 0.96, False, 256, 126, 16384), Kern(SPLITK_REDUCE, 0.04, True, 128, 32)]
+    return ks
 
 
 def forward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
@@ -408,7 +581,7 @@ def forward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
                        0.0, layer.params_m * 6, 14.0, ("aten::empty_strided",)),)
     op = layer.op
     if op == "conv":
-        ks = [Kern(conv("fprop", dt, p, v, c.channels_last), 1.0, False, 128, 128, 49152)]
+        ks = _conv_kerns("fprop", layer, c)
         if not c.channels_last:
             ks.insert(0, Kern(cudnn_transpose(True, dt), 0.08, True))
             ks.append(Kern(cudnn_transpose(False, dt), 0.05, True))
@@ -425,14 +598,19 @@ def forward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
                                "aten::_conv_depthwise2d"), (Kern(k, 1.0, True, 512, 40),), 0.0,
                               mb * 2.5, 40.0)]
     if op == "deconv":
-        ks = (Kern(conv("dgrad", dt, p, v, c.channels_last), 1.0, False, 128, 128, 49152),)
+        ks = tuple(_conv_kerns("dgrad", layer, c))
         return [*cast, OpCall(("aten::conv_transpose2d", "aten::convolution", "aten::_convolution",
                                "aten::cudnn_convolution_transpose"), ks, g, mb * 3, 52.0,
                               ("aten::empty",))]
     if op == "bn":
-        return [OpCall(("aten::batch_norm", "aten::_batch_norm_impl_index", "aten::cudnn_batch_norm"),
-                       (Kern(batchnorm(True, dt, c.channels_last, v), 1.0, True, 512, 40),),
-                       0.0, mb * 3, 34.0, ("aten::empty_like", "aten::empty"))]
+        bn = OpCall(("aten::batch_norm", "aten::_batch_norm_impl_index", "aten::cudnn_batch_norm"),
+                    (Kern(batchnorm(True, dt, c.channels_last, v), 1.0, True, 512, 40),),
+                    0.0, mb * 3, 34.0, ("aten::empty_like", "aten::empty"))
+        if not c.train:
+            return [bn]
+        # training BatchNorm counts batches: num_batches_tracked += 1, a long add per layer
+        return [OpCall(("aten::add_",), (Kern(elementwise("add_long", dt), 1.0, True, 128, 16),),
+                       0.0, 0.0001, 10.0), bn]
     if op in ("relu", "silu", "gelu", "sigmoid"):
         chain = {"relu": ("aten::relu_", "aten::clamp_min_"), "silu": ("aten::silu_",),
                  "gelu": ("aten::gelu",), "sigmoid": ("aten::sigmoid",)}[op]
@@ -444,8 +622,7 @@ def forward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
         return [OpCall(("aten::mul",), (Kern(elementwise("mul", dt), 1.0, True, 128, 16),),
                        0.0, mb * 3, 12.0)]
     if op == "linear":
-        return [*cast, OpCall(("aten::linear", "aten::addmm"),
-                              (Kern(gemm(dt, p, v), 1.0, False, 256, 232, 65536),),
+        return [*cast, OpCall(("aten::linear", "aten::addmm"), tuple(_linear_kerns(layer, c, "tn", 0)),
                               g, mb * 2, 26.0, ("aten::t", "aten::transpose", "aten::as_strided"))]
     if op == "ln":
         return [OpCall(("aten::layer_norm", "aten::native_layer_norm"),
@@ -526,8 +703,8 @@ def backward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
                              f"int, int, int, int)", 0.5, True, 256, 48)),
                        0.0, mb * 5, 50.0, ("aten::empty",))]
     if op in ("conv", "deconv"):
-        ks = [Kern(conv("dgrad", dt, p, v + 1, c.channels_last), 0.5, False, 128, 128, 49152),
-              Kern(conv("wgrad", dt, p, v, c.channels_last), 0.5, False, 128, 168, 65536)]
+        ks = [Kern(k.name, k.share * 0.5, k.memory_bound, k.block, k.regs, k.smem)
+              for k in _conv_kerns("dgrad", layer, c) + _conv_kerns("wgrad", layer, c)]
         if not c.channels_last:
             ks.insert(0, Kern(cudnn_transpose(True, dt), 0.06, True))
             ks.append(Kern(cudnn_transpose(False, dt), 0.04, True))
@@ -548,10 +725,8 @@ def backward_ops(layer: Layer, c: Ctx) -> list[OpCall]:
         return [OpCall(("aten::mul",), (Kern(elementwise("mul", dt), 1.0, True),), 0.0, mb * 3, 12.0),
                 OpCall(("aten::mul",), (Kern(elementwise("mul", dt), 1.0, True),), 0.0, mb * 3, 12.0)]
     if op == "linear":
-        return [OpCall(("aten::mm",), (Kern(gemm(dt, p, v + 1, "nn"), 1.0, False, 256, 232, 65536),),
-                       g, mb * 2, 20.0),
-                OpCall(("aten::mm",), (Kern(gemm(dt, p, v, "nt"), 1.0, False, 256, 232, 65536),),
-                       g, mb * 2, 20.0),
+        return [OpCall(("aten::mm",), tuple(_linear_kerns(layer, c, "nn", 1)), g, mb * 2, 20.0),
+                OpCall(("aten::mm",), tuple(_linear_kerns(layer, c, "nt", 2)), g, mb * 2, 20.0),
                 OpCall(("aten::sum",), (Kern(elementwise("sum", dt), 1.0, True),), 0.0, mb, 16.0)]
     if op == "ln":
         return [OpCall(("aten::native_layer_norm_backward",),

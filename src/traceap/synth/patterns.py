@@ -1,20 +1,23 @@
 """The eight anti-patterns as settings of the training script, each acting by its mechanism.
 
-A pattern never paints events: it changes what the simulated user wrote (num_workers=0,
+A pattern never paints events: it changes what the simulated user wrote (a slow loader,
 pin_memory=False, `.item()` in a loop, a graph break, Python-heavy code, a tiny DDP bucket,
 NCCL on the compute stream, all-reduce after backward) and `simulator.py` plays the
 consequences, marking the ground-truth interval where the mechanism makes the GPU wait:
 
-| pattern | knob | where the interval lies |
-|---|---|---|
-| single_process_dataloading | num_workers=0 | the `_SingleProcessDataLoaderIter.__next__` stall, once the GPU ran dry |
-| no_pin_memory | pin_memory=False | pageable `cudaMemcpyAsync` call start to the end of its copies |
-| excessive_memcpy | per-sample `.item()`/`.cpu()`/`torch.tensor(..., device)` | the syncing loop |
-| graph_break | torch.compile with breaks | the eager stretch between compiled regions (host and GPU) |
-| cpu_bound | a Python loop of tiny ops | the loop, once the GPU backlog drained |
-| small_nccl_kernels | bucket_cap_mb < 1 | first to last all-reduce of the backward |
-| nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel |
-| nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce |
+| pattern | knob | where the interval lies | the same names in healthy runs |
+|---|---|---|---|
+| single_process_dataloading | loading slower than the step: num_workers=0 with decoding, or too few workers for the augmentation | the `__next__` wait (either loader kind), once the GPU ran dry, when it is at least 5% of a step and 0.5 ms | cached datasets loaded in the main process; multi-worker queue gets, an occasional slow batch |
+| no_pin_memory | pin_memory=False | the input batch's pageable copies, from the `aten::to` to the end of the copy | labels / boxes copied from pageable memory (64 B - 256 KB, a few per step) |
+| excessive_memcpy | per-sample `.item()`/`.cpu()`/`torch.tensor(..., device)` | the syncing loop | logging `.item()`s, GradScaler's found-inf check, `.cpu()` of predictions |
+| graph_break | torch.compile with breaks | the eager stretch between compiled regions (host and GPU) | modules compiled one by one, a compiled loss, a compiled optimizer step (more frames, no eager gap) |
+| cpu_bound | a Python loop of tiny ops | the loop, once the GPU backlog drained | the same small ops in loss terms, metrics, box decoding, input normalisation |
+| small_nccl_kernels | bucket_cap_mb < 1 | first to last all-reduce of the backward | buffer broadcasts, a logging all-reduce, gathered embeddings: small LL collectives |
+| nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel | - |
+| nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce | - |
+
+NCCL kernels are named by the dialect of the job's library version (2.10, 2.14-2.18, 2.19+),
+whatever the pattern.
 """
 
 from __future__ import annotations
@@ -42,11 +45,27 @@ def _some_steps(rng: np.random.Generator, steps: int, all_ok: bool = True) -> tu
     return tuple(sorted(int(i) for i in rng.choice(steps, size=k, replace=False)))
 
 
+#: Small ops a Python loop issues (keys of `simulator._Run.SMALL_OPS`): a cpu_bound loop uses a
+#: few of them, and healthy scripts use the same ops in loss terms, metrics and box decoding.
+LOOP_OPS = ("add", "sub", "mul", "div", "sigmoid", "index", "cat", "sum", "mean", "add_")
+
+
 def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: float = 1.0) -> None:
     """Change `cfg` the way a user's script would contain `pattern` (strength > 1: worse)."""
     if pattern == "single_process_dataloading":
-        cfg.num_workers = 0
-        cfg.load_us_per_sample = float(rng.uniform(350, 1800)) * strength
+        # data loading starves the GPU: the loader cannot produce batches as fast as the step
+        # consumes them, in the main process (num_workers=0) or with too few workers for a
+        # heavy augmentation pipeline
+        if rng.random() < 0.6:
+            cfg.num_workers = 0
+            cfg.loader = "decode"
+            cfg.load_us_per_sample = float(rng.uniform(350, 1800)) * strength
+        else:
+            cfg.num_workers = int(rng.choice([1, 2, 2, 4]))
+            cfg.loader = "decode"
+            cfg.loader_behind = True
+            cfg.loader_phase = float(rng.uniform(0.3, 1.0))
+            cfg.load_us_per_sample = float(rng.uniform(1500, 6000)) * strength
     elif pattern == "no_pin_memory":
         cfg.pin_memory = False
     elif pattern == "excessive_memcpy":
@@ -54,10 +73,12 @@ def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: floa
         cfg.sync_steps = _some_steps(rng, cfg.steps)
     elif pattern == "graph_break":
         cfg.compiled = True
-        cfg.graph_breaks = int(rng.integers(1, 5) * max(1.0, strength))
+        cfg.graph_breaks = int(rng.integers(1, 4) * max(1.0, strength))
     elif pattern == "cpu_bound":
         cfg.python_ops = int(rng.integers(250, 1200) * strength)
         cfg.python_gap_us = float(rng.uniform(40, 220))
+        cfg.python_kinds = tuple(str(k) for k in rng.choice(LOOP_OPS, size=int(rng.integers(2, 7)),
+                                                            replace=False))
         cfg.cpu_bound_steps = _some_steps(rng, cfg.steps, all_ok=False)
     elif pattern == "small_nccl_kernels":
         cfg.bucket_mb = float(rng.uniform(0.03, 0.6)) / strength
@@ -70,9 +91,41 @@ def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: floa
 
 
 def healthy(cfg: RunConfig, rng: np.random.Generator) -> None:
-    """The settings of a careful user (what every pattern departs from), with natural variety."""
+    """The settings of a careful user (what every pattern departs from), with natural variety.
+
+    Careful is not spotless: the names every pattern's mechanism uses also occur here, at a
+    cost that does not make the GPU wait (see the module table for what does).
+    """
     cfg.num_workers = int(rng.choice([4, 8, 12, 16]))
+    cfg.loader = "decode"
+    cfg.load_us_per_sample = float(rng.uniform(300, 1500))
+    # an occasional slow batch (a large image, a GC pause, the file system)
+    cfg.loader_hiccup_p = float(rng.choice([0.0, 0.0, 0.0, 0.1, 0.2]))
+    if rng.random() < 0.15:
+        # a small dataset cached as tensors (CIFAR-style, pre-decoded features): loading in
+        # the main process is indexing plus collate, fast enough for num_workers=0
+        cfg.num_workers = 0
+        cfg.loader = "cached"
+        cfg.load_us_per_sample = float(rng.uniform(2.0, 12.0))
     cfg.pin_memory = True
+    # labels / boxes built in the loop and copied from pageable memory (a few per step)
+    cfg.pageable_copies = int(rng.choice([0, 0, 1, 2, 4, 8]))
+    cfg.gpu_normalize = bool(rng.random() < 0.3)
     cfg.bucket_mb = float(rng.choice([25.0, 25.0, 25.0, 50.0, 100.0]))
-    cfg.log_item = bool(rng.random() < 0.6)
+    cfg.log_item = bool(rng.random() < 0.7)
+    cfg.log_syncs = int(rng.choice([0, 0, 1, 2, 3]))
+    # per-step timing with torch.cuda.synchronize() (benchmarking scripts, throughput meters)
+    cfg.timing_sync = bool(rng.random() < 0.3)
+    cfg.compiled_optimizer = bool(rng.random() < 0.35)
+    # backbone / neck / head compiled one by one: several frames, no break between them
+    cfg.compiled_parts = int(rng.choice([1, 1, 1, 2, 2, 3]))
+    cfg.compiled_loss = bool(rng.random() < 0.3)
+    # the task loss's terms (L1, GIoU, focal, dice, ...): small fp32 ops of the same vocabulary
+    cfg.loss_kinds = tuple(str(k) for k in rng.choice(LOOP_OPS, size=int(rng.integers(4, 8)),
+                                                      replace=False))
+    cfg.ema = bool(rng.random() < (0.5 if cfg.model.task in ("object_detection", "pose_estimation")
+                                   else 0.1))
+    cfg.broadcast_buffers = any(x.op == "bn" for x in cfg.model.layers) and rng.random() < 0.8
+    cfg.log_allreduce = bool(rng.random() < 0.5)
+    cfg.gather_features = bool(rng.random() < 0.15)
     cfg.benign_idle_us = float(rng.uniform(500, 6000)) if rng.random() < 0.15 else 0.0

@@ -52,27 +52,49 @@ class RunConfig:
     seed: int = 0
     t0_us: float = 0.0
     # data loading
-    num_workers: int = 8             # 0 -> single_process_dataloading
+    num_workers: int = 8             # 0: the main process loads (single-process DataLoader)
     load_us_per_sample: float = 900.0   # decode + augment on one core
+    loader: str = "decode"           # decode (images from disk) | cached (tensors in memory)
+    loader_behind: bool = False      # workers cannot keep up: no prefetched batch in the queue
+    loader_phase: float = 0.5        # where in a batch's production profiling started (0-1)
+    loader_hiccup_p: float = 0.0     # chance per step of a slow batch (big image, GC, disk)
     pin_memory: bool = True          # False -> no_pin_memory
     # per-step habits of the training script
+    pageable_copies: int = 0         # small tensors made in the loop and copied (labels, boxes)
+    gpu_normalize: bool = False      # (x - mean) / std on the GPU after the copy
     log_item: bool = True            # one loss.item() per step (normal)
+    log_syncs: int = 0               # further .item()s for logging, after the first (cost nothing)
+    timing_sync: bool = False        # torch.cuda.synchronize() before reading the step time
     item_syncs: int = 0              # excessive_memcpy: .item()/.cpu()/torch.tensor(...) per step
     sync_steps: tuple[int, ...] = ()
     graph_breaks: int = 0            # graph_break: number of breaks in the compiled forward
+    compiled_parts: int = 1          # modules compiled separately (backbone, neck, head): frames
+    compiled_optimizer: bool = False  # torch.compile(optimizer.step): its own compiled region
+    compiled_loss: bool = False      # torch.compile(criterion): the loss as its own frame
+    ema: bool = False                # an exponential moving average of the weights each step
     python_ops: int = 0              # cpu_bound: tiny ops in a Python loop per affected step
     python_gap_us: float = 0.0
+    python_kinds: tuple[str, ...] = ("add", "mul", "index", "sigmoid", "div", "cat")
+    loss_kinds: tuple[str, ...] = ("sub", "mul", "add", "sigmoid", "mean")   # task-loss terms
     cpu_bound_steps: tuple[int, ...] = ()
     # DDP
     bucket_mb: float = 25.0          # tiny -> small_nccl_kernels
     nccl_on_compute: bool = False    # nccl_blocks_compute_stream
     allreduce_after_backward: bool = False   # nccl_compute_no_overlap
-    old_nccl_names: bool = False
+    old_nccl_names: bool = False     # shorthand for an NCCL 2.12-2.18 version
+    nccl_version: str = ""           # "" -> 2.21.5 (or 2.14.3 with old_nccl_names)
+    nccl_ll_max: float = 64 * 1024   # protocol thresholds of NCCL's tuner for this topology
+    nccl_ll128_max: float = 8 * 2**20
+    broadcast_buffers: bool = False  # DDP broadcasts BatchNorm buffers before each forward
+    log_allreduce: bool = False      # dist.all_reduce(loss) for logging, once per step
+    gather_features: bool = False    # all_gather of embeddings for a contrastive loss
     # natural variety
     benign_idle_us: float = 0.0
     efficiency: float = 0.7          # how well kernels reach the roofline
     host_factor: float = 1.0         # slower host (cloud vCPU, profiler with record_shapes...)
     optimizer: str | None = None     # None: the model's usual one (AdamW or SGD)
+    tf32_matmul: bool = False        # torch.backends.cuda.matmul.allow_tf32
+    algo_salt: int = 0               # cuDNN/cuBLAS versions: which kernels they pick
     extra: dict = field(default_factory=dict)
 
     @property
@@ -113,8 +135,13 @@ class _Run:
         self.nccl_stream = int(self.rng.choice([20, 24, 28, 36, 56]))
         self.eng.comm_stream = self.nccl_stream
         scale = cfg.batch * (cfg.res / cfg.model.base_res) ** 2
-        self.ctx = Ctx(cfg.dt, cfg.channels_last, p, scale)
+        self.ctx = Ctx(cfg.dt, cfg.channels_last, p, scale, train=cfg.mode == "train",
+                       tf32_matmul=cfg.tf32_matmul, algo=cfg.algo_salt)
         self.eff = cfg.efficiency
+        self.nccl_version = cfg.nccl_version or ("2.14.3" if cfg.old_nccl_names else "2.21.5")
+        self.batch_ready: float | None = None      # when the DataLoader's next batch is ready
+        self.step_spans: list[tuple[float, float]] = []
+        self.frame_ids = 0                         # torch.compile frames seen so far
         self.eng.cpu_scale = cfg.host_factor
         self.layers = cfg.model.layers
         self.param_tensors = sum(1 for layer in self.layers if layer.params_m > 0) * 2
@@ -126,6 +153,10 @@ class _Run:
            seq: int | None = None, cpu_mult: float = 1.0) -> tuple[float, float]:
         """Run an eager op: nested cpu_ops, their host cost, the kernels; (gpu_start, gpu_end)."""
         e = self.eng
+        if tid == e.main:
+            # the Python line that calls the op (argument handling, attribute lookups): real
+            # traces leave 15-30% of the main thread outside any cpu_op between eager ops
+            e.idle(tid, e.host(7.0))
         starts, exts = [], []
         for _ in call.chain:
             starts.append(e.clock[tid])
@@ -181,6 +212,22 @@ class _Run:
         return self.op(tid, OpCall((name,), (Kern(kern, 1.0, True, 128, 16),), 0.0, mbytes, cpu_us),
                        cpu_mult=cpu_mult)
 
+    #: aten op -> (kernel kind of `ops.elementwise`, dtype follows the run) for small tensor ops
+    SMALL_OPS = {"add": ("aten::add", "add", True), "sub": ("aten::sub", "add", True),
+                 "mul": ("aten::mul", "mul", True), "div": ("aten::div", "div", True),
+                 "sigmoid": ("aten::sigmoid", "sigmoid", True), "index": ("aten::index", "index", False),
+                 "cat": ("aten::cat", "cat", False), "sum": ("aten::sum", "sum", False),
+                 "mean": ("aten::mean", "mean", False), "mul_": ("aten::mul_", "mul_scalar", True),
+                 "add_": ("aten::add_", "add_", True), "fill_": ("aten::fill_", "fill", True),
+                 "copy_": ("aten::copy_", "copy", True), "relu": ("aten::relu", "relu", True)}
+
+    def small_op(self, tid: int, kind: str, mbytes: float, cpu_mult: float = 1.0,
+                 dt: str | None = None) -> tuple[float, float]:
+        """A one-kernel op on small tensors (loss terms, metrics, box decoding, loops)."""
+        name, kern, typed = self.SMALL_OPS[kind]
+        return self.simple(tid, name, ops.elementwise(kern, (dt or self.cfg.dt) if typed else "fp32"),
+                           mbytes, cpu_mult=cpu_mult)
+
     def starvation(self, pattern: str, cpu_start: float, cpu_end: float, backlog_end: float) -> None:
         """Mark where a host-side stall leaves the GPU without work: after its backlog drains."""
         start = max(cpu_start, backlog_end)
@@ -203,35 +250,74 @@ class _Run:
                 self.infer_step()
             if cfg.benign_idle_us and i == cfg.steps - 1:
                 e.idle(e.main, cfg.benign_idle_us * e.jit())     # e.g. a checkpoint or logging
+            if cfg.timing_sync:
+                # torch.cuda.synchronize(); time.time(): a bare runtime call, no cpu_op around it
+                e.idle(e.main, e.host(10.0))
+                e.sync(e.main, None, e.next_ext())
             e.end(step)
+            self.step_spans.append((step.start, e.clock[e.main]))
+        # profiler.stop() synchronises the device before it disables itself: every real trace
+        # ends with a cudaDeviceSynchronize on the main thread covering the GPU's tail
+        e.idle(e.main, e.host(30.0))
+        e.sync(e.main, None, e.next_ext())
         t_end = max(max(e.clock.values()), max(e.free.values(), default=0.0))
-        anomalies = [(a.start, min(a.end, t_end), a.pattern) for a in e.anomalies]
+        anomalies = [(a.start, min(a.end, t_end), a.pattern) for a in self._significant(e.anomalies)]
         di = None
         if cfg.world_size > 1:
             di = {"backend": "nccl", "rank": cfg.rank, "world_size": cfg.world_size, "pg_count": 1,
                   "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
                                  "backend_config": "cuda:nccl", "pg_size": cfg.world_size,
                                  "ranks": list(range(cfg.world_size))}],
-                  "nccl_version": "2.21.5"}
+                  "nccl_version": self.nccl_version}
         n_dev = max(cfg.world_size, 1) if cfg.world_size <= 8 else 8
         props = [cfg.platform.device_properties(d) for d in range(n_dev)]
         return RunResult(e.events, props, di, anomalies, (cfg.t0_us, t_end), e.n_launch,
                          e.pid, e.main, e.bw, e.device, sorted(e.free))
 
+    def _significant(self, found: list) -> list:
+        """Drop data-loading waits too short to matter.
+
+        Any loader makes the GPU wait a little at a step boundary when the previous step ended
+        in a sync (a queue get from workers: 60-300 us; a cached single-process loader: well
+        under a millisecond).  A wait counts as "data loading starves the GPU" when it is at
+        least 5% of the median step and 0.5 ms: a window at the paper's N=100 over a 2-3 step
+        trace is 2-3% of a step, so a labelled wait fills at least one window, and the host
+        jitter of healthy runs alone moves a step by a few percent.
+        """
+        if not self.step_spans:
+            return found
+        step_us = float(np.median([b - a for a, b in self.step_spans]))
+        floor = max(500.0, 0.05 * step_us)
+        return [a for a in found
+                if a.pattern != "single_process_dataloading" or a.end - a.start >= floor]
+
     def dataloader(self) -> None:
-        """`enumerate(DataLoader)#..._Iter.__next__`: loading in the main process or a queue get."""
+        """`enumerate(DataLoader)#..._Iter.__next__`: loading in the main process or a queue get.
+
+        Multi-worker: W workers each build a whole batch (batch x per-sample cost on one core),
+        so a batch is ready every batch_us / W; while they keep up, the prefetch queue is full
+        and `__next__` is a queue get.  When they cannot (`loader_behind`: too few workers for
+        the augmentation), `__next__` waits for the batch in production.  Single-process: the
+        main thread decodes (or, for a cached dataset, indexes) every sample, then collates.
+        Either way the wait is "data loading starves the GPU" once the GPU's backlog drained.
+        """
         cfg, e = self.cfg, self.eng
         backlog = e.stream_free(COMPUTE_STREAM)
+        frames = cfg.model.video_frames
+        if cfg.loader == "cached":
+            per = cfg.load_us_per_sample * frames
+        else:
+            per = cfg.load_us_per_sample * (cfg.res / 224.0) ** 2 * frames
         if cfg.num_workers == 0:
             s = e.begin(e.main, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", gpu=False)
-            # decode + augment + ToTensor per sample, then collate, all in this thread
-            per = cfg.load_us_per_sample * (cfg.res / 224.0) ** 2 * cfg.model.video_frames
             shown = min(cfg.batch, 24)
+            sample_ops = (("aten::select",) if cfg.loader == "cached"
+                          else ("aten::to", "aten::div", "aten::sub"))
             for _ in range(shown):
                 e.idle(e.main, e.host(per * cfg.batch / shown * 0.8))
-                for name in ("aten::to", "aten::div", "aten::sub"):
+                for name in sample_ops:
                     t = e.clock[e.main]
-                    d = e.host(per * 0.05)
+                    d = e.host(max(per * 0.05, 1.5))
                     e.cpu_event(e.main, name, t, d, e.next_ext())
                     e.clock[e.main] = t + d
             t = e.clock[e.main]
@@ -240,13 +326,29 @@ class _Run:
             e.clock[e.main] = t + d
             e.end(s)
             self.starvation("single_process_dataloading", s.start, e.clock[e.main], backlog)
-        else:
-            s = e.begin(e.main, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", gpu=False)
-            e.idle(e.main, e.host(60.0 + 25.0 * float(self.rng.random() < 0.3) * e.jit() * 10))
-            e.end(s)
+            return
+        s = e.begin(e.main, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", gpu=False)
+        t = e.clock[e.main]
+        interval = per * cfg.batch / cfg.num_workers * e.jit() ** 0.5
+        if self.batch_ready is None:
+            self.batch_ready = t + cfg.loader_phase * interval if cfg.loader_behind else t
+        wait = max(0.0, self.batch_ready - t) if cfg.loader_behind else 0.0
+        if cfg.loader_hiccup_p and self.rng.random() < cfg.loader_hiccup_p:
+            wait += float(self.rng.uniform(100.0, 1500.0))      # one slow batch (big image, GC)
+        # the queue get itself: unpickling the batch's handles, pin-memory thread hand-off
+        e.idle(e.main, e.host(60.0 + 25.0 * float(self.rng.random() < 0.3) * e.jit() * 10) + wait)
+        e.end(s)
+        if cfg.loader_behind:
+            self.batch_ready += interval       # busy workers: one batch per interval
+        self.starvation("single_process_dataloading", s.start, e.clock[e.main], backlog)
 
     def h2d(self) -> None:
-        """Input batch (and targets) to the GPU: pinned + non_blocking, or pageable and blocking."""
+        """Input batch (and targets) to the GPU: pinned + non_blocking, or pageable and blocking.
+
+        Healthy scripts also copy a few small tensors they build in the loop from pageable
+        memory (`torch.as_tensor(labels).cuda()`, per-image boxes): blocking but tiny, they are
+        not the `pin_memory=False` mechanism and carry no label.
+        """
         cfg, e = self.cfg, self.eng
         p = cfg.platform
         nbytes = cfg.batch * 3 * cfg.res * cfg.res * 4 * cfg.model.video_frames
@@ -256,28 +358,44 @@ class _Run:
         t_first = None
         last_end = 0.0
         for nb in copies:
-            ext = e.next_ext()
-            t0 = e.clock[e.main]
-            t_first = t0 if t_first is None else t_first
-            e.clock[e.main] += e.host(8.0)
-            e.cpu_event(e.main, "aten::empty_strided", e.clock[e.main], e.host(2.0), e.next_ext())
-            e.clock[e.main] += e.host(3.0)
-            e.runtime(e.main, "cudaStreamIsCapturing", e.rt_cost(0.8), ext)
-            if cfg.pin_memory:
-                ts, gs, ge = e.memcpy(e.main, "HtoD (Pinned -> Device)", nb, p.h2d_pinned_gbs,
-                                      COMPUTE_STREAM, ext, blocking=False)
-            else:
-                ts, gs, ge = e.memcpy(e.main, "HtoD (Pageable -> Device)", nb, p.h2d_pageable_gbs,
-                                      COMPUTE_STREAM, ext, blocking=True)
+            ts, gs, ge = self.to_device(nb, pinned=cfg.pin_memory)
+            t_first = ts if t_first is None else t_first
             last_end = max(last_end, ge)
-            e.clock[e.main] += e.host(2.0)
-            t1 = e.clock[e.main]
-            e.cpu_event(e.main, "aten::copy_", ts - 1.0, t1 - ts + 1.0, ext)
-            e.cpu_event(e.main, "aten::_to_copy", t0 + 2.0, t1 - t0 - 1.0, e.next_ext())
-            e.cpu_event(e.main, "aten::to", t0, t1 - t0 + 1.5, e.next_ext())
-            e.clock[e.main] = t1 + 2.0
         if not cfg.pin_memory:
             e.mark("no_pin_memory", t_first, last_end)
+        for _ in range(cfg.pageable_copies):
+            # 64 B (a label) to 256 KB (a few boxes or a small mask), log-uniform
+            self.to_device(float(np.exp(self.rng.uniform(np.log(64.0), np.log(256e3)))), pinned=False)
+        if cfg.gpu_normalize:
+            mb = nbytes / 1e6
+            self.small_op(e.main, "sub", mb * 3, dt="fp32")
+            self.small_op(e.main, "div", mb * 3, dt="fp32")
+
+    def to_device(self, nbytes: float, pinned: bool) -> tuple[float, float, float]:
+        """`tensor.to("cuda", non_blocking=True)`: a pinned copy is async, a pageable one blocks.
+
+        Returns (start of the `aten::to`, GPU start, GPU end) of the copy."""
+        cfg, e = self.cfg, self.eng
+        p = cfg.platform
+        ext = e.next_ext()
+        t0 = e.clock[e.main]
+        e.clock[e.main] += e.host(8.0)
+        e.cpu_event(e.main, "aten::empty_strided", e.clock[e.main], e.host(2.0), e.next_ext())
+        e.clock[e.main] += e.host(3.0)
+        e.runtime(e.main, "cudaStreamIsCapturing", e.rt_cost(0.8), ext)
+        if pinned:
+            ts, gs, ge = e.memcpy(e.main, "HtoD (Pinned -> Device)", nbytes, p.h2d_pinned_gbs,
+                                  COMPUTE_STREAM, ext, blocking=False)
+        else:
+            ts, gs, ge = e.memcpy(e.main, "HtoD (Pageable -> Device)", nbytes, p.h2d_pageable_gbs,
+                                  COMPUTE_STREAM, ext, blocking=True)
+        e.clock[e.main] += e.host(2.0)
+        t1 = e.clock[e.main]
+        e.cpu_event(e.main, "aten::copy_", ts - 1.0, t1 - ts + 1.0, ext)
+        e.cpu_event(e.main, "aten::_to_copy", t0 + 2.0, t1 - t0 - 1.0, e.next_ext())
+        e.cpu_event(e.main, "aten::to", t0, t1 - t0 + 1.5, e.next_ext())
+        e.clock[e.main] = t1 + 2.0
+        return t0, gs, ge
 
     # -- forward ------------------------------------------------------------------------------
     def forward(self) -> None:
@@ -286,6 +404,11 @@ class _Run:
         if cfg.ddp:
             # DDP checks for unused params / rebuilt buckets each iteration: small host work
             e.idle(e.main, e.host(40.0))
+            if cfg.broadcast_buffers:
+                # broadcast_buffers=True (DDP's default): rank 0's BatchNorm statistics, coalesced
+                bn_mb = sum(x.params_m for x in self.layers if x.op == "bn") * 4e6
+                for chunk in (bn_mb * 0.9, bn_mb * 0.1 + 8.0):
+                    self.blocking_collective(e.main, "Broadcast", chunk, "i8")
         if cfg.compiled:
             self.compiled_forward()
         else:
@@ -299,9 +422,10 @@ class _Run:
             e.end(ann)
 
     def _regions(self) -> list[tuple[int, int]]:
-        """Layer index ranges of the compiled regions (graph breaks split the forward)."""
+        """Layer index ranges of the compiled regions (separately compiled modules and graph
+        breaks split the forward; each region is its own torch.compile frame)."""
         n = len(self.layers)
-        k = self.cfg.graph_breaks + 1
+        k = max(1, self.cfg.compiled_parts) + self.cfg.graph_breaks
         cuts = sorted(set(int(c) for c in np.linspace(0, n, k + 1)[1:-1]))
         bounds = [0, *cuts, n]
         return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
@@ -376,12 +500,16 @@ class _Run:
         e.end(ann)
 
     def compiled_forward(self) -> None:
-        """Compiled regions; between two of them an eager stretch (the graph break)."""
+        """Compiled regions: separately compiled modules follow each other through a little
+        Python (nn.Module.__call__); after them, each graph break is an eager stretch."""
         cfg, e = self.cfg, self.eng
         regions = self._regions()
+        parts = max(1, cfg.compiled_parts)
         for r, (lo, hi) in enumerate(regions):
-            if r > 0:
+            if r >= parts:
                 self.graph_break_gap(lo)
+            elif r > 0:
+                e.idle(e.main, e.host(float(self.rng.uniform(15.0, 60.0))))
             self.compiled_region(lo, hi, r)
 
     def graph_break_gap(self, at_layer: int) -> None:
@@ -430,7 +558,12 @@ class _Run:
         cfg, e = self.cfg, self.eng
         dt = cfg.dt
         mb = cfg.batch * 0.004
-        if cfg.model.task == "image_classification" or cfg.model.task == "action_recognition":
+        if cfg.ddp and cfg.gather_features:
+            # contrastive losses gather every rank's embeddings (torch.distributed.nn.all_gather)
+            self.blocking_collective(e.main, "AllGather", cfg.batch * 256 * 4.0 * cfg.world_size)
+        if cfg.compiled and cfg.compiled_loss:
+            self.compiled_loss_region()
+        elif cfg.model.task == "image_classification" or cfg.model.task == "action_recognition":
             lsm, nll, _, _ = ops.loss_kernels(dt)
             self.op(e.main, OpCall(("aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax"),
                                    (Kern(lsm, 1.0, True),), 0.0, mb, 20.0))
@@ -440,21 +573,51 @@ class _Run:
             # task losses: elementwise + reductions per term (L1 / GIoU / focal / dice / MSE),
             # vectorised over the batch: dozens of small kernels, no sync
             terms = 3 if not cfg.model.python_loss else 8
-            for i in range(terms * 6):
-                kind = ("sub", "abs", "mul", "add", "sigmoid", "mean")[i % 6]
-                k = ops.elementwise({"sub": "add", "abs": "mul_scalar", "mean": "mean", "mul": "mul",
-                                     "add": "add", "sigmoid": "sigmoid"}[kind],
-                                    dt if kind != "mean" else "fp32")
-                self.simple(e.main, f"aten::{kind}", k, 4.0 * cfg.batch * 0.05)
+            kinds = cfg.loss_kinds or ("add",)
+            for i in range(terms * len(kinds)):
+                # autocast runs losses in fp32
+                self.small_op(e.main, kinds[i % len(kinds)], 4.0 * cfg.batch * 0.05, dt="fp32")
             if cfg.model.python_loss:
                 # target assignment per image (matching, masks): a short loop of small ops
                 for _ in range(min(cfg.batch, 6)):
-                    self.simple(e.main, "aten::index", ops.elementwise("index", "fp32"), 0.2)
-                    self.simple(e.main, "aten::mul", ops.elementwise("mul", "fp32"), 0.1)
+                    self.small_op(e.main, "index", 0.2, dt="fp32")
+                    self.small_op(e.main, "mul", 0.1, dt="fp32")
         if self.step_index in cfg.sync_steps and cfg.item_syncs:
             self.excessive_memcpy()
         if self.step_index in cfg.cpu_bound_steps and cfg.python_ops:
             self.python_heavy()
+
+    def _frame(self, which: str) -> int:
+        """torch.compile frame ids, in the order of first compilation: forward modules, the
+        graph breaks' resume functions, then a compiled loss and a compiled optimizer step."""
+        cfg = self.cfg
+        first_after_forward = max(1, cfg.compiled_parts) + cfg.graph_breaks
+        if which == "loss":
+            return first_after_forward
+        return first_after_forward + int(cfg.compiled_loss)
+
+    def compiled_loss_region(self) -> None:
+        """`torch.compile(criterion)`: one frame whose terms Inductor fuses into a few kernels."""
+        cfg, e = self.cfg, self.eng
+        t = e.clock[e.main]
+        d = e.host(14.0)
+        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
+        e.clock[e.main] = t + d + e.host(8.0)
+        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('loss')}/0")
+        cf_start, cf_ext = e.clock[e.main], e.next_ext()
+        e.clock[e.main] += e.host(25.0)
+        fused = "_".join(dict.fromkeys(self.SMALL_OPS[k][0][6:] for k in cfg.loss_kinds))[:60] or "add"
+        for i, kind in enumerate(("poi", "red", "per")):
+            k = Kern(ops.triton_name(kind, fused, i), 1.0, True, 256, 40)
+            dur = ops.kernel_duration_us(k, OpCall((), (k,), 0.0, 0.2 * cfg.batch * 0.05, 0.0),
+                                         self.ctx, self.eff) * e.jit() ** 0.5
+            e.clock[e.main] += e.host(3.0)
+            e.launch(e.main, k.name, dur, COMPUTE_STREAM, cf_ext, k.block, k.regs, k.smem,
+                     "cuLaunchKernel")
+        e.clock[e.main] += e.host(10.0)
+        e.cpu_event(e.main, "CompiledFunction", cf_start, e.clock[e.main] - cf_start, cf_ext,
+                    extra={"Sequence number": self.seq, "Fwd thread id": 0})
+        e.end(ann)
 
     def excessive_memcpy(self) -> None:
         """Per-sample `.item()` / `.cpu()` / `torch.tensor(..., device="cuda")` in the loop."""
@@ -485,49 +648,73 @@ class _Run:
         cfg, e = self.cfg, self.eng
         t0 = e.clock[e.main]
         backlog = e.stream_free(COMPUTE_STREAM)
-        kinds = [("aten::add", "add"), ("aten::mul", "mul"), ("aten::index", "index"),
-                 ("aten::sigmoid", "sigmoid"), ("aten::div", "div"), ("aten::cat", "cat")]
+        kinds = cfg.python_kinds or ("add",)
         for i in range(cfg.python_ops):
-            name, kind = kinds[i % len(kinds)]
-            self.simple(e.main, name, ops.elementwise(kind, "fp32"), 0.02 + 0.03 * e.jit(),
-                        cpu_mult=1.8)
+            self.small_op(e.main, kinds[i % len(kinds)], 0.02 + 0.03 * e.jit(), cpu_mult=1.8, dt="fp32")
             e.idle(e.main, e.host(cfg.python_gap_us))
         self.starvation("cpu_bound", t0, e.clock[e.main], backlog)
 
     # -- backward and DDP ---------------------------------------------------------------------
+    #: per collective: c10d op, annotation, `Collective name`, bus-traffic factor per rank count
+    _COLL = {"AllReduce": ("c10d::allreduce_", "nccl:all_reduce", "allreduce", lambda n: 2 * (n - 1) / n),
+             "Broadcast": ("c10d::broadcast_", "nccl:broadcast", "broadcast", lambda n: 1.0),
+             "AllGather": ("c10d::_allgather_base_", "nccl:_all_gather_base", "_allgather_base",
+                           lambda n: (n - 1) / n),
+             "ReduceScatter": ("c10d::_reduce_scatter_base_", "nccl:_reduce_scatter_base",
+                               "_reduce_scatter_base", lambda n: (n - 1) / n)}
+
     def allreduce(self, tid: int, nbytes: float, stream: int) -> tuple[float, float]:
-        """One bucket: record_param_comms > nccl:all_reduce > event wait + NCCL kernel."""
+        """One bucket: c10d::allreduce_ > record_param_comms > nccl:all_reduce > NCCL kernel."""
+        return self.collective(tid, "AllReduce", nbytes, stream)
+
+    def collective(self, tid: int, coll: str, nbytes: float, stream: int,
+                   dt: str = "fp32") -> tuple[float, float]:
+        """One NCCL collective as c10d issues it: event wait on the NCCL stream, then the kernel."""
         cfg, e = self.cfg, self.eng
         p = cfg.platform
-        nel = int(nbytes // 4)
+        c10d, ann_name, coll_name, traffic = self._COLL[coll]
+        nel = int(nbytes // (4 if dt == "fp32" else 1))
         ranks = str(list(range(cfg.world_size)))
         comms = {"Process Group Name": "0", "Process Group Description": "default_pg",
                  "Process Group Ranks": ranks, "Group size": cfg.world_size,
-                 "In msg nelems": nel, "Out msg nelems": nel, "dtype": "Float",
-                 "In split size": "[]", "Out split size": "[]", "Collective name": "allreduce"}
+                 "In msg nelems": nel, "Out msg nelems": nel,
+                 "dtype": "Float" if dt == "fp32" else "Byte",
+                 "In split size": "[]", "Out split size": "[]", "Collective name": coll_name}
+        outer = e.begin(tid, c10d, cat="cpu_op", gpu=False)
+        e.clock[tid] += e.host(6.0)
         rpc = e.begin(tid, "record_param_comms", cat="cpu_op", gpu=False,
                       args={**comms, "Global rank start": 0, "Global rank stride": 1})
         # c10d's host path per collective (work object, events, watchdog) is ~100-200 us in
         # real traces (record_param_comms 190 us in the A100 DDP trace): tiny buckets pay it often
         e.clock[tid] += e.host(25.0)
-        ann = e.begin(tid, "nccl:all_reduce")
+        ann = e.begin(tid, ann_name)
         e.clock[tid] += e.host(40.0)
         if stream != COMPUTE_STREAM:
             e.runtime(tid, "cudaEventRecord", e.rt_cost(2.5), ann.ext)
             e.runtime(tid, "cudaStreamWaitEvent", e.rt_cost(2.0), ann.ext)
         ws = cfg.world_size
-        bus = 2 * (ws - 1) / ws * nbytes / (p.nccl_bus_gbs * 1e3)
+        bus = traffic(ws) * nbytes / (p.nccl_bus_gbs * 1e3)
         # ring latency (2(n-1) steps) + waiting for the slowest peer to arrive
         lat = 8.0 + 2 * (ws - 1) * p.nccl_hop_us + float(self.rng.exponential(25.0))
         dur = bus + lat
-        name = ops.nccl_allreduce("fp32", nbytes, cfg.old_nccl_names)
+        proto = ops.nccl_protocol(nbytes, cfg.nccl_ll_max, cfg.nccl_ll128_max)
+        name = ops.nccl_kernel(coll, dt if coll != "Broadcast" else "i8", proto, self.nccl_version)
         s, en = e.launch(tid, name, dur, stream, ann.ext, 544, 96, 87568,
                          not_before=e.stream_free(COMPUTE_STREAM), extra_args=comms)
         e.clock[tid] += e.host(35.0)
         e.end(ann)
         e.clock[tid] += e.host(20.0)
         e.end(rpc)
+        e.clock[tid] += e.host(4.0)
+        e.end(outer)
         return s, en
+
+    def blocking_collective(self, tid: int, coll: str, nbytes: float, dt: str = "fp32") -> None:
+        """A collective whose result the next compute op needs (work.wait() on the stream)."""
+        e = self.eng
+        _, en = self.collective(tid, coll, nbytes, self.nccl_stream, dt)
+        e.runtime(tid, "cudaStreamWaitEvent", e.rt_cost(2.0), e.next_ext())
+        e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), en)
 
     def backward(self) -> None:
         cfg, e = self.cfg, self.eng
@@ -543,6 +730,9 @@ class _Run:
         nccl_stream = COMPUTE_STREAM if cfg.nccl_on_compute else self.nccl_stream
         nccl_spans: list[tuple[float, float]] = []
         n_buckets = 0
+        if cfg.ddp and cfg.gather_features:
+            # the all_gather's backward: gradients of the gathered embeddings, reduce-scattered
+            self.blocking_collective(bw, "ReduceScatter", cfg.batch * 256 * 4.0 * cfg.world_size)
         if cfg.compiled:
             regions = self._regions()
             for r in range(len(regions) - 1, -1, -1):
@@ -696,7 +886,9 @@ class _Run:
         params_mb = self.cfg.model.params_m * 4.0
         s = e.begin(e.main, f"Optimizer.step#{opt}.step")
         chunks = max(1, math.ceil(self.param_tensors / 110))     # multi_tensor_apply chunking
-        if opt == "AdamW" and cfg.extra.get("fused_adam", False):
+        if cfg.compiled and cfg.compiled_optimizer:
+            self.compiled_optimizer_step(params_mb * (14.0 if opt == "AdamW" else 8.0))
+        elif opt == "AdamW" and cfg.extra.get("fused_adam", False):
             self.simple(e.main, "aten::_foreach_add_", ops.foreach("add_scalar"), 0.01)  # step count
             self.op(e.main, OpCall(("aten::_fused_adamw_",),
                                    tuple(Kern(ops.foreach("adam"), 1.0 / chunks, True, 512, 64)
@@ -733,6 +925,30 @@ class _Run:
         else:
             e.idle(e.main, e.host(20.0 + self.param_tensors * 0.4))    # set_to_none: no kernels
         e.end(z)
+        if cfg.ema:
+            # ModelEMA.update: ema = d * ema + (1 - d) * params, two foreach ops over the weights
+            for name, kind, mult in (("aten::_foreach_mul_", "mul_scalar", 2), ("aten::_foreach_add_", "add_list", 3)):
+                self.op(e.main, OpCall((name,), tuple(Kern(ops.foreach(kind), 1.0 / chunks, True, 512, 32)
+                                                      for _ in range(chunks)), 0.0, params_mb * mult, 30.0))
+
+    def compiled_optimizer_step(self, mbytes: float) -> None:
+        """`torch.compile(optimizer.step)`: its own frame, Inductor's foreach (`triton_for_`) kernels."""
+        e = self.eng
+        t = e.clock[e.main]
+        d = e.host(14.0)
+        e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
+        e.clock[e.main] = t + d + e.host(8.0)
+        ann = e.begin(e.main, f"Torch-Compiled Region: {self._frame('optimizer')}/0")
+        x = e.next_ext()
+        e.clock[e.main] += e.host(30.0)
+        n = int(np.clip(self.param_tensors // 40, 2, 12))
+        for i in range(n):
+            e.clock[e.main] += e.host(3.0)
+            k = Kern(ops.triton_name("for", "", i).replace("fused__", "fused_"), 1.0 / n, True, 512, 40)
+            dur = ops.kernel_duration_us(k, OpCall((), (k,), 0.0, mbytes, 0.0), self.ctx, self.eff) * e.jit() ** 0.5
+            e.launch(e.main, k.name, dur, COMPUTE_STREAM, x, k.block, k.regs, k.smem, "cuLaunchKernel")
+        e.clock[e.main] += e.host(10.0)
+        e.end(ann)
 
     def metrics(self) -> None:
         """Running accuracy / loss meters: argmax, eq, sum, add_ (tiny kernels, no sync)."""
@@ -740,8 +956,8 @@ class _Run:
         mb = self.cfg.batch * 0.004
         self.simple(e.main, "aten::argmax", ops.elementwise("sum", "fp32"), mb)
         self.simple(e.main, "aten::eq", ops.elementwise("mul", "fp32"), mb * 0.2)
-        self.simple(e.main, "aten::sum", ops.elementwise("sum", "fp32"), mb * 0.2)
-        self.simple(e.main, "aten::add_", ops.elementwise("add_", "fp32"), 0.001)
+        self.small_op(e.main, "sum", mb * 0.2, dt="fp32")
+        self.small_op(e.main, "add_", 0.001, dt="fp32")
 
     def train_step(self) -> None:
         cfg, e = self.cfg, self.eng
@@ -751,9 +967,30 @@ class _Run:
         if cfg.model.task in ("image_classification", "action_recognition"):
             self.metrics()
         self.backward()
+        if cfg.dt == "fp16":
+            self.grad_scaler_check()
         self.optimizer_step()
+        if cfg.dt == "fp16":
+            self.op(e.main, OpCall(("aten::_amp_update_scale_",), (Kern(AMP_UPDATE, 1.0, True, 1, 16),),
+                                   0.0, 0.0001, 12.0))
+        if cfg.ddp and cfg.log_allreduce:
+            # dist.all_reduce(loss) so every rank logs the mean loss
+            self.blocking_collective(e.main, "AllReduce", 4.0)
         if cfg.log_item:
             self.item_sync(e.main, "aten::item")
+            for _ in range(cfg.log_syncs):
+                # further meters (accuracy, grad norm, lr): the queue is already empty
+                e.idle(e.main, e.host(15.0))
+                self.item_sync(e.main, "aten::item")
+
+    def grad_scaler_check(self) -> None:
+        """GradScaler.unscale_ and the found-inf check: one foreach kernel and one `.item()`."""
+        e = self.eng
+        chunks = max(1, math.ceil(self.param_tensors / 110))
+        self.op(e.main, OpCall(("aten::_amp_foreach_non_finite_check_and_unscale_",),
+                               tuple(Kern(AMP_UNSCALE, 1.0 / chunks, True, 512, 32) for _ in range(chunks)),
+                               0.0, self.cfg.model.params_m * 8.0, 40.0))
+        self.item_sync(e.main, "aten::item")
 
     def infer_step(self) -> None:
         cfg, e = self.cfg, self.eng
@@ -762,11 +999,31 @@ class _Run:
             self.forward()
         dt = cfg.dt
         self.simple(e.main, "aten::softmax", ops.softmax(True, dt), 0.01 * cfg.batch)
+        if cfg.model.task in ("object_detection", "image_segmentation", "pose_estimation"):
+            # decode boxes / masks: sigmoid scores, scale offsets, concatenate the levels, select
+            for kind in ("sigmoid", "mul", "add", "cat", "index", "mul", "cat"):
+                self.small_op(e.main, kind, 0.002 * cfg.batch, dt="fp32")
         if self.step_index in cfg.sync_steps and cfg.item_syncs:
             self.excessive_memcpy()
         if self.step_index in cfg.cpu_bound_steps and cfg.python_ops:
             self.python_heavy()
         self.item_sync(e.main, "aten::cpu")          # predictions back to the host (normal)
+        for _ in range(cfg.log_syncs if cfg.log_item else 0):
+            e.idle(e.main, e.host(15.0))
+            self.item_sync(e.main, "aten::item")     # a score or a count printed per batch
+
+
+#: GradScaler kernels (ATen's AMP kernels).
+AMP_UNSCALE = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+               "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
+               "UnaryOpFunctor<float, 1, 1, 0>, at::native::_amp_foreach_non_finite_check_and_unscale_"
+               "cuda_(c10::ArrayRef<at::Tensor>, at::Tensor&, at::Tensor const&)::{lambda()#1}::"
+               "operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}>(at::native::"
+               "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
+               "UnaryOpFunctor<float, 1, 1, 0>, at::native::_amp_foreach_non_finite_check_and_unscale_"
+               "cuda_(c10::ArrayRef<at::Tensor>, at::Tensor&, at::Tensor const&)::{lambda()#1}::"
+               "operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1})")
+AMP_UPDATE = "void at::native::amp_update_scale_cuda_kernel(float*, int*, float const*, double, double, int)"
 
 
 def simulate(cfg: RunConfig) -> RunResult:

@@ -1,0 +1,129 @@
+"""`traceap profile -- CMD...`: run a script unchanged under torch.profiler, then analyse it."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+
+from ..errors import TraceapError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profile", context_settings={"allow_interspersed_args": False,
+                                             "ignore_unknown_options": True})(profile)
+
+
+def profile(
+    command: list[str] = typer.Argument(None, metavar="-- CMD...", help="The command to run, unchanged: python train.py --lr 0.1, python -m pkg.train, torchrun --nproc-per-node=N train.py."),
+    steps: int = typer.Option(3, "--steps", "-k", help="Steps to record (the paper's traces hold 2-3)."),
+    skip: int = typer.Option(5, "--skip", "-s", help="Steps to skip first (warm-up: cuDNN autotuning, worker start-up; the last one warms the profiler up)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the traces, one per rank (default: traceap-profile/<script>-<time>)."),
+    html: bool = typer.Option(False, "--html", help="Also write the HTML report to OUT/report.html."),
+    activities: str | None = typer.Option(None, "--activities", help="cpu, cuda or cpu,cuda (default: cpu,cuda when CUDA is available to the script, else cpu)."),
+    with_stack: bool = typer.Option(False, "--with-stack", help="Record Python call stacks (bigger traces, more overhead)."),
+    exit_after: bool = typer.Option(False, "--exit-after", help="Stop the run once the trace is written (exit code 0 from each stopped process)."),
+    period: float = typer.Option(1.0, "--period", help="Seconds per step when the script never steps (no optimizer step, no DataLoader): a time-based schedule."),
+    windows: int = typer.Option(100, "--windows", "-w", help="Windows for the analysis (as traceap analyze)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace traces already in --out."),
+    no_analysis: bool = typer.Option(False, "--no-analysis", help="Record only; do not analyse."),
+) -> None:
+    """Run a command with torch.profiler on from outside; record steps S+1..S+K; analyse them.
+
+    The command runs unchanged: its output, arguments and exit code are its own (traceap's
+    messages go to stderr), and traceap exits with the command's exit code.  Steps are the
+    optimizer's steps, else DataLoader batches, else SECONDS of time (--period)."""
+    from ..profile import ProfileConfig, default_out, describe, run
+
+    command = list(command or [])
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise TraceapError("give the command to profile after --, e.g. "
+                           "traceap profile -- python train.py --lr 0.1")
+    if windows < 1:
+        raise TraceapError("--windows must be at least 1")
+    acts = None
+    if activities is not None:
+        acts = tuple(a.strip().lower() for a in activities.split(",") if a.strip())
+    cfg = ProfileConfig(out=out or default_out(command), steps=steps, skip=skip,
+                        activities=acts, with_stack=with_stack, exit_after=exit_after,
+                        period_s=period, overwrite=overwrite)
+    cfg.validate()
+    from rich.markup import escape
+
+    console = _console()
+    r = run(command, cfg, on_start=lambda: console.print(
+        f"[bold]traceap profile[/bold]: recording steps {skip + 1}-{skip + steps} of "
+        f"`{escape(_quote(command))}` -> {escape(str(cfg.out))}", highlight=False,
+        soft_wrap=True))
+    how = ("stopped after its trace (--exit-after)" if r.stopped_by_traceap and r.exit_code == 0
+           else f"exited with code {r.exit_code}")
+    console.print(f"[bold]traceap profile[/bold]: the command {how} after {r.seconds:.1f} s; "
+                  f"{len(r.traces)} trace(s) in {escape(str(cfg.out))}", highlight=False,
+                  soft_wrap=True)
+    for line in describe(r, cfg):
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    if r.traces and not no_analysis:
+        try:
+            _analyse(r, cfg, windows, html, console)
+        except TraceapError as exc:
+            console.print(f"traceap: error: analysing the recording: {exc}", markup=False,
+                          highlight=False, soft_wrap=True)
+    raise typer.Exit(r.exit_code)
+
+
+def _analyse(r, cfg, windows: int, html: bool, console) -> None:
+    from ..analysis import analyze, analyze_job
+    from ..diff import measure_trace
+    from ..load import load, load_job
+    from ..progress import status
+    from ..report.terminal import render, render_job
+    from ..units import fmt_us
+
+    with status("analysing the recording"):
+        if len(r.traces) == 1:
+            loaded = load(r.traces[0])
+            result = analyze(loaded, windows)
+            traces = [loaded]
+        else:
+            loaded = load_job(cfg.out, r.traces)
+            result = analyze_job(loaded, windows)
+            traces = loaded.traces
+    console.print()
+    (render_job if len(r.traces) > 1 else render)(result, console)
+    for t in traces:
+        m = measure_trace(t)
+        who = f"rank {t.meta.rank}: " if len(traces) > 1 else ""
+        if not m["step_us"]:
+            continue
+        loading = "no DataLoader"
+        if m["loader_calls"]:
+            share = (m["dataloader_us_per_step"] or 0.0) / m["step_us"]
+            loading = (f"DataLoader.__next__ {fmt_us(m['dataloader_us_per_step'])} per step "
+                       f"({100 * share:.0f}% of the step, on the host)")
+        console.print(f"  {who}median step {fmt_us(m['step_us'])}, {loading}",
+                      highlight=False, soft_wrap=True)
+    if r.cpu_only:
+        console.print("  CPU-only recording: no GPU activity was recorded, so the eight GPU "
+                      "anti-patterns cannot show here; the step time and the data loading per "
+                      "step above are what `traceap diff` compares. Run on a GPU (or "
+                      "--activities cpu,cuda) to see them.", highlight=False, soft_wrap=True)
+    if html:
+        from ..report.html import write_html
+        path = write_html(result, Path(cfg.out) / "report.html",
+                          loaded if len(r.traces) > 1 else traces[0])
+        console.print(f"  HTML report: {path}", style="dim", markup=False, highlight=False,
+                      soft_wrap=True)
+    console.print(f"  compare with another run: traceap diff {cfg.out} OTHER_DIR", style="dim",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def _console():
+    from rich.console import Console
+    return Console(stderr=True)
+
+
+def _quote(command: list[str]) -> str:
+    return " ".join(shlex.quote(c) for c in command)

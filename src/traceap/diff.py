@@ -1,0 +1,531 @@
+"""`traceap diff BEFORE AFTER`: did the change make the run faster, and which findings went away?
+
+    from traceap.diff import compare
+    d = compare("before/", "after/")          # traces, folders of ranks or analysis JSONs
+    d.verdict            # 'step time -23% (...): single_process_dataloading fixed'
+    d.to_json()                                # traceap.diff/v1 (docs/formats_diff.md)
+
+Each side is reduced to the same numbers, per profiler step so that recordings of different
+lengths compare.  The steps are the analysis' steady steps (`traceap.idle`: a warm-up first step
+left out; every profiler step of a CPU-only trace), so the step time here is the one the
+findings' gains are shares of: the median step time, the GPU busy fraction (`traceap info`'s), the
+GPU idle time and its causes (when the analysis carries `gpu_idle`), the time each anti-pattern
+costs, and the host time spent in `DataLoader.__next__`, which is the one number a CPU-only
+recording can compare when no GPU pattern can be measured.  A trace or a folder is analysed
+here; an analysis JSON is read as it is, and its trace (the "trace" key) is opened for the step
+and data-loading numbers when it can be found.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from .errors import TraceapError
+from .trace import Trace, busy_union
+from .units import fmt_us
+
+SCHEMA = "traceap.diff/v1"
+#: Per-finding numbers read from an analysis (docs/FORMATS.md) when present; a new one
+#: is one more name here.
+FINDING_NUMBERS = ("time_lost_us", "time_lost_per_step_us", "gain_pct")
+#: Run-to-run noise of the median step time: repeated CPU recordings of
+#: examples/train_small.py on a shared 2-core machine differ by up to ~5% (docs/PROFILE.md);
+#: changes below this are called "no significant change".
+NOISE_PCT = 5.0
+#: A data-loading change is named in the verdict only when it moves at least this share of
+#: the before step time (a 90% drop of 0.1% of the step explains nothing).
+DATALOADER_SHARE = 0.02
+#: `--fail-if-slower` exit code: distinct from 1 (internal error) and 2 (bad input).
+EXIT_SLOWER = 3
+_SCHEMA_RE = re.compile(rb'"schema"\s*:\s*"traceap\.analysis/')
+
+
+# -- one side ------------------------------------------------------------------------------
+@dataclass
+class FindingSummary:
+    """One finding of one side, with the numbers a comparison needs."""
+
+    pattern: str
+    rank: int | None
+    title: str
+    severity: str
+    time_lost_us: float | None
+    time_lost_per_step_us: float | None
+    gain_pct: float | None
+    cross_rank: bool = False        # found by comparing ranks (straggler, ...), not in one rank
+
+    def to_json(self) -> dict:
+        """JSON object (traceap.diff/v1 finding)."""
+        return {"pattern": self.pattern, "rank": self.rank, "cross_rank": self.cross_rank,
+                "title": self.title,
+                "severity": self.severity, "time_lost_us": self.time_lost_us,
+                "time_lost_per_step_us": self.time_lost_per_step_us, "gain_pct": self.gain_pct}
+
+
+@dataclass
+class Side:
+    """One recording reduced to per-step numbers."""
+
+    input: str
+    kind: str                       # trace | job | analysis | job-analysis
+    ranks: int
+    n_steps: int | None             # profiler steps (summed over ranks)
+    step_us: float | None           # median ProfilerStep duration (median over ranks)
+    gpu_busy_fraction: float | None
+    gpu_idle_us: float | None       # per rank, summed over its steps, averaged over ranks
+    gpu_idle_by_cause_us: dict[str, float] | None
+    dataloader_us_per_step: float | None
+    findings: list[FindingSummary]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_idle_per_step_us(self) -> float | None:
+        """GPU idle time per step (None without the analysis' gpu_idle or steps)."""
+        return _per_step(self.gpu_idle_us, self.n_steps, self.ranks)
+
+    def lost_per_step(self) -> dict[str, float | None]:
+        """Time lost per step by pattern, rank findings only (averaged over ranks)."""
+        out: dict[str, float | None] = {}
+        for f in self.findings:
+            if f.cross_rank:
+                continue
+            v = f.time_lost_per_step_us
+            prev = out.get(f.pattern, 0.0)
+            out[f.pattern] = None if v is None or prev is None else prev + v / self.ranks
+        return out
+
+    def to_json(self) -> dict:
+        """JSON object (traceap.diff/v1 side)."""
+        idle = None
+        if self.gpu_idle_us is not None:
+            steps = self.n_steps / self.ranks if self.n_steps else None
+            idle = {"total_us": self.gpu_idle_us, "per_step_us": self.gpu_idle_per_step_us,
+                    "by_cause_per_step_us": None if not (self.gpu_idle_by_cause_us and steps)
+                    else {k: v / steps for k, v in self.gpu_idle_by_cause_us.items()}}
+        return {"input": self.input, "kind": self.kind, "ranks": self.ranks,
+                "n_steps": self.n_steps, "step_us": self.step_us,
+                "gpu_busy_fraction": self.gpu_busy_fraction, "gpu_idle": idle,
+                "dataloader_us_per_step": self.dataloader_us_per_step,
+                "time_lost_per_step_us": self.lost_per_step(),
+                "findings": [f.to_json() for f in self.findings], "notes": self.notes}
+
+
+def _per_step(total: float | None, n_steps: int | None, ranks: int) -> float | None:
+    if total is None or not n_steps:
+        return None
+    return total / (n_steps / ranks)
+
+
+def step_intervals(trace: Trace) -> list[tuple[float, float]]:
+    """The steps per-step numbers are about: the GPU idle account's steady profiler steps (a
+    warm-up first step left out), or every profiler step when there are none (CPU-only)."""
+    if trace.has_gpu and trace.steps:
+        from .idle import measure
+        steady = measure(trace).steady_steps
+        if steady:
+            return [(float(s), float(e)) for s, e, _ in steady]
+    return [(s.start_us, s.end_us) for s in trace.steps]
+
+
+def measure_trace(trace: Trace) -> dict:
+    """The host-side numbers of one trace over `step_intervals`: the steps, their median
+    duration, and the time in `DataLoader.__next__` inside them (the union over threads, so
+    nested frames count once)."""
+    from .patterns.signals import rows_named
+    from .patterns.single_process_dataloading import LOADER_NEXT
+
+    steps = step_intervals(trace)
+    rows = rows_named(trace, LOADER_NEXT)
+    s, e = trace.ts[rows], trace.end[rows]
+    if steps:
+        lo = np.array([x[0] for x in steps])
+        hi = np.array([x[1] for x in steps])
+        # Every loader call clipped to every step, then the union.
+        ss = np.maximum(s[:, None], lo[None, :]).ravel()
+        ee = np.minimum(e[:, None], hi[None, :]).ravel()
+        keep = ee > ss
+        loader = busy_union(ss[keep], ee[keep]) if keep.any() else 0.0
+        step_us = float(np.median(hi - lo))
+    else:
+        loader = busy_union(s, e) if len(rows) else 0.0
+        step_us = None
+    return {"n_steps": len(steps), "step_us": step_us, "dataloader_us": float(loader),
+            "dataloader_us_per_step": float(loader) / len(steps) if steps else None,
+            "loader_calls": int(len(rows))}
+
+
+def _finding(d: dict, obj, n_steps: int | None, cross_rank: bool = False) -> FindingSummary:
+    """A finding from its JSON (the keys in FINDING_NUMBERS when present), else the object."""
+    known = {k for k in FINDING_NUMBERS if k in d or hasattr(obj, k)}
+    nums = {k: d[k] if k in d else getattr(obj, k, None) for k in FINDING_NUMBERS}
+    nums = {k: None if v is None else float(v) for k, v in nums.items()}
+    if "time_lost_per_step_us" not in known and nums["time_lost_us"] is not None and n_steps:
+        # An analysis without per-step numbers: spread the time lost over the steps.
+        nums["time_lost_per_step_us"] = nums["time_lost_us"] / n_steps
+    rank = d.get("rank", getattr(obj, "rank", None))
+    return FindingSummary(
+        pattern=str(d.get("pattern")), rank=rank if isinstance(rank, int) else None,
+        title=str(d.get("title") or getattr(obj, "title", None) or d.get("pattern")),
+        severity=str(d.get("severity", "")), cross_rank=cross_rank, **nums)
+
+
+def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
+    """Numbers of one rank from its traceap.analysis/v1 object (+ the Analysis and Trace)."""
+    notes: list[str] = []
+    m = measure_trace(trace) if trace is not None else None
+    summary = data.get("summary") or getattr(obj, "summary", None) or {}
+    basis = data.get("step_basis") or {}
+    n_steps = m["n_steps"] if m else basis.get("n_steps", summary.get("n_profiler_steps"))
+    step_us = m["step_us"] if m else basis.get("step_us")
+    busy = summary.get("gpu_busy_fraction")
+    idle = data.get("gpu_idle")
+    if trace is not None and not trace.has_gpu:
+        idle = None  # a CPU-only trace has no GPU to be idle
+    objs = list(getattr(obj, "findings", []) or [])
+    findings = []
+    for i, f in enumerate(data.get("findings", [])):
+        fo = objs[i] if i < len(objs) else None
+        fs = _finding(f, fo, n_steps or None)
+        if fs.rank is None and rank is not None:
+            fs.rank = rank
+        findings.append(fs)
+    return {"n_steps": n_steps or 0, "step_us": step_us, "busy": busy,
+            "idle": idle, "dl": m["dataloader_us"] if m else None, "findings": findings,
+            "notes": notes, "has_gpu": trace.has_gpu if trace is not None else None}
+
+
+def _combine(path: str, kind: str, ranks: list[dict], cross: list[FindingSummary]) -> Side:
+    n = len(ranks)
+    steps = [r["n_steps"] for r in ranks]
+    step_us = [r["step_us"] for r in ranks if r["step_us"] is not None]
+    busy = [r["busy"] for r in ranks if r["busy"] is not None]
+    idles = [r["idle"] for r in ranks if isinstance(r["idle"], dict)]
+    dls = [r["dl"] for r in ranks]
+    idle_total = by_cause = None
+    if idles and len(idles) == n:
+        idle_total = float(np.mean([float(i.get("total_us", 0.0)) for i in idles]))
+        causes: dict[str, float] = {}
+        for i in idles:
+            for k, v in (i.get("by_cause") or {}).items():
+                causes[k] = causes.get(k, 0.0) + float(v) / n
+        by_cause = causes
+    total_steps = sum(steps)
+    dl = (sum(dls) / total_steps if total_steps and all(d is not None for d in dls) else None)
+    notes = [x for r in ranks for x in r["notes"]]
+    if not total_steps:
+        notes.append("no ProfilerStep annotations: step time and per-step numbers are unknown")
+    if any(r["has_gpu"] is False for r in ranks):
+        notes.append("CPU-only recording: no GPU activity, so GPU busy/idle and the eight GPU "
+                     "anti-patterns cannot be measured; compare the step time and the data "
+                     "loading per step")
+    return Side(input=path, kind=kind, ranks=n, n_steps=total_steps or None,
+                step_us=float(np.median(step_us)) if step_us else None,
+                gpu_busy_fraction=float(np.mean(busy)) if busy else None,
+                gpu_idle_us=idle_total, gpu_idle_by_cause_us=by_cause,
+                dataloader_us_per_step=dl,
+                findings=[f for r in ranks for f in r["findings"]] + cross, notes=notes)
+
+
+def is_analysis_json(path: Path) -> bool:
+    """True for a traceap.analysis JSON (checked on the first bytes; traces are not read)."""
+    if path.is_dir() or not path.name.endswith((".json", ".json.gz")):
+        return False
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                head = f.read(4096)
+        else:
+            with open(path, "rb") as f:
+                head = f.read(4096)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return False
+    return bool(_SCHEMA_RE.search(head))
+
+
+def side_of(path: str | os.PathLike, n_windows: int = 100) -> Side:
+    """Reduce a trace, a folder of ranks or an analysis JSON to a `Side`."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceapError(f"{p}: no such file or folder")
+    if is_analysis_json(p):
+        return _side_of_json(p)
+    from .analysis import analyze, analyze_job
+    from .load import load, load_job
+
+    if p.is_dir():
+        job = load_job(p)
+        ja = analyze_job(job, n_windows)
+        ranks = [_rank_side(a.to_json(), a, t, t.meta.rank)
+                 for a, t in zip(ja.ranks, job.traces)]
+        cross = [_finding(f, obj, None, cross_rank=True) for f, obj in
+                 zip(ja.to_json().get("cross_rank", []), ja.findings)]
+        return _combine(str(p), "job", ranks, cross)
+    t = load(p)
+    a = analyze(t, n_windows)
+    return _combine(str(p), "trace", [_rank_side(a.to_json(), a, t, None)], [])
+
+
+def _side_of_json(p: Path) -> Side:
+    raw = p.read_bytes()
+    if p.name.endswith(".gz"):
+        raw = gzip.decompress(raw)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TraceapError(f"{p}: not valid JSON ({exc})") from None
+    schema = str(data.get("schema", ""))
+    per_rank = data.get("ranks") if schema.endswith("+job") else [data]
+    if not isinstance(per_rank, list) or not per_rank:
+        raise TraceapError(f"{p}: a {schema} object without ranks")
+    ranks = []
+    for i, r in enumerate(per_rank):
+        trace = _trace_named(r.get("trace"), p)
+        side = _rank_side(r, None, trace, i if len(per_rank) > 1 else None)
+        if trace is None:
+            side["notes"].append(f"{r.get('trace')}: trace not found next to {p.name}; data "
+                                 f"loading is unknown" + ("" if side["step_us"] is not None
+                                                          else ", and the step time"))
+        ranks.append(side)
+    cross = [_finding(f, None, None, cross_rank=True) for f in data.get("cross_rank", []) or []]
+    return _combine(str(p), "job-analysis" if len(per_rank) > 1 or schema.endswith("+job")
+                    else "analysis", ranks, cross)
+
+
+def _trace_named(name, json_path: Path) -> Trace | None:
+    """The trace an analysis JSON names: as given, or beside the JSON file."""
+    if not name:
+        return None
+    from .load import load
+
+    for cand in (Path(name), json_path.parent / name, json_path.parent / Path(name).name):
+        if cand.is_file():
+            try:
+                return load(cand)
+            except TraceapError:
+                return None
+    return None
+
+
+# -- the comparison ------------------------------------------------------------------------
+def pct(before: float | None, after: float | None) -> float | None:
+    """Relative change in percent (None when either is unknown or before is 0)."""
+    if before is None or after is None or before == 0:
+        return None
+    return 100.0 * (after / before - 1.0)
+
+
+@dataclass
+class FindingChange:
+    """A finding present before, after, or both, and what became of it."""
+
+    pattern: str
+    rank: int | None
+    title: str
+    status: str                     # fixed | new | better | worse | same
+    before: FindingSummary | None
+    after: FindingSummary | None
+
+    def to_json(self) -> dict:
+        """JSON object (traceap.diff/v1 findings entry)."""
+        return {"pattern": self.pattern, "rank": self.rank, "title": self.title,
+                "status": self.status,
+                "before": self.before.to_json() if self.before else None,
+                "after": self.after.to_json() if self.after else None}
+
+
+@dataclass
+class Diff:
+    """Two sides, their per-step changes, the findings' fate, and a one-line verdict."""
+
+    before: Side
+    after: Side
+    findings: list[FindingChange]
+    verdict: str
+    fail_if_slower_pct: float | None = None
+
+    @property
+    def step_pct(self) -> float | None:
+        """Median step time change in percent."""
+        return pct(self.before.step_us, self.after.step_us)
+
+    @property
+    def dataloader_pct(self) -> float | None:
+        """Data loading time per step, change in percent."""
+        return pct(self.before.dataloader_us_per_step, self.after.dataloader_us_per_step)
+
+    @property
+    def slower(self) -> bool:
+        """True when the step time grew by more than fail_if_slower_pct."""
+        p = self.step_pct
+        return (self.fail_if_slower_pct is not None and p is not None
+                and p > self.fail_if_slower_pct)
+
+    def pattern_rows(self) -> list[dict]:
+        """Time lost per step by pattern, both sides."""
+        b, a = self.before.lost_per_step(), self.after.lost_per_step()
+        rows = []
+        for p in sorted(set(b) | set(a), key=lambda k: -((b.get(k) or 0) + (a.get(k) or 0))):
+            bv, av = b.get(p, 0.0 if p not in b else None), a.get(p, 0.0 if p not in a else None)
+            rows.append({"pattern": p, "before_us_per_step": bv, "after_us_per_step": av,
+                         "change_pct": pct(bv, av)})
+        return rows
+
+    def to_json(self) -> dict:
+        """The traceap.diff/v1 object (docs/formats_diff.md)."""
+        b, a = self.before, self.after
+        busy = (None if b.gpu_busy_fraction is None or a.gpu_busy_fraction is None
+                else 100.0 * (a.gpu_busy_fraction - b.gpu_busy_fraction))
+        return {
+            "schema": SCHEMA,
+            "before": b.to_json(), "after": a.to_json(),
+            "change": {"step_pct": self.step_pct, "gpu_busy_points": busy,
+                       "gpu_idle_per_step_pct": pct(b.gpu_idle_per_step_us,
+                                                    a.gpu_idle_per_step_us),
+                       "dataloader_per_step_pct": self.dataloader_pct},
+            "patterns": self.pattern_rows(),
+            "findings": [f.to_json() for f in self.findings],
+            "verdict": self.verdict,
+            "fail_if_slower_pct": self.fail_if_slower_pct,
+            "slower": self.slower,
+        }
+
+
+def match_findings(before: Side, after: Side, noise_pct: float = NOISE_PCT) -> list[FindingChange]:
+    """Pair the findings by (pattern, rank): fixed, new, or better/worse/same by time lost."""
+    def key(f: FindingSummary):
+        return (f.pattern, f.rank, f.cross_rank)
+
+    bmap = {key(f): f for f in before.findings}
+    amap = {key(f): f for f in after.findings}
+    out = []
+    for k in list(bmap) + [k for k in amap if k not in bmap]:
+        fb, fa = bmap.get(k), amap.get(k)
+        if fa is None:
+            status = "fixed"
+        elif fb is None:
+            status = "new"
+        else:
+            xb = fb.time_lost_per_step_us if fb.time_lost_per_step_us is not None \
+                else fb.time_lost_us
+            xa = fa.time_lost_per_step_us if fa.time_lost_per_step_us is not None \
+                else fa.time_lost_us
+            c = pct(xb, xa)
+            status = ("same" if c is None or abs(c) < noise_pct
+                      else "better" if c < 0 else "worse")
+        f = fa or fb
+        out.append(FindingChange(k[0], k[1], f.title, status, fb, fa))
+    order = {"fixed": 0, "new": 1, "worse": 2, "better": 3, "same": 4}
+    out.sort(key=lambda c: order[c.status])
+    return out
+
+
+def verdict(before: Side, after: Side, changes: list[FindingChange],
+            noise_pct: float = NOISE_PCT) -> str:
+    """One line: the step time change, then what explains it."""
+    sp = pct(before.step_us, after.step_us)
+    if sp is None:
+        missing = "BEFORE" if before.step_us is None else "AFTER"
+        head = f"step time not comparable (no profiler steps in {missing})"
+    else:
+        head = (f"step time {sp:+.0f}% ({fmt_us(before.step_us)} -> "
+                f"{fmt_us(after.step_us)})")
+    reasons = []
+    fixed = sorted({c.pattern for c in changes if c.status == "fixed"})
+    new = sorted({c.pattern for c in changes if c.status == "new"})
+    if fixed:
+        reasons.append(", ".join(fixed) + " fixed")
+    if new:
+        reasons.append(", ".join(new) + " appeared")
+    dp = pct(before.dataloader_us_per_step, after.dataloader_us_per_step)
+    if dp is not None and abs(dp) >= noise_pct and before.step_us:
+        moved = abs(after.dataloader_us_per_step - before.dataloader_us_per_step)
+        if moved >= DATALOADER_SHARE * before.step_us:
+            reasons.append(f"data loading per step {dp:+.0f}% "
+                           f"({fmt_us(before.dataloader_us_per_step)} -> "
+                           f"{fmt_us(after.dataloader_us_per_step)})")
+    ip = pct(before.gpu_idle_per_step_us, after.gpu_idle_per_step_us)
+    if ip is not None and abs(ip) >= noise_pct:
+        reasons.append(f"GPU idle per step {ip:+.0f}%")
+    if sp is not None and abs(sp) < noise_pct and not fixed and not new:
+        reasons.insert(0, "no significant change")
+    return head + (": " + ", ".join(reasons) if reasons else "")
+
+
+def compare(before, after, n_windows: int = 100, fail_if_slower_pct: float | None = None) -> Diff:
+    """Compare two recordings (paths or `Side`s)."""
+    b = before if isinstance(before, Side) else side_of(before, n_windows)
+    a = after if isinstance(after, Side) else side_of(after, n_windows)
+    changes = match_findings(b, a)
+    return Diff(b, a, changes, verdict(b, a, changes), fail_if_slower_pct)
+
+
+# -- terminal ------------------------------------------------------------------------------
+def render(d: Diff, console=None) -> None:
+    """Side by side: step time, GPU busy and idle, data loading, time lost per pattern,
+    the findings' fate, the verdict."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = console or Console()
+    b, a = d.before, d.after
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    t.add_column("")
+    t.add_column("before", justify="right")
+    t.add_column("after", justify="right")
+    t.add_column("change", justify="right")
+
+    def row(label, x, y, fmt=fmt_us, change=None):
+        c = pct(x, y) if change is None else change
+        t.add_row(label, fmt(x), fmt(y), "-" if c is None else f"{c:+.0f}%")
+
+    t.add_row("input", escape(_short(b.input)), escape(_short(a.input)), "")
+    t.add_row("profiler steps", str(b.n_steps or "-"), str(a.n_steps or "-"), "")
+    row("step time (median)", b.step_us, a.step_us)
+
+    def frac(x):
+        return "-" if x is None else f"{100 * x:.0f}%"
+    busy_pts = (None if b.gpu_busy_fraction is None or a.gpu_busy_fraction is None
+                else 100 * (a.gpu_busy_fraction - b.gpu_busy_fraction))
+    t.add_row("GPU busy", frac(b.gpu_busy_fraction), frac(a.gpu_busy_fraction),
+              "-" if busy_pts is None else f"{busy_pts:+.0f} pts")
+    row("GPU idle per step", b.gpu_idle_per_step_us, a.gpu_idle_per_step_us)
+    bc, ac = b.to_json()["gpu_idle"], a.to_json()["gpu_idle"]
+    causes = sorted(set((bc or {}).get("by_cause_per_step_us") or {}) |
+                    set((ac or {}).get("by_cause_per_step_us") or {}))
+    for cause in causes:
+        row(f"  idle: {cause}", ((bc or {}).get("by_cause_per_step_us") or {}).get(cause),
+            ((ac or {}).get("by_cause_per_step_us") or {}).get(cause))
+    row("data loading per step", b.dataloader_us_per_step, a.dataloader_us_per_step)
+    for r in d.pattern_rows():
+        row(f"lost: {r['pattern']}", r["before_us_per_step"], r["after_us_per_step"])
+    console.print(t)
+    for c in d.findings:
+        if c.status == "same":
+            continue
+        style = {"fixed": "green", "better": "green", "new": "red", "worse": "red"}[c.status]
+        where = f" (rank {c.rank})" if c.rank is not None else ""
+        console.print(f"  [{style}]{c.status:6s}[/{style}] {escape(c.pattern)}{where}: "
+                      f"{escape(c.title)}", soft_wrap=True)
+    for n in dict.fromkeys(b.notes + a.notes):
+        where = ("both" if n in b.notes and n in a.notes else
+                 "before" if n in b.notes else "after")
+        console.print(f"  [dim]{where}: {escape(n)}[/dim]", soft_wrap=True)
+    style = "bold red" if d.slower else "bold"
+    console.print(f"[{style}]{escape(d.verdict)}[/{style}]", soft_wrap=True)
+
+
+def _short(path: str, limit: int = 40) -> str:
+    return path if len(path) <= limit else "..." + path[-(limit - 3):]
+
+
+__all__ = ["Diff", "EXIT_SLOWER", "FINDING_NUMBERS", "FindingChange", "FindingSummary",
+           "NOISE_PCT", "SCHEMA", "Side", "compare", "is_analysis_json", "match_findings",
+           "measure_trace", "pct", "render", "side_of", "step_intervals", "verdict"]

@@ -1,0 +1,150 @@
+"""`traceap diff BEFORE AFTER`: a real before/after pair recorded with `traceap collect` (CPU),
+bundled real traces, a folder of ranks and analysis JSONs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+import traceap
+from traceap.collect import CollectConfig, collect
+from traceap.diff import EXIT_SLOWER, FINDING_NUMBERS, SCHEMA, compare, measure_trace, side_of
+
+from .conftest import DATA, SAMPLE
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """The same tiny ResNet training recorded twice: num_workers=0, then 2 worker processes."""
+    out = tmp_path_factory.mktemp("pair")
+    common = dict(model="resnet_tiny", device="cpu", out=out, batch_size=4, steps=3)
+    before = collect(CollectConfig(patterns=("single_process_dataloading",), **common))
+    after = collect(CollectConfig(patterns=(), **common))
+    return before.trace, after.trace
+
+
+def _diff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceap", "diff", *args],
+                          capture_output=True, text=True)
+
+
+def test_workers_cut_the_data_loading_time_and_the_verdict_says_so(pair, tmp_path):
+    before, after = pair
+    d = compare(before, after)
+    b, a = d.before, d.after
+    assert (b.n_steps, a.n_steps) == (3, 3) and b.kind == a.kind == "trace"
+    # The loader's time per step, measured on the host: in-process decoding before, a ready
+    # batch from a worker after.
+    assert a.dataloader_us_per_step < 0.9 * b.dataloader_us_per_step
+    assert "data loading per step -" in d.verdict and d.verdict.startswith("step time ")
+    # CPU recordings: no GPU numbers, and the notes say why.
+    assert b.gpu_busy_fraction is None and any("CPU-only" in n for n in b.notes)
+    j = d.to_json()
+    assert j["schema"] == SCHEMA and j["verdict"] == d.verdict
+    assert j["change"]["dataloader_per_step_pct"] == pytest.approx(
+        100 * (a.dataloader_us_per_step / b.dataloader_us_per_step - 1))
+    # The CLI writes the same object and prints the verdict.
+    p = _diff(str(before), str(after), "--json", str(tmp_path / "d.json"))
+    assert p.returncode == 0, p.stderr
+    written = orjson.loads((tmp_path / "d.json").read_bytes())
+    assert written["before"]["dataloader_us_per_step"] == pytest.approx(b.dataloader_us_per_step)
+    assert "data loading per step" in p.stdout and "step time" in p.stdout
+
+
+def test_data_loading_time_is_the_union_of_loader_calls_inside_the_steps(pair):
+    t = traceap.load(pair[0])
+    m = measure_trace(t)
+    rows = [i for i in range(len(t)) if "DataLoader" in t.name_of(i) and "__next__" in t.name_of(i)]
+    lo, hi = t.steps[0].start_us, t.steps[-1].end_us
+    inside = sum(min(t.end[i], hi) - max(t.ts[i], lo) for i in rows
+                 if t.end[i] > lo and t.ts[i] < hi)
+    assert m["n_steps"] == 3 and m["loader_calls"] == len(rows) >= 3
+    assert m["dataloader_us"] == pytest.approx(inside, rel=1e-6)   # calls do not nest here
+    assert m["step_us"] == pytest.approx(sorted(s.end_us - s.start_us for s in t.steps)[1])
+
+
+def test_fail_if_slower_gates_on_the_step_time():
+    fast = DATA / "amd_mi250_train.json.gz"       # 4.7 ms steps
+    slow = SAMPLE                                  # 222 ms steps
+    p = _diff(str(fast), str(slow), "--fail-if-slower", "10", "-q")
+    assert p.returncode == EXIT_SLOWER == 3
+    assert p.stdout.startswith("step time +") and "more than --fail-if-slower 10%" in p.stdout
+    p = _diff(str(slow), str(fast), "--fail-if-slower", "10", "-q")
+    assert p.returncode == 0 and p.stdout.startswith("step time -")
+    # No profiler steps on one side: nothing to gate on, said in one line.
+    p = _diff(str(slow), str(DATA / "amd_mi300_gemm.json.gz"), "--fail-if-slower", "10", "-q")
+    assert p.returncode == 2 and "step time is unknown" in p.stderr.splitlines()[-1]
+
+
+def test_same_recording_twice_is_no_change():
+    d = compare(SAMPLE, SAMPLE)
+    assert d.step_pct == 0 and "no significant change" in d.verdict
+    assert {c.status for c in d.findings} <= {"same"}
+    assert not d.slower
+
+
+def test_findings_that_go_away_are_fixed_and_new_ones_appear():
+    gpu = side_of(SAMPLE)
+    assert gpu.findings, "the bundled DDP trace has findings"
+    cpu = side_of(DATA / "cpu_only_zoology.json.gz")
+    d = compare(gpu, cpu)
+    assert {c.status for c in d.findings} == {"fixed"}
+    assert all(p in d.verdict for p in {f.pattern for f in gpu.findings})
+    back = compare(cpu, gpu)
+    assert {c.status for c in back.findings} == {"new"} and "appeared" in back.verdict
+    # Time lost per step by pattern: the analysis' own per-step numbers, summed by pattern.
+    lost = gpu.lost_per_step()
+    assert set(lost) == {f.pattern for f in gpu.findings}
+    for f in gpu.findings:
+        assert f.time_lost_per_step_us is not None
+        assert lost[f.pattern] == pytest.approx(
+            sum(g.time_lost_per_step_us for g in gpu.findings if g.pattern == f.pattern))
+
+
+def test_an_analysis_json_gives_the_same_numbers_as_its_trace(tmp_path):
+    trace, out = tmp_path / "run.pt.trace.json.gz", tmp_path / "a.json"
+    shutil.copy(SAMPLE, trace)
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(trace), "-q",
+                        "--json", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    from_json, from_trace = side_of(out), side_of(trace)
+    assert from_json.kind == "analysis"
+    assert from_json.step_us == from_trace.step_us and from_json.n_steps == 3
+    assert from_json.dataloader_us_per_step == from_trace.dataloader_us_per_step
+    assert [f.pattern for f in from_json.findings] == [f.pattern for f in from_trace.findings]
+    # The finding numbers the JSON carries (docs/FORMATS.md) are read as they are.
+    data = orjson.loads(out.read_bytes())
+    for f, g in zip(data["findings"], from_json.findings):
+        for k in FINDING_NUMBERS:
+            if k in f:
+                assert getattr(g, k) == pytest.approx(f[k])
+    # Without its trace: the step time from the JSON's step_basis, data loading unknown.
+    trace.unlink()
+    s = side_of(out)
+    assert s.step_us == pytest.approx(from_trace.step_us, abs=0.1)
+    assert s.dataloader_us_per_step is None
+    assert any("trace not found" in n for n in s.notes)
+    assert compare(s, from_trace).step_pct == pytest.approx(0, abs=1e-3)
+
+
+def test_a_folder_of_ranks_is_one_side():
+    s = side_of(DATA / "dlrm_job")
+    assert s.kind == "job" and s.ranks == 2 and s.n_steps == 2
+    steps = sorted(measure_trace(t)["step_us"] for t in traceap.load_job(DATA / "dlrm_job"))
+    assert s.step_us == pytest.approx(sum(steps) / 2)      # the median of the two ranks
+
+
+def test_bad_inputs_are_one_clear_line(tmp_path):
+    p = _diff(str(tmp_path / "missing.json"), str(SAMPLE))
+    assert p.returncode == 2 and "no such file or folder" in p.stderr.splitlines()[-1]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "traceap.analysis/v1", "trace": ')
+    p = _diff(str(bad), str(SAMPLE))
+    assert p.returncode == 2 and "not valid JSON" in p.stderr.splitlines()[-1]
+    assert "Traceback" not in p.stderr

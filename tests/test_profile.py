@@ -1,0 +1,233 @@
+"""`traceap profile -- CMD`: real training scripts run unchanged under the recorder (CPU)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+import traceap
+from traceap.profile import BOOTSTRAP, ProfileConfig, describe, run
+
+from .conftest import REPO
+
+TRAIN = REPO / "examples" / "train_small.py"
+#: A few tiny steps of the example: 8 steps of batch 4 at 32 px, 8 channels.
+TINY = ["--steps", "8", "--batch-size", "4", "--image-size", "32", "--width", "8"]
+#: The name tensorboard_trace_handler gives a trace: <worker>.<time_ns>.pt.trace.json.gz.
+HANDLER_NAME = re.compile(r"(rank\d+_)?[^.]+_\d+\.\d+\.pt\.trace\.json\.gz")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(monkeypatch):
+    # Two intra-op threads per process on a shared 2-core machine make each step 10x slower.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def _script(tmp_path: Path, text: str, name: str = "script.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceap", "profile", *args],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_records_exactly_k_optimizer_steps_of_a_real_training_script(tmp_path, capfd):
+    cfg = ProfileConfig(out=tmp_path / "prof", steps=3, skip=2)
+    r = run([sys.executable, str(TRAIN), *TINY], cfg)
+    out = capfd.readouterr().out
+    assert r.exit_code == 0 and "done: 8 steps" in out   # the script ran to its end
+    (rec,) = r.records
+    assert rec["source"] == "optimizer" and rec["steps_recorded"] == 3
+    assert rec["activities"] == ["cpu"] and r.cpu_only
+    (path,) = r.traces
+    assert HANDLER_NAME.fullmatch(path.name) and path.parent == cfg.out
+    t = traceap.load(path)
+    # Steps 1-2 skipped (2 is the profiler's warm-up), 3-5 recorded, numbered as the run's.
+    assert [s.number for s in t.steps] == [3, 4, 5]
+    events = orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    convs = [e for e in events if e.get("name") == "aten::conv2d"]
+    assert convs and all("Input Dims" in e["args"] for e in convs)   # record_shapes
+    assert not any("Python id" in e.get("args", {}) for e in events)  # no with_stack asked
+
+
+def test_command_output_arguments_and_exit_code_pass_through(tmp_path):
+    script = _script(tmp_path, """
+        import sys, torch
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            loss = model(torch.randn(4, 8)).square().mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+        print("args:", sys.argv[1:])
+        print("to stderr", file=sys.stderr)
+        sys.exit(3)
+    """)
+    out = tmp_path / "prof"
+    p = _cli("--skip", "1", "--steps", "2", "--out", str(out), "--html", "--",
+             sys.executable, str(script), "--lr", "0.1", "two words")
+    assert p.returncode == 3
+    assert p.stdout == "args: ['--lr', '0.1', 'two words']\n"   # traceap writes to stderr only
+    assert "to stderr" in p.stderr
+    assert "exited with code 3" in p.stderr and "recorded steps 2-3" in p.stderr
+    # ... and the recording was analysed: the header, the host numbers, the CPU-only caveat.
+    assert "steps 2" in p.stderr and "median step" in p.stderr and "no DataLoader" in p.stderr
+    assert "eight GPU" in p.stderr and (out / "report.html").stat().st_size > 10_000
+
+
+def test_failing_script_reaches_the_user_with_its_exit_code_and_a_partial_trace(tmp_path):
+    out = tmp_path / "prof"
+    p = _cli("--skip", "2", "--steps", "3", "--out", str(out), "--no-analysis", "--",
+             sys.executable, str(TRAIN), *TINY, "--fail-at", "5")
+    assert p.returncode == 1
+    assert "RuntimeError: failing at step 5 as asked (--fail-at)" in p.stderr
+    assert "Traceback" in p.stderr                       # the script's own traceback, as is
+    assert "the trace holds 2 complete step(s)" in p.stderr
+    (trace,) = out.glob("*.pt.trace.json.gz")
+    assert [s.number for s in traceap.load(trace).steps][:2] == [3, 4]
+
+
+def test_script_that_never_steps_gets_the_time_based_schedule_and_a_note(tmp_path):
+    out = tmp_path / "prof"
+    # No optimizer, no DataLoader: matrix products until the recorder has written its trace
+    # (bounded, so a broken recorder fails the test instead of hanging it).
+    script = _script(tmp_path, f"""
+        import glob, time, torch
+        x = torch.randn(64, 64)
+        t0 = time.time()
+        while not glob.glob({str(out)!r} + "/*.pt.trace.json.gz") and time.time() - t0 < 120:
+            for _ in range(20):
+                x = torch.tanh(x @ x)
+        print("stopped after", round(time.time() - t0, 1), "s")
+    """)
+    cfg = ProfileConfig(out=out, steps=2, skip=1, period_s=0.3)
+    r = run([sys.executable, str(script)], cfg)
+    assert r.exit_code == 0
+    (rec,) = r.records
+    assert rec["source"] == "time" and rec["optimizer_steps"] == rec["batches"] == 0
+    (path,) = r.traces
+    t = traceap.load(path)
+    assert [s.number for s in t.steps] == [2, 3]
+    assert all(s.end_us - s.start_us >= 0.25e6 for s in t.steps)   # about --period each
+    note = " ".join(describe(r, cfg))
+    assert "time-based schedule" in note and "not a training iteration" in note
+
+
+def test_dataloader_batches_mark_the_steps_of_an_inference_loop(tmp_path):
+    script = _script(tmp_path, """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()
+        data = DataLoader(TensorDataset(torch.randn(48, 16)), batch_size=4)
+        with torch.no_grad():
+            for (x,) in data:
+                model(x)
+        print("inference done")
+    """)
+    r = run([sys.executable, str(script)], ProfileConfig(out=tmp_path / "prof", steps=3,
+                                                         skip=2))
+    (rec,) = r.records
+    assert r.exit_code == 0 and rec["source"] == "dataloader"
+    (path,) = r.traces
+    t = traceap.load(path)
+    assert [s.number for s in t.steps] == [3, 4, 5]
+    # A batch starts a step: each step holds exactly one DataLoader.__next__.
+    from traceap.diff import measure_trace
+    assert measure_trace(t)["loader_calls"] == 3
+
+
+def test_exit_after_stops_the_run_once_the_trace_is_written(tmp_path, capfd):
+    r = run([sys.executable, str(TRAIN), *TINY[2:], "--steps", "200"],
+            ProfileConfig(out=tmp_path / "prof", steps=2, skip=2, exit_after=True))
+    cap = capfd.readouterr()
+    assert r.exit_code == 0 and r.stopped_by_traceap
+    assert "done:" not in cap.out                  # the 200-step run did not go on
+    assert "stopping the run (--exit-after)" in cap.err
+    (path,) = r.traces
+    assert [s.number for s in traceap.load(path).steps] == [3, 4]
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_cpu_processes_gives_one_trace_per_rank(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed beside this Python")
+    script = _script(tmp_path, """
+        import torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                        torch.nn.Linear(32, 2)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            x, y = torch.randn(8, 16), torch.randint(0, 2, (8,))
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+        print(f"rank {dist.get_rank()} done", flush=True)
+        dist.destroy_process_group()
+    """)
+    out = tmp_path / "prof"
+    r = run([str(torchrun), "--standalone", "--nproc-per-node=2", str(script)],
+            ProfileConfig(out=out, steps=2, skip=2))
+    assert r.exit_code == 0
+    assert sorted(rec["rank"] for rec in r.records if rec["trace"]) == [0, 1]
+    job = traceap.load_job(out)
+    assert [t.meta.rank for t in job.traces] == [0, 1] and job.world_size == 2
+    assert all([s.number for s in t.steps] == [3, 4] for t in job.traces)
+    assert all(HANDLER_NAME.fullmatch(p.name) for p in r.traces)
+
+
+def test_bootstrap_is_inert_without_settings_and_runs_the_sitecustomize_it_shadows(tmp_path):
+    # No torch here: this checks the start-up path every Python process of the command takes.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_RAN'] = 'yes'\n")
+    script = _script(tmp_path, """
+        import os, sys
+        print(os.environ.get("THEIRS_RAN"), type(sys.modules.get("sitecustomize")).__name__,
+              [type(f).__name__ for f in sys.meta_path].count("_TorchWatcher"))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(BOOTSTRAP), str(theirs)]))
+    env.pop("TRACEAP_PROFILE", None)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert p.stdout.split() == ["yes", "module", "0"] and p.stderr == ""
+    env["TRACEAP_PROFILE"] = orjson.dumps(ProfileConfig(out=tmp_path / "o").child_settings(
+        tmp_path)).decode()
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert p.stdout.split() == ["yes", "module", "1"] and p.stderr == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "give the command to profile after --"),
+    (["--", "no-such-command-xyz"], "no-such-command-xyz: command not found"),
+    (["--steps", "0", "--", "true"], "--steps must be at least 1"),
+    (["--activities", "gpu", "--", "true"], "--activities: gpu not known"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, args, message):
+    p = _cli("--out", str(tmp_path / "o"), *args)
+    assert p.returncode == 2
+    assert p.stderr.startswith("traceap: error: ") and message in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_an_output_folder_with_old_traces_is_refused_unless_overwrite(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    shutil.copy(REPO / "tests" / "data" / "kineto2021_v100.json.gz",
+                out / "old.pt.trace.json.gz")
+    p = _cli("--out", str(out), "--", "true")
+    assert p.returncode == 2 and "already holds 1 trace(s)" in p.stderr
+    p = _cli("--out", str(out), "--overwrite", "--", "true")
+    assert p.returncode == 0 and not list(out.glob("*.pt.trace.json.gz"))
+    assert "no Python process of the command imported torch" in p.stderr
