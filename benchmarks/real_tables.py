@@ -4,9 +4,9 @@
     python benchmarks/real_tables.py --out benchmarks/results/real_tables
 
 Reads OUT/real/eval.json (`traceap eval` on the real-based benchmark, validation and
-test_unseen, with its by-source table), OUT/synth/eval.json (the generated dataset's test
-splits), OUT/healthy/healthy_findings.json (`benchmarks/healthy_findings.py`) and, when present,
-OUT/ablation_real/eval.json and OUT/ablation_synth/eval.json (the names-masked ablation); writes
+test_unseen, with its by-source table, and the names-masked model of `--ablation` when it was
+run), OUT/synth/eval.json (the generated dataset's test splits, same detectors) and, when
+present, OUT/healthy/healthy_findings.json (`benchmarks/healthy_findings.py`); writes
 OUT/tables.md.
 """
 
@@ -53,15 +53,15 @@ def table(real: dict, synth: dict | None, healthy: dict | None, group: str, spli
 
 
 def ablation(real: dict | None, synth: dict | None) -> str:
-    """Full model vs names masked: real validation / test (planted, natural, healthy flagged)
-    and synthetic seen / unseen, per N."""
-    if real is None:
+    """The shipped model vs its names-masked twin (`model[names_masked]`): real validation /
+    test (planted, natural, healthy flagged) and synthetic seen / unseen, per N."""
+    if real is None or not real.get("ablation"):
         return ""
     head = ["N", "Variant", "real val. all", "real val. flagged healthy", "real test planted",
             "real test natural", "real test flagged healthy", "synthetic seen", "synthetic unseen"]
     lines = ["| " + " | ".join(head) + " |", "|---:|---|" + "---:|" * (len(head) - 2)]
     for n in real["windows"]:
-        for v in real["ablation"]:
+        for v in [d for d in ("model",) if d in real["detectors"]] + real["ablation"]:
             by = real["by_source"][str(n)][v]
             val, test = by.get("validation", {}), by.get("unseen", {})
             det = (synth or {}).get("detection", {}).get(str(n), {}).get(v, {})
@@ -95,8 +95,7 @@ def main(argv=None) -> int:
                                 ("validation", "validation", "Validation (every choice made here)")):
         if any(group in real["by_source"][str(n)][names[0]] for n in real["windows"]):
             parts += [f"### {title}", table(real, synth, healthy, group, split, names)]
-    abl = ablation(load(args.out / "ablation_real" / "eval.json"),
-                   load(args.out / "ablation_synth" / "eval.json"))
+    abl = ablation(real, synth)
     if abl:
         parts += ["### Names masked (shortcut check)", "The same training recipe with every "
                   "event name hidden (`traceap train --ablation names-masked`) beside the full "

@@ -50,6 +50,7 @@ RECIPES = {
     "relative": {"time_relative": True, "time_absolute": False, "summary_absolute": False,
                  "summary_relative": True, "summary_extra": True, "platform_embedding": False},
     "lr3e-3": {"lr": 3e-3},
+    "idle": {"summary_idle": True},
     "host8": {"host_events": 8},
     "host16": {"host_events": 16},
     "n_all": {"windows": (50, 100, 200)},
@@ -132,8 +133,16 @@ def main(argv=None) -> int:
         if args.save:
             from traceap.model.checkpoint import save_model
             args.save.mkdir(parents=True, exist_ok=True)
-            save_model(model, args.save / f"{run}.pt",
-                       {n: table[n] for n in names}, meta={"run": run})
+            save_model(model, args.save / f"{run}.pt", {n: table[n] for n in names}, meta={
+                "run": run, "command": "python benchmarks/transfer_experiments.py "
+                + " ".join(argv or sys.argv[1:]),
+                "dataset": f"{args.synth}, {args.real}", "n_train": len(examples),
+                "mix": list(mix) if mix is not None else None,
+                "validation": [str(args.real), str(args.synth)], "best_epoch": log.best_epoch,
+                "n_good": log.n_good, "n_bad": log.n_bad, "epochs": len(log.epochs),
+                "steps": log.steps, "train_seconds": row["seconds"],
+                "train_cpu_seconds": row["cpu_seconds"], "history": log.epochs},
+                encoder_id=enc.encoder_id)
     return 0
 
 

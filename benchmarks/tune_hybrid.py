@@ -4,7 +4,7 @@
         [--windows 50,100,200] [--model CKPT] [--scores eval_out/scores.jsonl] [--write]
 
 Scores every trace of the split with the `model` and `expert` detectors (or reads them from the
-scores.jsonl of an earlier `traceap eval --detectors model,expert --out DIR`), fits the
+scores.jsonl of earlier `traceap eval --detectors model,expert --out DIR` runs), fits the
 logistic stack of `traceap.detectors.hybrid` (score = sigmoid(a logit(model) + b logit(expert)
 + c)) on the pooled window labels of every N, and prints, on that split, window AUC, trace AUC
 (max window score) and the share of flagged windows on healthy traces for the model, the rules,
@@ -50,12 +50,24 @@ def collect(dataset: Path, split: str, windows, model: Path | None, workers_note
              "scores": {k: v.tolist() for k, v in r.scores.items()}} for r in result.records]
 
 
-def read_scores(path: Path, dataset: Path, split: str) -> list[dict]:
-    """Records of `traceap eval --out` scores.jsonl for the split (source from the manifest)."""
+def read_scores(paths: list[Path], dataset: Path, split: str) -> list[dict]:
+    """Records of `traceap eval --out` scores.jsonl files for the split (source from the
+    manifest); the detectors' scores of several files (e.g. one run per detector) are merged
+    per trace and N."""
     from traceap.dataset import read_manifest
     source = {e.id: e.source for e in read_manifest(dataset)}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r["split"] == split]
+    merged: dict[tuple, dict] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else None
+            if r is None or r["split"] != split:
+                continue
+            key = (r["id"], r["n_windows"])
+            if key in merged:
+                merged[key]["scores"].update(r["scores"])
+            else:
+                merged[key] = r
+    rows = [r for r in merged.values() if {"model", "expert"} <= set(r["scores"])]
     for r in rows:
         r["source"] = source.get(r["id"])
     return rows
@@ -92,7 +104,8 @@ def main(argv=None) -> int:
     ap.add_argument("--split", default="validation")
     ap.add_argument("--windows", default="50,100,200")
     ap.add_argument("--model", type=Path, help="checkpoint (default: the bundled one)")
-    ap.add_argument("--scores", type=Path, help="scores.jsonl of traceap eval (model, expert)")
+    ap.add_argument("--scores", type=Path, action="append",
+                    help="scores.jsonl of traceap eval (model, expert; repeat to merge runs)")
     ap.add_argument("--write", action="store_true", help="store the fit in traceap/data/hybrid.json")
     ap.add_argument("--out", type=Path, help="write the parameters here instead")
     args = ap.parse_args(argv)

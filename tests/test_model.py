@@ -14,8 +14,8 @@ from traceap.dataset import PATTERNS, read_manifest, trace_path
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
-from traceap.model.features import (HOST_KINDS, STAT_KEYS, SUMMARY_DIM, featurize, host_pick,
-                                     longest_idle,
+from traceap.model.features import (HOST_KINDS, STAT_KEYS, SUMMARY_DIM, SUMMARY_IDLE,
+                                     featurize, host_pick, longest_idle,
                                      quantize_ratio, quantize_time, summary_dim)
 from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
                                   svm_loss, total_loss, trace_loss)
@@ -101,6 +101,28 @@ def test_relative_inputs_are_scale_free(sample_windows):
     assert a["summary"].shape[1] == summary_dim(cfg) and np.isfinite(a["summary"]).all()
     q = quantize_ratio(np.array([0.0, 1.0, 1e9, np.nan]), cfg)
     assert q[0] == 0 and q[2] == cfg.time_vocab - 1 and q[3] == cfg.time_vocab
+
+
+def test_idle_summary_is_the_idle_account_per_window(sample_windows):
+    """`summary_idle` feeds each window's GPU-idle time by mechanism (idle.py) as shares of the
+    window: absolute, then against the trace's median window; the shares and the rest of the
+    idle time add up to the window's idle time."""
+    from traceap import idle
+    cfg = replace(preset("small"), summary_idle=True, summary_absolute=False)
+    f = featurize(sample_windows, cfg)
+    s = f.inputs(cfg)["summary"]
+    k = len(SUMMARY_IDLE)
+    assert s.shape[1] == summary_dim(cfg) == summary_dim(replace(cfg, summary_idle=False)) + 2 * k
+    width = sample_windows.width_us
+    want = np.stack([idle.per_window(sample_windows)[m] / width for m in idle.MECHANISM_IDS], 1)
+    absolute, relative = s[:, -2 * k:-k], s[:, -k:]
+    assert np.allclose(absolute, want, atol=1e-6) and want.sum() > 0
+    assert np.allclose(relative, want - np.sort(want, 0)[(len(want) - 1) // 2], atol=1e-6)
+    busy = idle.busy_per_window(sample_windows) / width
+    inside = np.diff(np.clip(sample_windows.edges, *idle.gpu_span(sample_windows.trace))) / width
+    assert np.allclose(absolute.sum(1) + busy, inside, atol=1e-4)
+    assert featurize(sample_windows, replace(cfg, summary_idle=False)).inputs(
+        replace(cfg, summary_idle=False))["summary"].shape[1] == s.shape[1] - 2 * k
 
 
 def test_longest_idle_is_the_longest_gpu_gap_in_each_window(sample_windows):

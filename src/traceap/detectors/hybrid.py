@@ -91,9 +91,12 @@ class HybridDetector:
         if model_weight is not None and not 0.0 <= model_weight <= 1.0:
             raise ValueError("model_weight must be between 0 and 1")
         self.model = ModelDetector(path)
-        # The rules' own evidence only: credit for evidence next door ranks windows for the
-        # expert detector alone, but in a mean it would lift model-only windows over the flag.
-        self.expert = ExpertDetector(nearby_reach=0)
+        # In the plain mean, the rules' own evidence only: credit for evidence next door ranks
+        # windows for the expert detector alone, but in a mean it would lift model-only windows
+        # over the flag.  The stack is fitted on validation labels, so its threshold already
+        # accounts for that credit, and it takes the expert detector as `expert` ranks alone.
+        self.expert = ExpertDetector(nearby_reach=0) if model_weight is not None else \
+            ExpertDetector()
         self.model_weight = model_weight
         self.params = None if model_weight is not None else (
             params if isinstance(params, HybridParams) else HybridParams.read(params))

@@ -40,6 +40,8 @@ class ModelConfig:
     summary_relative: bool = False  # also feed each measure minus its median over the trace
     summary_absolute: bool = True  # feed the measures themselves (False: relative ones only)
     summary_extra: bool = False   # add the longest GPU-idle stretch of the window
+    summary_idle: bool = False    # add the window's GPU-idle time by mechanism (idle.py's
+    #                               account: measured shares of the window, not names)
     time_absolute: bool = True    # launch delay and duration quantised in us (paper eq. 3)
     time_relative: bool = False   # add delay, idle gap before the event and duration relative
     #                               to the trace's own typical values (other GPUs, batch sizes)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..idle import MECHANISM_IDS, per_window
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows
 from .config import ModelConfig
@@ -37,7 +38,15 @@ SUMMARY_LOGS = ("mean_kernel_us", "mean_launch_delay_us", "memcpy_mb")
 #: Beyond v1 (config `summary_extra`): the longest stretch inside the window with no GPU work,
 #: as a fraction of the window (a stall shows as one long gap; many short ones do not).
 SUMMARY_EXTRA = ("max_idle_frac",)
-STAT_KEYS = SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA
+#: Beyond v3 (config `summary_idle`): the window's GPU-idle time by mechanism of `idle.py`'s
+#: account (warm-up, exposed communication, compile gaps, data loading, pageable copies, host
+#: copies and syncs, input copies, unrecorded host, Python host, launch-bound, not explained),
+#: as fractions of the window.  Measured from timing and event kinds, so they mean the same on
+#: every GPU, batch size and model; they go to the model absolute *and*, with
+#: `summary_relative`, against the trace's median window (a trace stalled throughout by its
+#: loader has no outlying window, only a high absolute share).
+SUMMARY_IDLE = tuple(f"idle_{m}" for m in MECHANISM_IDS)
+STAT_KEYS = SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
 #: Width of the v1 summary: the measures above (without the extras) and log window width.
 SUMMARY_DIM = len(SUMMARY_FRACTIONS) + len(SUMMARY_RATES) + len(SUMMARY_LOGS) + 1
 #: Per-trace reference values for the relative time inputs (medians over the whole trace).
@@ -109,7 +118,10 @@ def raw_stats(windows: Windows) -> np.ndarray:
     """[N, len(STAT_KEYS)] float32: the per-window measures, unscaled."""
     s = windows.stats
     cols = [np.nan_to_num(np.asarray(s[k], np.float64)) for k in STAT_KEYS if k in s]
-    cols.append(longest_idle(windows.trace, windows.edges) / max(windows.width_us, 1e-9))
+    width = max(windows.width_us, 1e-9)
+    cols.append(longest_idle(windows.trace, windows.edges) / width)
+    idle = per_window(windows)
+    cols += [idle[m] / width for m in MECHANISM_IDS]
     return np.stack(cols, axis=1).astype(np.float32)
 
 
@@ -117,7 +129,9 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
     """The per-window summary input [N, summary_dim(cfg)] from raw stats: time fractions, log
     event rates per ms, log magnitudes, log window width (the v1 measures), the extras when
     `cfg.summary_extra`; absolute (`summary_absolute`) and/or minus the trace's median window
-    (`summary_relative`; the lower middle value, as torch.median)."""
+    (`summary_relative`; the lower middle value, as torch.median); then with
+    `cfg.summary_idle` the idle shares by mechanism (SUMMARY_IDLE), absolute and (with
+    `summary_relative`) relative."""
     idx = {k: i for i, k in enumerate(STAT_KEYS)}
     width_ms = max(width_us / 1e3, 1e-6)
     n = stats.shape[0]
@@ -131,13 +145,20 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
     parts = [s] if cfg.summary_absolute else []
     if cfg.summary_relative:  # how this window differs from the trace's typical one
         parts.append(s - np.sort(s, axis=0)[(n - 1) // 2][None, :])
+    if cfg.summary_idle:
+        idle = np.nan_to_num(np.clip(stats[:, [idx[k] for k in SUMMARY_IDLE]], 0.0, 1.0))
+        idle = idle.astype(np.float32)
+        parts.append(idle)
+        if cfg.summary_relative:
+            parts.append(idle - np.sort(idle, axis=0)[(n - 1) // 2][None, :])
     return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), np.float32)
 
 
 def summary_dim(cfg: ModelConfig) -> int:
     """Width of the per-window summary input under a config."""
     base = SUMMARY_DIM + (len(SUMMARY_EXTRA) if cfg.summary_extra else 0)
-    return base * (int(cfg.summary_absolute) + int(cfg.summary_relative))
+    idle = len(SUMMARY_IDLE) * (1 + int(cfg.summary_relative)) if cfg.summary_idle else 0
+    return base * (int(cfg.summary_absolute) + int(cfg.summary_relative)) + idle
 
 
 def host_pick(trace: Trace, edges: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -434,6 +455,6 @@ def batch_arrays(feats: list[TraceFeatures], platform_id, cfg: ModelConfig,
     return out
 
 
-__all__ = ["HOST_CAP", "HOST_KINDS", "RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM",
+__all__ = ["HOST_CAP", "HOST_KINDS", "RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM", "SUMMARY_IDLE",
            "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays", "featurize", "host_pick", "longest_idle", "platform_of",
            "quantize_ratio", "quantize_time", "raw_stats", "summary", "summary_dim"]

@@ -40,8 +40,8 @@ from .net import TraceAPModel, collate
 from .text import TextEncoder, cache_dir
 
 #: Bumped whenever `featurize` writes different arrays (2: raw times and window measures;
-#: 3: host events).
-FEATURE_VERSION = 3
+#: 3: host events; 4: idle time by mechanism per window).
+FEATURE_VERSION = 4
 
 
 @dataclass
