@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,6 +74,12 @@ def main(argv=None) -> int:
                         records, ablation=ablation)
     summary = dict(result.summary)
     summary["hybrid_params"] = params.to_json()
+    try:
+        summary["commit"] = subprocess.run(
+            ["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse", "--short",
+             "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except OSError:
+        summary["commit"] = None
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "eval.json").write_text(json.dumps(summary, indent=1))
     (args.out / "eval.md").write_text(tables.markdown(summary))

@@ -106,6 +106,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", type=Path, help="checkpoint (default: the bundled one)")
     ap.add_argument("--scores", type=Path, action="append",
                     help="scores.jsonl of traceap eval (model, expert; repeat to merge runs)")
+    ap.add_argument("--ratio-grid", default="",
+                    help="comma-separated model/expert weight ratios: pick the ratio by window "
+                         "AUC + trace AUC (max) on the split, then calibrate (default: one "
+                         "logistic fit of both weights)")
     ap.add_argument("--write", action="store_true", help="store the fit in traceap/data/hybrid.json")
     ap.add_argument("--out", type=Path, help="write the parameters here instead")
     args = ap.parse_args(argv)
@@ -129,6 +133,26 @@ def main(argv=None) -> int:
     lr = LogisticRegression(C=1.0).fit(x, y)
     (a, b), c = lr.coef_[0], lr.intercept_[0]
     params = HybridParams(float(a), float(b), float(c), eps)
+    if args.ratio_grid:
+        # The log-loss fit weighs windows only, and a model that ranks traces better than
+        # windows gets little weight; the ranking of windows and of traces depends only on
+        # the ratio a / b, so pick it on window AUC + trace AUC (max), then calibrate the
+        # scale and bias of the combined logit by a 1-D logistic fit.
+        def quality(r):
+            z = [r * logit(q["scores"]["model"]) + logit(q["scores"]["expert"]) for q in rows]
+            win = _auc(y, np.concatenate(z))
+            tr = _auc([q["label"] == "bad" for q in rows], [float(np.max(v)) for v in z])
+            return (win or 0) + (tr or 0), win, tr
+        grid = [float(r) for r in args.ratio_grid.split(",")]
+        scored = {r: quality(r) for r in grid}
+        for r, (qsum, win, tr) in scored.items():
+            print(f"ratio a/b {r:g}: window AUC {win:.4f}, trace AUC (max) {tr:.4f}")
+        r = max(grid, key=lambda k: scored[k][0])
+        z = (r * x[:, 0] + x[:, 1])[:, None]
+        one = LogisticRegression(C=1.0).fit(z, y)
+        k, c = float(one.coef_[0][0]), float(one.intercept_[0])
+        a, b = r * k, k
+        params = HybridParams(float(a), float(b), float(c), eps)
     candidates = {
         "model": lambda r: np.asarray(r["scores"]["model"]),
         "expert": lambda r: np.asarray(r["scores"]["expert"]),

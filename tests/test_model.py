@@ -277,6 +277,8 @@ def test_training_lowers_the_loss(tiny_dataset, tmp_path):
     after, log = fit(examples, TINY, table, epochs=15)
     assert log.steps > 0 and len(log.epochs) == 15
     assert loss_of(after) < 0.8 * loss_of(before)
+    _, short = fit(examples, TINY, table, epochs=2, steps_per_epoch=3)   # screening budget
+    assert short.steps == 6 and len(short.epochs) == 2
 
     # a saved checkpoint reloads and gives identical scores
     path = save_model(after, tmp_path / "m.pt", table)

@@ -31,6 +31,9 @@ def train(
                                 help="Window count(s) N to train on, e.g. 100 or 50,100,200 "
                                      "(default: the config's)."),
     epochs: int = typer.Option(None, "--epochs", "-e", min=1, help="Epochs (default: the config's)."),
+    steps_per_epoch: int = typer.Option(None, "--steps-per-epoch", min=1,
+                                        help="Steps per epoch (default: enough pairs to show "
+                                             "every bad trace once)."),
     ablation: list[str] = typer.Option([], "--ablation",
                                        help="Paper Table 5 ablation: no-event-adapter, "
                                             "no-transformer, no-relation; or names-masked "
@@ -71,7 +74,8 @@ def train(
         torch.set_num_threads(threads)
     _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs,
                        cache=str(cache) if cache else None, workers=workers, limit=limit or None,
-                       seed=seed, log=typer.echo, mix=weights, val=val, val_windows=val_windows)
+                       seed=seed, log=typer.echo, mix=weights, val=val, val_windows=val_windows,
+                       steps_per_epoch=steps_per_epoch)
     last = log.epochs[-1] if log.epochs else {}
     best = f"; best epoch on validation {log.best_epoch}" if log.best_epoch else ""
     typer.echo(f"trained on {log.n_good} good + {log.n_bad} bad traces, {log.steps} steps in "

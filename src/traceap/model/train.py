@@ -341,9 +341,11 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
           workers: int = 1, limit: int | None = None, seed: int | None = None,
           log: Callable[[str], None] | None = None, mix: Sequence[float] | None = None,
           val: Sequence[str | os.PathLike] = (), val_windows: int = 100,
+          steps_per_epoch: int | None = None,
           ) -> tuple[TraceAPModel, TrainLog]:
     """Train on the `train` split of one or more datasets (docs/FORMATS.md), choose the epoch on
-    the `validation` split of the `val` datasets (if any), and optionally save a checkpoint."""
+    the `validation` split of the `val` datasets (if any), and optionally save a checkpoint.
+    `steps_per_epoch`: as `fit` (default: one pass over the bad traces)."""
     datasets = [Path(dataset)] if isinstance(dataset, (str, os.PathLike)) else \
         [Path(d) for d in dataset]
     cfg = preset(config) if isinstance(config, str) else config
@@ -411,7 +413,7 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
     model, train_log = fit(examples, cfg, text_table, log=log,
                            on_epoch=save if out is not None and not val_sets else None,
                            mix=mix, val=val_sets, val_windows=val_windows,
-                           val_text_table=val_table)
+                           val_text_table=val_table, steps_per_epoch=steps_per_epoch)
     train_log.featurize_seconds = feat_s
     if out is not None and val_sets:
         save(model, train_log)   # the best epoch on validation
