@@ -8,7 +8,8 @@ and each model checkpoint once (numpy inference, fast) and stacking the hybrid f
 scores (`HybridParams.combine`, the bundled `data/hybrid.json` or `--hybrid`) gives the same
 numbers as `traceap eval --detectors expert,model,hybrid` without running the rules twice.
 Detectors named `model[...]` go to the ablation table.  Writes OUT/eval.json (traceap.eval/v1,
-with the by-source table) and OUT/eval.md; every detector flags at 0.5, as in `traceap eval`.
+with the by-source table; one result per split, merged); every detector flags at 0.5, as in
+`traceap eval`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import numpy as np
 
 from traceap.dataset import read_manifest
 from traceap.detectors.hybrid import HybridParams
-from traceap.eval import tables
 from traceap.eval.runner import EvalConfig, EvalResult, TraceRecord
 
 
@@ -50,29 +50,46 @@ def main(argv=None) -> int:
                 merged[key]["scores"].update(r["scores"])
             else:
                 merged[key] = r
-    names = sorted({k for r in merged.values() for k in r["scores"]})
-    rows = [r for r in merged.values() if set(r["scores"]) == set(names)]
-    if len(rows) < len(merged):
-        print(f"warning: {len(merged) - len(rows)} trace-N pairs lack a detector; left out",
-              file=sys.stderr)
     params = HybridParams.read(args.hybrid)
-    records = []
-    for r in rows:
-        scores = {k: np.asarray(v, np.float64) for k, v in r["scores"].items()}
-        if "model" in scores and "expert" in scores:
-            scores["hybrid"] = np.clip(params.combine(scores["model"], scores["expert"]), 0, 1)
-        records.append(TraceRecord(
-            id=r["id"], split=r["split"], task=r["task"], bad=r["label"] == "bad",
-            n=r["n_windows"], span_us=tuple(r["span_us"]),
-            labels=np.asarray(r["labels"], bool), patterns=r["patterns"], scores=scores,
-            flagged={k: v >= 0.5 for k, v in scores.items()}, source=source.get(r["id"])))
-    dets = [d for d in ("rule", "clustering", "expert", "model", "hybrid")
-            if records and d in records[0].scores]
-    ablation = [d for d in names if d.startswith("model[")]
-    ns = tuple(sorted({r.n for r in records}))
-    result = EvalResult(str(args.dataset), EvalConfig(windows=ns, splits=splits), dets, [],
-                        records, ablation=ablation)
-    summary = dict(result.summary)
+    summary: dict | None = None
+    for split in splits:   # one result per split: a split may lack the ablation's scores
+        part = [r for r in merged.values() if r["split"] == split]
+        if not part:
+            continue
+        names = set.intersection(*(set(r["scores"]) for r in part))
+        records = []
+        for r in part:
+            scores = {k: np.asarray(v, np.float64) for k, v in r["scores"].items() if k in names}
+            if "model" in scores and "expert" in scores:
+                scores["hybrid"] = np.clip(params.combine(scores["model"], scores["expert"]), 0, 1)
+            records.append(TraceRecord(
+                id=r["id"], split=r["split"], task=r["task"], bad=r["label"] == "bad",
+                n=r["n_windows"], span_us=tuple(r["span_us"]),
+                labels=np.asarray(r["labels"], bool), patterns=r["patterns"], scores=scores,
+                flagged={k: v >= 0.5 for k, v in scores.items()}, source=source.get(r["id"])))
+        dets = [d for d in ("rule", "clustering", "expert", "model", "hybrid")
+                if d in records[0].scores]
+        ablation = sorted(d for d in names if d.startswith("model["))
+        ns = tuple(sorted({r.n for r in records}))
+        one = dict(EvalResult(str(args.dataset), EvalConfig(windows=ns, splits=(split,)), dets,
+                              [], records, ablation=ablation).summary)
+        if summary is None:
+            summary = one
+            continue
+        # merge the per-group tables of this split into the first split's summary
+        summary["splits"] += one["splits"]
+        summary["n_traces"].update(one["n_traces"])
+        summary["tasks"].update(one["tasks"])
+        for key in ("detection", "by_source", "trace_level"):
+            for n, per in one.get(key, {}).items():
+                for d, groups in per.items():
+                    summary.setdefault(key, {}).setdefault(n, {}).setdefault(d, {}).update(groups)
+        for d in one["detectors"] + one["ablation"]:
+            if d not in summary["detectors"] + summary["ablation"]:
+                summary["ablation" if d.startswith("model[") else "detectors"].append(d)
+        print(f"{split}: {len(records)} trace-N pairs, detectors {', '.join(dets + ablation)}")
+    if summary is None:
+        raise SystemExit("no scores for the splits asked")
     summary["hybrid_params"] = params.to_json()
     try:
         summary["commit"] = subprocess.run(
@@ -82,9 +99,7 @@ def main(argv=None) -> int:
         summary["commit"] = None
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "eval.json").write_text(json.dumps(summary, indent=1))
-    (args.out / "eval.md").write_text(tables.markdown(summary))
-    print(f"wrote {args.out}/eval.json and eval.md ({len(records)} trace-N pairs, "
-          f"detectors {', '.join(dets + ablation)})")
+    print(f"wrote {args.out}/eval.json")
     return 0
 
 
