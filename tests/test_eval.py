@@ -402,8 +402,8 @@ def test_ablation_table_from_variant_detectors(dataset):
     assert s["ablation"] == ["model[full]", "model[no_transformer+no_relation]"]
     md = tables.markdown(s)
     assert "(paper Table 5)" in md
-    assert "| `model[full]` | ✓ | ✓ | ✓ | 100.00 | 100.00 |" in md
-    assert "| `model[no_transformer+no_relation]` | ✓ | – | – |" in md
+    assert "| `model[full]` | ✓ | ✓ | ✓ | ✓ | 100.00 | 100.00 |" in md
+    assert "| `model[no_transformer+no_relation]` | ✓ | – | – | ✓ |" in md
 
 
 def test_cli_many_missing_traces_are_counted_not_flooded(traceap_cli, tmp_path):
@@ -490,3 +490,35 @@ def test_pure_llm_failures_are_counted_in_the_tables(dataset):
     r = evaluate(dataset, {"random": Coin()}, config=EvalConfig(windows=(20,)),
                  on_warning=lambda m: None)
     assert r.summary["detector_failures"] == {}
+
+
+def test_by_source_groups_planted_natural_and_healthy_traces(tmp_path):
+    """With `source` in the manifest (the real-based benchmark), window AUC is reported on the
+    planted and on the natural traces apart, and false alarms on the healthy ones."""
+    layout = [row for row in LAYOUT if row[2] != "train"]
+    root = build(tmp_path / "real", layout)
+    entries = read_manifest(root)
+    for e in entries:        # one planted trace per task; the other bad one is natural
+        e.source = "injected" if e.id in ("ic_bad", "pe_bad") else "natural"
+    write_manifest(root, entries)
+    r = evaluate(root, {"perfect": Oracle(root), "inverted": Oracle(root, invert=True),
+                        "constant": Constant(0.7)},
+                 config=EvalConfig(windows=(50,)), on_warning=lambda m: None)
+    by = r.summary["by_source"]["50"]
+    perfect, inverted = by["perfect"]["seen"], by["inverted"]["unseen"]
+    assert perfect["injected"]["auc"] == perfect["natural"]["auc"] == perfect["all"]["auc"] == 1.0
+    assert perfect["injected"]["n_traces"] == 1 and perfect["natural"]["n_traces"] == 3
+    assert inverted["injected"]["auc"] == inverted["all"]["auc"] == 0.0
+    assert perfect["trace_auc_max"] == 1.0 and inverted["trace_auc_max"] == 0.5   # ties
+    assert perfect["healthy"] == {"n_traces": 2, "findings_per_trace": 0.0, "flagged_share": 0.0}
+    assert by["constant"]["seen"]["healthy"]["flagged_share"] == 1.0
+    assert by["constant"]["seen"]["healthy"]["findings_per_trace"] == 1.0
+    md = tables.markdown(r.summary)
+    assert "By source (real-based benchmark)" in md
+    assert "| 50 | perfect | Seen | 100.00 | 100.00 | 100.00 | 100.00 |" in md
+
+
+def test_no_source_no_by_source_table(result):
+    """A generated dataset (no `source`) keeps the tables it had."""
+    assert result.summary["by_source"] == {}
+    assert "By source" not in tables.markdown(result.summary)

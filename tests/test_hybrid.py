@@ -1,4 +1,4 @@
-"""The default detector: the trained model and the expert rules, averaged."""
+"""The default detector: the trained model and the expert rules, stacked (tuned on validation)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import numpy as np
 import traceap
 from traceap.analysis import analyze
 from traceap.detectors.expert import ExpertDetector
-from traceap.detectors.hybrid import HybridDetector
+import pytest
+
+from traceap.detectors.hybrid import HybridDetector, HybridParams, bundled_params_path
+from traceap.errors import ModelError
 from traceap.detectors.model import ModelDetector
 from traceap.detectors.registry import make_detector
 from traceap.windows import Windows
@@ -15,13 +18,29 @@ from traceap.windows import Windows
 from .conftest import SAMPLE
 
 
-def test_hybrid_is_the_weighted_mean_of_model_and_rules(sample_trace):
+def test_hybrid_is_the_stack_of_model_and_rules(sample_trace, tmp_path):
     w = Windows(sample_trace, 100)
     model = ModelDetector().score_windows(w)
-    rules = ExpertDetector(nearby_reach=0).score_windows(w)
-    assert np.allclose(HybridDetector().score_windows(w), (model + rules) / 2)
+    rules = ExpertDetector().score_windows(w)
+    p = HybridParams.read()
+    assert p == HybridParams.read(bundled_params_path())
+    logit = lambda x: np.log(np.clip(x, p.eps, 1 - p.eps)) - np.log1p(-np.clip(x, p.eps, 1 - p.eps))
+    expected = 1 / (1 + np.exp(-(p.model_coef * logit(model) + p.expert_coef * logit(rules) + p.bias)))
+    assert np.allclose(HybridDetector().score_windows(w), expected)
+    # more weight on a part moves the stack towards it; a file says where its numbers came from
+    mine = HybridParams(model_coef=5.0, expert_coef=0.0, bias=0.0, tuned_on={"split": "validation"})
+    path = tmp_path / "hybrid.json"
+    path.write_text(__import__("json").dumps(mine.to_json()))
+    assert HybridParams.read(path) == mine
+    stacked = HybridDetector(params=path).score_windows(w)
+    assert (np.diff(stacked[np.argsort(model)]) >= -1e-12).all()    # the model's order alone
+    path.write_text("{}")
+    with pytest.raises(ModelError, match="not a readable hybrid"):
+        HybridParams.read(path)
+    own = ExpertDetector(nearby_reach=0).score_windows(w)   # the mean: the rules' own evidence
+    assert np.allclose(HybridDetector(model_weight=0.5).score_windows(w), (model + own) / 2)
     assert np.allclose(HybridDetector(model_weight=1.0).score_windows(w), model)
-    assert np.allclose(HybridDetector(model_weight=0.0).score_windows(w), rules)
+    assert np.allclose(HybridDetector(model_weight=0.0).score_windows(w), own)
 
 
 def test_default_analysis_uses_the_hybrid_and_finds_the_exposed_allreduce():

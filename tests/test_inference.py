@@ -48,7 +48,7 @@ def _outputs_agree(model, feats, table, atol=1e-5):
     for p in model.parameters():  # random, not the initial zeros/ones, so every weight counts
         p.data.normal_(0.0, 0.3 / max(1, p.shape[-1]) ** 0.5 if p.dim() > 1 else 0.3)
     model.eval()
-    arrays = batch_arrays(feats, model.platform_id, model.cfg.text_dim, table)
+    arrays = batch_arrays(feats, model.platform_id, model.cfg, table)
     with torch.no_grad():
         ref = model({k: torch.from_numpy(v) for k, v in arrays.items()})
     state = {k: v.numpy() for k, v in model.state_dict().items()}
@@ -60,6 +60,10 @@ def _outputs_agree(model, feats, table, atol=1e-5):
 @pytest.mark.parametrize("switches", [
     {}, {"no_event_adapter": True}, {"no_transformer": True}, {"no_relation": True},
     {"window_summary": False}, {"summary_relative": False, "relation_layers": 2, "layers": 1},
+    {"time_relative": True}, {"time_relative": True, "time_absolute": False},
+    {"summary_absolute": False, "summary_extra": True}, {"names_masked": True},
+    {"platform_embedding": False}, {"host_events": 8, "time_relative": True},
+    {"summary_idle": True, "summary_absolute": False, "time_relative": True},
 ])
 def test_numpy_forward_equals_the_torch_model(feats, table, switches):
     cfg = replace(SMALL, **switches)

@@ -14,7 +14,9 @@ from traceap.dataset import PATTERNS, read_manifest, trace_path
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
-from traceap.model.features import SUMMARY_DIM, featurize, quantize_time
+from traceap.model.features import (HOST_KINDS, STAT_KEYS, SUMMARY_DIM, SUMMARY_IDLE,
+                                     featurize, host_pick, longest_idle,
+                                     quantize_ratio, quantize_time, summary_dim)
 from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
                                   svm_loss, total_loss, trace_loss)
 from traceap.model.net import collate
@@ -59,8 +61,12 @@ def test_featurize_caps_and_keeps_order(sample_windows):
     cfg = preset("small")
     f = featurize(sample_windows, cfg)
     n, k = sample_windows.n, cfg.max_events
-    assert f.kernel.shape == f.cpu_op.shape == f.delay.shape == f.t_rel.shape == (n, k)
-    assert f.summary.shape == (n, SUMMARY_DIM) and np.isfinite(f.summary).all()
+    assert f.kernel.shape == f.cpu_op.shape == f.delay_us.shape == f.t_rel.shape == (n, k)
+    assert f.stats.shape == (n, len(STAT_KEYS))
+    x = f.inputs(cfg)
+    assert x["delay"].shape == (n, k) and (x["delay"][~f.mask] == cfg.time_vocab).all()
+    assert x["summary"].shape == (n, summary_dim(cfg)) == (n, 2 * SUMMARY_DIM)
+    assert np.isfinite(x["summary"]).all()
     counts = np.diff(sample_windows.anchor_ptr)
     assert (f.mask.sum(1) == np.minimum(counts, k)).all()
     assert (f.n_events == counts).all() and counts.max() > k      # the cap is exercised
@@ -73,6 +79,98 @@ def test_featurize_caps_and_keeps_order(sample_windows):
     kernel_names = {str(f.names[i]) for i in np.unique(f.kernel[f.mask])}
     assert any("nccl" in s.lower() for s in kernel_names)          # a DDP trace: NCCL anchors
     assert set(np.unique(f.stream[f.mask])) == {0, 1}               # compute + NCCL stream
+
+
+def test_relative_inputs_are_scale_free(sample_windows):
+    """The relative time levels and the relative summary do not change when every time of the
+    trace is stretched (another GPU, another batch size); the absolute ones do."""
+    cfg = replace(preset("small"), time_relative=True, summary_absolute=False, summary_extra=True)
+    f = featurize(sample_windows, cfg)
+    g = replace(f, delay_us=f.delay_us * 4, dur_us=f.dur_us * 4, gap_us=f.gap_us * 4,
+                dur_ref_us=f.dur_ref_us * 4, ref=f.ref * 4, width_us=f.width_us * 4)
+    a, b = f.inputs(cfg), g.inputs(cfg)
+    for key in ("delay_rel", "gap_rel", "dur_rel"):
+        assert np.array_equal(a[key], b[key]), key
+    a_abs = f.inputs(replace(cfg, time_absolute=True))
+    b_abs = g.inputs(replace(cfg, time_absolute=True))
+    assert not np.array_equal(a_abs["dur"], b_abs["dur"])
+    # durations of one name relative to its median: the median itself is the middle level
+    typical = np.isclose(f.dur_us, f.dur_ref_us) & f.mask
+    middle = (cfg.time_vocab - 1) // 2
+    assert typical.any() and (a["dur_rel"][typical] == middle).all()
+    assert a["summary"].shape[1] == summary_dim(cfg) and np.isfinite(a["summary"]).all()
+    q = quantize_ratio(np.array([0.0, 1.0, 1e9, np.nan]), cfg)
+    assert q[0] == 0 and q[2] == cfg.time_vocab - 1 and q[3] == cfg.time_vocab
+
+
+def test_idle_summary_is_the_idle_account_per_window(sample_windows):
+    """`summary_idle` feeds each window's GPU-idle time by mechanism (idle.py) as shares of the
+    window: absolute, then against the trace's median window; the shares and the rest of the
+    idle time add up to the window's idle time."""
+    from traceap import idle
+    cfg = replace(preset("small"), summary_idle=True, summary_absolute=False)
+    f = featurize(sample_windows, cfg)
+    s = f.inputs(cfg)["summary"]
+    k = len(SUMMARY_IDLE)
+    assert s.shape[1] == summary_dim(cfg) == summary_dim(replace(cfg, summary_idle=False)) + 2 * k
+    width = sample_windows.width_us
+    want = np.stack([idle.per_window(sample_windows)[m] / width for m in idle.MECHANISM_IDS], 1)
+    absolute, relative = s[:, -2 * k:-k], s[:, -k:]
+    assert np.allclose(absolute, want, atol=1e-6) and want.sum() > 0
+    assert np.allclose(relative, want - np.sort(want, 0)[(len(want) - 1) // 2], atol=1e-6)
+    busy = idle.busy_per_window(sample_windows) / width
+    inside = np.diff(np.clip(sample_windows.edges, *idle.gpu_span(sample_windows.trace))) / width
+    assert np.allclose(absolute.sum(1) + busy, inside, atol=1e-4)
+    assert featurize(sample_windows, replace(cfg, summary_idle=False)).inputs(
+        replace(cfg, summary_idle=False))["summary"].shape[1] == s.shape[1] - 2 * k
+
+
+def test_longest_idle_is_the_longest_gpu_gap_in_each_window(sample_windows):
+    t = sample_windows.trace
+    edges = sample_windows.edges
+    got = longest_idle(t, edges)
+    rows = t.gpu_work_rows
+    for w in (0, 17, 50, 99):   # brute force over the GPU work overlapping the window
+        a, b = edges[w], edges[w + 1]
+        r = rows[(t.ts[rows] < b) & (t.end[rows] > a)]
+        iv = sorted((max(t.ts[i], a), min(t.end[i], b)) for i in r)
+        longest, cur = 0.0, a
+        for s, e in iv:
+            longest = max(longest, s - cur)
+            cur = max(cur, e)
+        longest = max(longest, b - cur)
+        assert got[w] == pytest.approx(longest, abs=1e-3)
+    assert 0 < got.max() <= sample_windows.width_us + 1e-2   # float64 us on a ~1e15 clock
+
+
+def test_host_events_are_the_longest_distinct_names_of_each_window(sample_windows):
+    t, edges = sample_windows.trace, sample_windows.edges
+    win, rows = host_pick(t, edges, 4)
+    assert len(win) and np.bincount(win, minlength=sample_windows.n).max() <= 4
+    host = t.rows(*HOST_KINDS)
+    for w in np.unique(win)[:5]:
+        a, b = edges[w], edges[w + 1]
+        picked = rows[win == w]
+        assert (t.ts[picked] < b).all() and (t.end[picked] > a).all()
+        assert len({t.name[r] for r in picked}) == len(picked)          # one per name
+        assert (np.diff(t.ts[picked]) >= 0).all()                        # in start order
+        cand = host[(t.ts[host] < b) & (t.end[host] > a)]
+        inside = np.minimum(t.end[cand], b) - np.maximum(t.ts[cand], a)
+        best: dict[int, float] = {}
+        for r, x in zip(cand, inside):
+            best[t.name[r]] = max(best.get(t.name[r], 0.0), x)
+        top = sorted(best.values(), reverse=True)[:4]
+        got = sorted((min(t.end[r], b) - max(t.ts[r], a) for r in picked), reverse=True)
+        assert np.allclose(got, top)
+    cfg = replace(preset("small"), host_events=4)
+    f = featurize(sample_windows, cfg)
+    x = f.inputs(cfg)
+    k = cfg.max_events
+    assert x["kernel"].shape == (sample_windows.n, k + 4)
+    assert (x["stream"][:, k:][x["mask"][:, k:]] == cfg.max_streams).all()
+    assert (x["delay"][:, k:] == cfg.time_vocab).all()              # host events: no launch delay
+    names = {str(f.names[i]) for i in np.unique(x["kernel"][:, k:][x["mask"][:, k:]])}
+    assert any(n.startswith("ProfilerStep") for n in names) and any("cuda" in n for n in names)
 
 
 # -- model shapes -----------------------------------------------------------------------------
@@ -179,6 +277,8 @@ def test_training_lowers_the_loss(tiny_dataset, tmp_path):
     after, log = fit(examples, TINY, table, epochs=15)
     assert log.steps > 0 and len(log.epochs) == 15
     assert loss_of(after) < 0.8 * loss_of(before)
+    _, short = fit(examples, TINY, table, epochs=2, steps_per_epoch=3)   # screening budget
+    assert short.steps == 6 and len(short.epochs) == 2
 
     # a saved checkpoint reloads and gives identical scores
     path = save_model(after, tmp_path / "m.pt", table)

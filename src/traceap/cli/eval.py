@@ -19,7 +19,7 @@ FIT = ("rule", "clustering")
 PER_N = ("clustering",)
 #: Detectors that load the trained model checkpoint (--model replaces the bundled one).
 MODEL_BASED = ("model", "hybrid")
-ABLATION_FLAGS = ("no_event_adapter", "no_transformer", "no_relation")
+ABLATION_FLAGS = ("no_event_adapter", "no_transformer", "no_relation", "names_masked")
 MAX_SHOWN_WARNINGS = 10
 
 
@@ -105,8 +105,8 @@ def _variant_label(det: object, path: Path) -> str:
     for holder in (det, getattr(det, "predictor", None), getattr(det, "model", None)):
         for attr in ("cfg", "config"):
             cfg = getattr(holder, attr, None)
-            if cfg is not None and all(hasattr(cfg, f) for f in ABLATION_FLAGS):
-                off = [f for f in ABLATION_FLAGS if getattr(cfg, f)]
+            if cfg is not None and all(hasattr(cfg, f) for f in ABLATION_FLAGS[:3]):
+                off = [f for f in ABLATION_FLAGS if getattr(cfg, f, False)]
                 return "+".join(off) if off else "full"
     return path.stem
 

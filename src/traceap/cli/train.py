@@ -14,16 +14,30 @@ def register(app: typer.Typer) -> None:
 
 
 def train(
-    dataset: Path = typer.Option(..., "--dataset", "-d", help="A traceap dataset (manifest.jsonl)."),
+    dataset: list[Path] = typer.Option(..., "--dataset", "-d",
+                                       help="A traceap dataset (manifest.jsonl); repeat to train "
+                                            "on the train splits of several."),
+    mix: str = typer.Option("", "--mix",
+                            help="Sampling weight of each --dataset for the planted/bad traces of "
+                                 "a step, e.g. 0.5,0.5 (default: by their bad-trace counts)."),
+    val: list[Path] = typer.Option([], "--val",
+                                   help="Dataset whose validation split picks the best epoch "
+                                        "(window AUC, false alarms); repeatable."),
+    val_windows: int = typer.Option(100, "--val-windows", min=1,
+                                    help="Window count N of the validation scoring."),
     out: Path = typer.Option(Path("model.pt"), "--out", "-o", help="Where to write the checkpoint."),
     config: str = typer.Option("small", "--config", "-c", help="Model size: small (CPU default) or paper."),
     windows: str = typer.Option("", "--windows", "-n",
                                 help="Window count(s) N to train on, e.g. 100 or 50,100,200 "
                                      "(default: the config's)."),
     epochs: int = typer.Option(None, "--epochs", "-e", min=1, help="Epochs (default: the config's)."),
+    steps_per_epoch: int = typer.Option(None, "--steps-per-epoch", min=1,
+                                        help="Steps per epoch (default: enough pairs to show "
+                                             "every bad trace once)."),
     ablation: list[str] = typer.Option([], "--ablation",
                                        help="Paper Table 5 ablation: no-event-adapter, "
-                                            "no-transformer, no-relation (repeatable)."),
+                                            "no-transformer, no-relation; or names-masked "
+                                            "(every event nameless) (repeatable)."),
     setting: list[str] = typer.Option([], "--set",
                                       help="Override a config field, e.g. --set epochs=5 "
                                            "--set trace_pool=topk (repeatable)."),
@@ -43,9 +57,13 @@ def train(
     from ..parallel import Execution
 
     execution = Execution.from_options(workers, ray, ray_address)
-    if not (dataset / "manifest.jsonl").is_file():
-        raise DatasetError(f"{dataset}: no manifest.jsonl (not a traceap dataset)")
+    for d in list(dataset) + list(val):
+        if not (d / "manifest.jsonl").is_file():
+            raise DatasetError(f"{d}: no manifest.jsonl (not a traceap dataset)")
     try:
+        weights = [float(x) for x in mix.replace(" ", "").split(",") if x] if mix else None
+        if weights is not None and (len(weights) != len(dataset) or min(weights) < 0):
+            raise ValueError(f"--mix needs {len(dataset)} non-negative weights, one per --dataset")
         cfg = preset(config)
         ns = [int(x) for x in windows.replace(" ", "").split(",") if x] if windows else None
         if ns and min(ns) < 1:
@@ -58,10 +76,12 @@ def train(
         raise ModelError(str(exc)) from None
     if threads:
         torch.set_num_threads(threads)
-    _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs, cache=str(cache) if cache else None,
-                       workers=execution.workers, limit=limit or None, seed=seed, log=typer.echo,
-                       ray=execution.ray)
+    _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs,
+                       cache=str(cache) if cache else None, workers=execution.workers,
+                       limit=limit or None, seed=seed, log=typer.echo, mix=weights, val=val,
+                       val_windows=val_windows, steps_per_epoch=steps_per_epoch, ray=execution.ray)
     last = log.epochs[-1] if log.epochs else {}
+    best = f"; best epoch on validation {log.best_epoch}" if log.best_epoch else ""
     typer.echo(f"trained on {log.n_good} good + {log.n_bad} bad traces, {log.steps} steps in "
-               f"{log.seconds:.0f} s (+{log.featurize_seconds:.0f} s featurising); final loss "
-               f"{last.get('total', float('nan')):.4f}; wrote {out}")
+               f"{log.seconds:.0f} s wall / {log.cpu_seconds:.0f} s CPU (+{log.featurize_seconds:.0f} s "
+               f"featurising); final loss {last.get('total', float('nan')):.4f}{best}; wrote {out}")

@@ -1,58 +1,128 @@
-"""The default detector: the trained model and the expert rules, averaged.
+"""The default detector: the trained model and the expert rules, combined.
 
-The two err differently: the model generalises across workloads but has only seen simulated
-traces; the rules see a mechanism (idle GPU under a DataLoader, pageable copies, exposed NCCL)
-in any trace but miss what they were not written for.  On the generated test split the mean
-scores above either alone (window AUC at N = 100, seen / unseen: model 96.3 / 93.8, rules
-92.5 / 80.5, mean 99.2 / 95.3), and on real traces a finding needs both to agree or one to be
-sure.
+The two err differently: the model ranks windows against the rest of their own trace from
+everything in them (it was trained on simulated and on real traces with planted anomalies),
+the rules see a mechanism (idle GPU under a DataLoader, pageable copies, exposed NCCL) in any
+trace but miss what they were not written for.  Their window scores are combined as a
+logistic stack,
+
+    score = sigmoid(a * logit(model) + b * logit(expert) + c),
+
+with (a, b, c) fitted on the window labels of a `validation` split (never a test split) by
+`benchmarks/tune_hybrid.py`, which writes them to `traceap/data/hybrid.json` with where they
+came from; the score is then a probability calibrated on that split, flagged at 0.5 like the
+others.  `HybridDetector(model_weight=w)` is the plain weighted mean instead (the combination
+of earlier releases).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
+from ..errors import ModelError
 from ..trace import Trace
 from ..windows import Windows
 from .base import clip01
 from .expert import ExpertDetector
 
+SCHEMA = "traceap.hybrid/v1"
+
+
+@dataclass(frozen=True)
+class HybridParams:
+    """Coefficients of the logistic stack, and where they were fitted (free-form)."""
+
+    model_coef: float = 1.0
+    expert_coef: float = 1.0
+    bias: float = 0.0
+    #: Scores are clipped to [eps, 1 - eps] before the logit (expert scores are often exactly 0).
+    eps: float = 1e-3
+    tuned_on: dict = field(default_factory=dict)
+
+    def combine(self, model: np.ndarray, expert: np.ndarray) -> np.ndarray:
+        """The stacked probability per window."""
+        def logit(p):
+            p = np.clip(np.asarray(p, np.float64), self.eps, 1.0 - self.eps)
+            return np.log(p) - np.log1p(-p)
+        z = self.model_coef * logit(model) + self.expert_coef * logit(expert) + self.bias
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def to_json(self) -> dict:
+        """The hybrid.json object."""
+        return {"schema": SCHEMA, "combine": "logit", "model_coef": self.model_coef,
+                "expert_coef": self.expert_coef, "bias": self.bias, "eps": self.eps,
+                "tuned_on": self.tuned_on}
+
+    @classmethod
+    def read(cls, path: str | os.PathLike | None = None) -> "HybridParams":
+        """Read hybrid.json (None: the bundled one).  Raises ModelError when unreadable."""
+        path = Path(path) if path is not None else bundled_params_path()
+        try:
+            obj = json.loads(Path(path).read_text())
+            if obj.get("schema") != SCHEMA:
+                raise ValueError(f"expected schema {SCHEMA}")
+            return cls(float(obj["model_coef"]), float(obj["expert_coef"]), float(obj["bias"]),
+                       float(obj.get("eps", 1e-3)), dict(obj.get("tuned_on", {})))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelError(f"{path}: not a readable hybrid parameter file ({exc})") from None
+
+
+def bundled_params_path() -> Path:
+    """The hybrid parameters shipped inside the package."""
+    return Path(str(resources.files("traceap") / "data" / "hybrid.json"))
+
 
 class HybridDetector:
-    """Mean of the trained model's and the expert rules' window scores."""
+    """The trained model and the expert rules, stacked (or averaged with `model_weight`)."""
 
     name = "hybrid"
 
-    def __init__(self, path: str | os.PathLike | None = None, model_weight: float = 0.5):
+    def __init__(self, path: str | os.PathLike | None = None, model_weight: float | None = None,
+                 params: HybridParams | str | os.PathLike | None = None):
         from .model import ModelDetector
 
-        if not 0.0 <= model_weight <= 1.0:
+        if model_weight is not None and not 0.0 <= model_weight <= 1.0:
             raise ValueError("model_weight must be between 0 and 1")
         self.model = ModelDetector(path)
-        # The rules' own evidence only: credit for evidence next door ranks windows for the
-        # expert detector alone, but in a mean it would lift model-only windows over the flag.
-        self.expert = ExpertDetector(nearby_reach=0)
+        # In the plain mean, the rules' own evidence only: credit for evidence next door ranks
+        # windows for the expert detector alone, but in a mean it would lift model-only windows
+        # over the flag.  The stack is fitted on validation labels, so its threshold already
+        # accounts for that credit, and it takes the expert detector as `expert` ranks alone.
+        self.expert = ExpertDetector(nearby_reach=0) if model_weight is not None else \
+            ExpertDetector()
         self.model_weight = model_weight
+        self.params = None if model_weight is not None else (
+            params if isinstance(params, HybridParams) else HybridParams.read(params))
 
     def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "HybridDetector":
         """Both parts come trained (the checkpoint) or need none (the rules); returns self."""
         return self
 
     def score_windows(self, windows: Windows) -> np.ndarray:
-        """Weighted mean of the two scores per window, in [0, 1]."""
-        w = self.model_weight
-        return clip01(w * self.model.score_windows(windows)
-                      + (1.0 - w) * self.expert.score_windows(windows))
+        """Per window, in [0, 1]: the stacked probability (or the weighted mean)."""
+        m = self.model.score_windows(windows)
+        e = self.expert.score_windows(windows)
+        if self.params is None:
+            w = self.model_weight
+            return clip01(w * m + (1.0 - w) * e)
+        return clip01(self.params.combine(m, e))
 
     def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
         """The model's learned pattern head (the offline classifier blends it with the rules)."""
         return self.model.pattern_probabilities(windows)
 
     def __repr__(self) -> str:
-        return f"HybridDetector({self.model!r}, model_weight={self.model_weight})"
+        how = f"model_weight={self.model_weight}" if self.params is None else (
+            f"stack a={self.params.model_coef:.3g} b={self.params.expert_coef:.3g} "
+            f"c={self.params.bias:.3g}")
+        return f"HybridDetector({self.model!r}, {how})"
 
 
-__all__ = ["HybridDetector"]
+__all__ = ["HybridDetector", "HybridParams", "SCHEMA", "bundled_params_path"]

@@ -87,6 +87,8 @@ class TraceRecord:
     #: classifier -> how many of its calls came from each source ("llm", "offline-fallback", ...).
     sources: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: The manifest's `source` ("injected", "natural", or None for generated datasets).
+    source: str | None = None
 
     @property
     def group(self) -> str:
@@ -200,7 +202,8 @@ def score_entry(work: EntryWork, entry: Entry) -> tuple[list[TraceRecord], list[
         w = Windows(trace, n)
         y = window_labels(entry, w)
         rec = TraceRecord(entry.id, entry.split, entry.task, entry.is_bad, n,
-                          (float(w.edges[0]), float(w.edges[-1])), y, window_patterns(entry, w))
+                          (float(w.edges[0]), float(w.edges[-1])), y, window_patterns(entry, w),
+                          source=entry.source)
         for name, det in work.per_n[n].items():
             t1 = time.perf_counter()
             s = np.asarray(det.score_windows(w), dtype=np.float64)
@@ -333,6 +336,37 @@ class EvalResult:
         out["window_precision_bad"] = float(lab[flg].mean()) if flg.any() else None
         return out
 
+    def _by_source(self, n: int, name: str) -> dict:
+        """Per split group, for datasets with a `source` (the real-based benchmark): window AUC
+        on planted traces, on natural traces (unmodified, with or without natural anomalies)
+        and on all; trace AUC (good vs bad, max window score); and, on healthy traces
+        (natural and good), findings (runs of flagged windows) and the flagged share."""
+        out: dict = {}
+        for group in self.tasks:
+            recs = self.of(n, self._split_of(group))
+            row: dict = {}
+            for src, keep in (("injected", lambda r: r.source == "injected"),
+                              ("natural", lambda r: r.source == "natural"),
+                              ("all", lambda r: True)):
+                rs = [r for r in recs if keep(r)]
+                y = np.concatenate([r.labels for r in rs]) if rs else np.zeros(0, bool)
+                s = np.concatenate([r.scores[name] for r in rs]) if rs else np.zeros(0)
+                row[src] = {"auc": metrics.auc(y, s), "n_traces": len(rs),
+                            "n_windows": int(y.size), "n_positive": int(y.sum())}
+            row["trace_auc_max"] = metrics.auc([r.bad for r in recs],
+                                               [float(r.scores[name].max()) for r in recs])
+            row["trace_auc_mean"] = metrics.auc([r.bad for r in recs],
+                                                [float(r.scores[name].mean()) for r in recs])
+            healthy = [r for r in recs if r.source == "natural" and not r.bad]
+            row["healthy"] = {
+                "n_traces": len(healthy),
+                "findings_per_trace": float(np.mean([metrics.runs(r.flagged[name])
+                                                     for r in healthy])) if healthy else None,
+                "flagged_share": float(np.mean([r.flagged[name].mean() for r in healthy]))
+                if healthy else None}
+            out[group] = row
+        return out
+
     @cached_property
     def summary(self) -> dict:
         """The tables as plain JSON-able data (schema traceap.eval/v1)."""
@@ -358,6 +392,9 @@ class EvalResult:
             "classification": {c: {str(n): self._classification(n, c) for n in ns}
                                for c in self.classifiers},
             "trace_level": {str(n): {d: self._trace_level(n, d) for d in scored} for n in ns},
+            "by_source": ({str(n): {d: self._by_source(n, d) for d in scored + self.ablation}
+                           for n in ns}
+                          if any(r.source for r in self.records) else {}),
             "seconds_per_trace": {str(n): {k: _mean([r.seconds[k] for r in self.of(n) if k in r.seconds])
                                            for k in scored + self.ablation + self.classifiers}
                                   for n in ns},

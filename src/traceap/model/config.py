@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-ABLATIONS = ("no_event_adapter", "no_transformer", "no_relation")
+#: Paper Table 5's switches, plus `names_masked` (every event nameless: does the detector lean
+#: on names only the simulator ties to a pattern?).
+ABLATIONS = ("no_event_adapter", "no_transformer", "no_relation", "names_masked")
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,22 @@ class ModelConfig:
     rope_time_scale: float = 64.0  # relative start in [0, 1] is scaled by this for RoPE
     window_summary: bool = True   # beyond the paper: per-window measures added to the CLS token
     summary_relative: bool = False  # also feed each measure minus its median over the trace
+    summary_absolute: bool = True  # feed the measures themselves (False: relative ones only)
+    summary_extra: bool = False   # add the longest GPU-idle stretch of the window
+    summary_idle: bool = False    # add the window's GPU-idle time by mechanism (idle.py's
+    #                               account: measured shares of the window, not names)
+    time_absolute: bool = True    # launch delay and duration quantised in us (paper eq. 3)
+    time_relative: bool = False   # add delay, idle gap before the event and duration relative
+    #                               to the trace's own typical values (other GPUs, batch sizes)
     name_dropout: float = 0.0     # train-time chance to hide an event's names (unseen models)
+    host_events: int = 0          # beyond the paper: also feed each window's dominant host events
+    #                               (CPU ops, annotations, runtime calls; features.host_pick)
+    platform_embedding: bool = True  # False: one shared "unknown" platform for every trace
     # -- ablations (paper Table 5) ----------------------------------------------------------
     no_event_adapter: bool = False
     no_transformer: bool = False
     no_relation: bool = False
+    names_masked: bool = False    # every event nameless, in training and scoring
     # -- losses (paper 5.5) -----------------------------------------------------------------
     trace_pool: str = "mean"      # "mean" (paper eq. 10) or "topk" (mean of the top fraction)
     topk_fraction: float = 0.2    # for trace_pool="topk" and the pattern head's MIL pooling
@@ -59,6 +72,8 @@ class ModelConfig:
     epochs: int = 20
     windows: tuple[int, ...] = (100,)   # N_w used in training (one drawn per step)
     platform_dropout: float = 0.2  # train-time chance to hide the platform (unseen GPUs)
+    pair_same_base: float = 0.0   # chance that a planted trace is paired with its own unmodified
+    #                               base (same trace without the anomaly) as the good partner
     seed: int = 0
 
     @property
@@ -116,6 +131,12 @@ class ModelConfig:
             raise ValueError("trace_pool must be 'mean' or 'topk'")
         if self.D % self.heads or (self.D // self.heads) % 4:
             raise ValueError("D / heads must be a multiple of 4 (2-D RoPE splits each head)")
+        if not 0 <= self.host_events <= 16:
+            raise ValueError("host_events must be between 0 and 16 (features.HOST_CAP)")
+        if not (self.time_absolute or self.time_relative):
+            raise ValueError("time_absolute and time_relative cannot both be off")
+        if self.window_summary and not (self.summary_absolute or self.summary_relative):
+            raise ValueError("summary_absolute and summary_relative cannot both be off")
         if self.batch_size < 2 or self.batch_size % 2:
             raise ValueError("batch_size must be even (good/bad pairs)")
 

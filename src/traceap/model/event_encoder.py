@@ -2,6 +2,9 @@
 
   kernel name, CPU op name --frozen text encoder--> FC + ReLU adapters   (eq. 1-2)
   launch delay, duration   --log quantise (eq. 3)--> embedding table --> LN + FC + ReLU
+    (with `time_relative`, the delay slot also adds the embeddings of the delay and of the GPU
+    idle gap before the event relative to the trace's typical ones, and the duration slot that
+    of the duration relative to the median of the same name: scale-free across GPUs and batches)
   concat (4d) --> convolutional neck over the window's events --> E_event (2d)   (eq. 4)
 """
 
@@ -79,8 +82,14 @@ class EventEncoder(nn.Module):
         adapt = not cfg.no_event_adapter
         self.kernel_text = TextAdapter(cfg.text_dim, cfg.d, trainable=adapt)
         self.cpu_text = TextAdapter(cfg.text_dim, cfg.d, trainable=adapt)
-        self.delay = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
-        self.duration = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
+        if cfg.time_absolute:
+            self.delay = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
+            self.duration = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
+        if cfg.time_relative:
+            self.delay_rel = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
+            self.gap_rel = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
+            self.duration_rel = TimeEmbedding(cfg.time_vocab, cfg.d, adapter=adapt)
+        self.time_absolute, self.time_relative = cfg.time_absolute, cfg.time_relative
         self.neck = ConvNeck(cfg.d)
         self.name_dropout = cfg.name_dropout
 
@@ -92,8 +101,14 @@ class EventEncoder(nn.Module):
             kernel, cpu_op = kernel.masked_fill(hide, 0), cpu_op.masked_fill(hide, 0)
         e_kernel = self.kernel_text(text)[kernel]              # [B, N, K, d]
         e_cpu = self.cpu_text(text)[cpu_op]
-        x = torch.cat([e_kernel, e_cpu, self.delay(batch["delay"]),
-                       self.duration(batch["dur"])], dim=-1)  # [B, N, K, 4d]
+        delay, dur = [], []
+        if self.time_absolute:
+            delay.append(self.delay(batch["delay"]))
+            dur.append(self.duration(batch["dur"]))
+        if self.time_relative:
+            delay += [self.delay_rel(batch["delay_rel"]), self.gap_rel(batch["gap_rel"])]
+            dur.append(self.duration_rel(batch["dur_rel"]))
+        x = torch.cat([e_kernel, e_cpu, sum(delay), sum(dur)], dim=-1)  # [B, N, K, 4d]
         b, n, k, c = x.shape
         y = self.neck(x.reshape(b * n, k, c), batch["mask"].reshape(b * n, k))
         return y.reshape(b, n, k, -1)

@@ -24,18 +24,44 @@ from pathlib import Path
 
 import numpy as np
 
-from ..trace import Trace
+from ..idle import MECHANISM_IDS, per_window
+from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows
 from .config import ModelConfig
 
-#: Per-window summary measures (from `Windows.stats`) and how they are scaled.
+#: Per-window measures (from `Windows.stats`, plus the longest GPU-idle stretch) kept raw in
+#: the features; `summary` turns them into the model's per-window input.
 SUMMARY_FRACTIONS = ("gpu_busy_frac", "compute_busy_frac", "kernel_time_frac", "memcpy_time_frac",
                      "runtime_time_frac", "sync_time_frac", "nccl_time_frac", "cpu_op_time_frac")
 SUMMARY_RATES = ("n_kernels", "n_short_kernels", "n_memcpy", "n_runtime", "n_sync", "n_nccl")
 SUMMARY_LOGS = ("mean_kernel_us", "mean_launch_delay_us", "memcpy_mb")
+#: Beyond v1 (config `summary_extra`): the longest stretch inside the window with no GPU work,
+#: as a fraction of the window (a stall shows as one long gap; many short ones do not).
+SUMMARY_EXTRA = ("max_idle_frac",)
+#: Beyond v3 (config `summary_idle`): the window's GPU-idle time by mechanism of `idle.py`'s
+#: account (warm-up, exposed communication, compile gaps, data loading, pageable copies, host
+#: copies and syncs, input copies, unrecorded host, Python host, launch-bound, not explained),
+#: as fractions of the window.  Measured from timing and event kinds, so they mean the same on
+#: every GPU, batch size and model; they go to the model absolute *and*, with
+#: `summary_relative`, against the trace's median window (a trace stalled throughout by its
+#: loader has no outlying window, only a high absolute share).
+SUMMARY_IDLE = tuple(f"idle_{m}" for m in MECHANISM_IDS)
+STAT_KEYS = SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
+#: Width of the v1 summary: the measures above (without the extras) and log window width.
 SUMMARY_DIM = len(SUMMARY_FRACTIONS) + len(SUMMARY_RATES) + len(SUMMARY_LOGS) + 1
+#: Per-trace reference values for the relative time inputs (medians over the whole trace).
+REF_KEYS = ("launch_delay_us", "gap_us")
+#: Ratios to a trace's own typical value are quantised over [1/RATIO_SPAN, RATIO_SPAN]: three
+#: decades either way covers a 1 us gap against a 1 ms median and a stall 1000x the median.
+RATIO_SPAN = 1e3
 
 UNKNOWN_PLATFORM = "unknown"
+#: Host-side events kept per window in the features (config `host_events` uses up to this many).
+HOST_CAP = 16
+#: Kinds of host events: CPU ops, user annotations (DataLoader iteration, compiled regions,
+#: ProfilerStep) and runtime/driver calls (launches, copies, syncs).  Python frames are left
+#: out (thousands per step, named by file and line).
+HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
 
 
 def quantize_time(t_us: np.ndarray, cfg: ModelConfig) -> np.ndarray:
@@ -51,39 +77,187 @@ def quantize_time(t_us: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return np.where(np.isfinite(t), q, cfg.time_vocab).astype(np.int16)
 
 
-def window_summary(windows: Windows) -> np.ndarray:
-    """[N, SUMMARY_DIM] float32: time fractions, log event rates per ms, log magnitudes."""
+def quantize_ratio(ratio: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """A time relative to the trace's own typical one (x / reference), log-quantised into
+    `time_vocab` levels over [1/RATIO_SPAN, RATIO_SPAN] (level floor((N-1)/2) = typical; 0 = zero
+    or far below).  A ratio of 1 lies in the middle of its level (+-11%), so float rounding of
+    the typical value never flips it.  NaN (unknown) maps to level N, as in `quantize_time`."""
+    r = np.asarray(ratio, np.float64)
+    span = np.log(RATIO_SPAN)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.floor((np.log(np.clip(r, 1.0 / RATIO_SPAN, RATIO_SPAN)) + span) / (2 * span)
+                     * (cfg.time_vocab - 1))
+    q = np.clip(np.nan_to_num(q, nan=0.0), 0, cfg.time_vocab - 1)
+    return np.where(np.isfinite(r), q, cfg.time_vocab).astype(np.int16)
+
+
+def longest_idle(trace: Trace, edges: np.ndarray) -> np.ndarray:
+    """Per window (edges [N+1]): the longest stretch with no GPU work inside it (us)."""
+    n = len(edges) - 1
+    rows = trace.gpu_work_rows
+    s, e = merged_intervals(trace.ts[rows], trace.end[rows])
+    # idle stretches: before the first busy interval, between them, after the last
+    gs = np.concatenate(([edges[0]], e))
+    ge = np.concatenate((s, [edges[-1]]))
+    ok = ge > gs
+    gs, ge = gs[ok], ge[ok]
+    out = np.zeros(n)
+    if not len(gs):
+        return out
+    first = np.clip(np.searchsorted(edges, gs, side="right") - 1, 0, n - 1)
+    last = np.clip(np.searchsorted(edges, ge, side="left") - 1, 0, n - 1)
+    span = np.maximum(last - first + 1, 1)
+    gap = np.repeat(np.arange(len(gs)), span)
+    win = np.repeat(first, span) + (np.arange(len(gap)) - np.repeat(np.cumsum(span) - span, span))
+    overlap = np.minimum(ge[gap], edges[win + 1]) - np.maximum(gs[gap], edges[win])
+    np.maximum.at(out, win, np.maximum(overlap, 0.0))
+    return out
+
+
+def raw_stats(windows: Windows) -> np.ndarray:
+    """[N, len(STAT_KEYS)] float32: the per-window measures, unscaled."""
     s = windows.stats
-    width_ms = max(windows.width_us / 1e3, 1e-6)
-    cols = [np.clip(s[k], 0.0, 2.0) for k in SUMMARY_FRACTIONS]
-    cols += [np.log1p(np.maximum(s[k], 0.0) / width_ms) for k in SUMMARY_RATES]
-    cols += [np.log1p(np.maximum(np.nan_to_num(s[k]), 0.0)) / 5.0 for k in SUMMARY_LOGS]
-    cols.append(np.full(windows.n, np.log10(max(windows.width_us, 1.0)) / 6.0))
-    return np.nan_to_num(np.stack(cols, axis=1)).astype(np.float32)
+    cols = [np.nan_to_num(np.asarray(s[k], np.float64)) for k in STAT_KEYS if k in s]
+    width = max(windows.width_us, 1e-9)
+    cols.append(longest_idle(windows.trace, windows.edges) / width)
+    idle = per_window(windows)
+    cols += [idle[m] / width for m in MECHANISM_IDS]
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
+    """The per-window summary input [N, summary_dim(cfg)] from raw stats: time fractions, log
+    event rates per ms, log magnitudes, log window width (the v1 measures), the extras when
+    `cfg.summary_extra`; absolute (`summary_absolute`) and/or minus the trace's median window
+    (`summary_relative`; the lower middle value, as torch.median); then with
+    `cfg.summary_idle` the idle shares by mechanism (SUMMARY_IDLE), absolute and (with
+    `summary_relative`) relative."""
+    idx = {k: i for i, k in enumerate(STAT_KEYS)}
+    width_ms = max(width_us / 1e3, 1e-6)
+    n = stats.shape[0]
+    cols = [np.clip(stats[:, idx[k]], 0.0, 2.0) for k in SUMMARY_FRACTIONS]
+    cols += [np.log1p(np.maximum(stats[:, idx[k]], 0.0) / width_ms) for k in SUMMARY_RATES]
+    cols += [np.log1p(np.maximum(stats[:, idx[k]], 0.0)) / 5.0 for k in SUMMARY_LOGS]
+    cols.append(np.full(n, np.log10(max(width_us, 1.0)) / 6.0))
+    if cfg.summary_extra:
+        cols += [np.clip(stats[:, idx[k]], 0.0, 1.0) for k in SUMMARY_EXTRA]
+    s = np.nan_to_num(np.stack(cols, axis=1)).astype(np.float32)
+    parts = [s] if cfg.summary_absolute else []
+    if cfg.summary_relative:  # how this window differs from the trace's typical one
+        parts.append(s - np.sort(s, axis=0)[(n - 1) // 2][None, :])
+    if cfg.summary_idle:
+        idle = np.nan_to_num(np.clip(stats[:, [idx[k] for k in SUMMARY_IDLE]], 0.0, 1.0))
+        idle = idle.astype(np.float32)
+        parts.append(idle)
+        if cfg.summary_relative:
+            parts.append(idle - np.sort(idle, axis=0)[(n - 1) // 2][None, :])
+    return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), np.float32)
+
+
+def summary_dim(cfg: ModelConfig) -> int:
+    """Width of the per-window summary input under a config."""
+    base = SUMMARY_DIM + (len(SUMMARY_EXTRA) if cfg.summary_extra else 0)
+    idle = len(SUMMARY_IDLE) * (1 + int(cfg.summary_relative)) if cfg.summary_idle else 0
+    return base * (int(cfg.summary_absolute) + int(cfg.summary_relative)) + idle
+
+
+def host_pick(trace: Trace, edges: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, the host events that dominate it: of the host events (HOST_KINDS)
+    overlapping the window, the longest occurrence (time inside the window) of each distinct
+    name, the `cap` longest of those, in start order.  Returns (window, row) pairs."""
+    n = len(edges) - 1
+    rows = trace.rows(*HOST_KINDS)
+    ts, end = trace.ts[rows], trace.end[rows]
+    keep = (end > edges[0]) & (ts < edges[-1])
+    rows, ts, end = rows[keep], ts[keep], end[keep]
+    if not len(rows):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n - 1)
+    last = np.clip(np.searchsorted(edges, end, side="left") - 1, 0, n - 1)
+    span = np.maximum(last - first + 1, 1)
+    ev = np.repeat(np.arange(len(rows)), span)
+    win = np.repeat(first, span) + (np.arange(len(ev)) - np.repeat(np.cumsum(span) - span, span))
+    inside = np.minimum(end[ev], edges[win + 1]) - np.maximum(ts[ev], edges[win])
+    name = trace.name[rows[ev]]
+    o = np.lexsort((-inside, name, win))                      # per (window, name): longest first
+    w_s, n_s = win[o], name[o]
+    head = np.r_[True, (w_s[1:] != w_s[:-1]) | (n_s[1:] != n_s[:-1])]
+    o = o[head]
+    o = o[np.lexsort((-inside[o], win[o]))]                   # per window: longest first
+    w_s = win[o]
+    start = np.r_[True, w_s[1:] != w_s[:-1]]
+    first_pos = np.maximum.accumulate(np.where(start, np.arange(len(o)), 0))
+    o = o[(np.arange(len(o)) - first_pos) < cap]
+    o = o[np.lexsort((ts[ev[o]], win[o]))]                    # per window: in start order
+    return win[o], rows[ev[o]]
 
 
 @dataclass
 class TraceFeatures:
-    """The model inputs of one trace cut into N windows (K = max_events per window)."""
+    """What the model reads of one trace cut into N windows (K = max_events per window), raw:
+    times in us and unscaled window measures, so that one cached file serves every config;
+    `inputs(cfg)` quantises and scales them."""
 
-    kernel: np.ndarray    # int32 [N, K]: index into `names` (0 = padding)
-    cpu_op: np.ndarray    # int32 [N, K]: index into `names` (0 = no parent CPU op)
-    delay: np.ndarray     # int16 [N, K]: quantised launch delay (time_vocab = unknown)
-    dur: np.ndarray       # int16 [N, K]: quantised duration
-    t_rel: np.ndarray     # float32 [N, K]: start within the window, in [0, 1]
-    stream: np.ndarray    # int16 [N, K]: stream rank in the trace
-    mask: np.ndarray      # bool [N, K]: real event (not padding)
-    n_events: np.ndarray  # int32 [N]: anchors in the window before the cap
-    summary: np.ndarray   # float32 [N, SUMMARY_DIM]
-    names: np.ndarray     # str [U]: local name table, names[0] = "" (none)
+    kernel: np.ndarray      # int32 [N, K]: index into `names` (0 = padding)
+    cpu_op: np.ndarray      # int32 [N, K]: index into `names` (0 = no parent CPU op)
+    delay_us: np.ndarray    # float32 [N, K]: launch delay (NaN = no linked launch)
+    dur_us: np.ndarray      # float32 [N, K]: duration
+    gap_us: np.ndarray      # float32 [N, K]: GPU idle just before the event (no work on any stream)
+    dur_ref_us: np.ndarray  # float32 [N, K]: median duration of the event's name in the trace
+    t_rel: np.ndarray       # float32 [N, K]: start within the window, in [0, 1]
+    stream: np.ndarray      # int16 [N, K]: stream rank in the trace
+    mask: np.ndarray        # bool [N, K]: real event (not padding)
+    n_events: np.ndarray    # int32 [N]: anchors in the window before the cap
+    host_name: np.ndarray   # int32 [N, H]: host events (`host_pick`), index into `names`
+    host_parent: np.ndarray  # int32 [N, H]: their enclosing host event's name (0 = none)
+    host_dur_us: np.ndarray  # float32 [N, H]: their whole duration
+    host_ref_us: np.ndarray  # float32 [N, H]: median duration of host events with that name
+    host_t_rel: np.ndarray  # float32 [N, H]: start within the window, clipped to [0, 1]
+    host_mask: np.ndarray   # bool [N, H]
+    stats: np.ndarray       # float32 [N, len(STAT_KEYS)]: raw per-window measures
+    ref: np.ndarray         # float32 [len(REF_KEYS)]: the trace's typical delay and gap
+    width_us: np.ndarray    # float64 []: window width
+    names: np.ndarray       # str [U]: local name table, names[0] = "" (none)
     platform: str
-    start_us: np.ndarray  # float64 [N]: window starts (trace clock)
-    end_us: np.ndarray    # float64 [N]
+    start_us: np.ndarray    # float64 [N]: window starts (trace clock)
+    end_us: np.ndarray      # float64 [N]
 
     @property
     def n_windows(self) -> int:
         """N."""
         return int(self.kernel.shape[0])
+
+    def inputs(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
+        """The model's per-trace inputs under a config: the event sequence of every window (its
+        GPU anchors, then with `cfg.host_events` its dominant host events on stream position
+        `max_streams`), quantised time levels (absolute, eq. 3; relative to the trace's own
+        typical values when `cfg.time_relative`) and the per-window summary."""
+        h = min(cfg.host_events, self.host_name.shape[1])
+        nan = np.full(self.host_dur_us[:, :h].shape, np.nan, np.float32)
+
+        def ev(gpu, host):
+            return np.concatenate([gpu, host[:, :h]], axis=1) if h else gpu
+
+        mask = ev(self.mask, self.host_mask)
+        delay_us = ev(self.delay_us, nan)
+        dur_us = ev(self.dur_us, self.host_dur_us)
+        out = {"kernel": ev(self.kernel, self.host_name), "cpu_op": ev(self.cpu_op, self.host_parent),
+               "t_rel": ev(self.t_rel, self.host_t_rel),
+               "stream": ev(self.stream, np.full(self.host_name.shape, cfg.max_streams, np.int16)),
+               "mask": mask, "summary": summary(self.stats, float(self.width_us), cfg)}
+        if cfg.time_absolute:
+            out["delay"] = quantize_time(delay_us, cfg)
+            out["dur"] = quantize_time(dur_us, cfg)
+        if cfg.time_relative:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out["delay_rel"] = quantize_ratio(delay_us / max(float(self.ref[0]), 1e-3), cfg)
+                out["gap_rel"] = quantize_ratio(ev(self.gap_us, nan) / max(float(self.ref[1]), 1e-3), cfg)
+                out["dur_rel"] = quantize_ratio(
+                    dur_us / np.maximum(ev(self.dur_ref_us, self.host_ref_us), 1e-3), cfg)
+        for k in ("delay", "dur", "delay_rel", "gap_rel", "dur_rel"):
+            if k in out:
+                out[k][~mask] = cfg.time_vocab
+        return out
 
     def save(self, path: Path) -> None:
         """Write as .npz (atomically)."""
@@ -128,6 +302,52 @@ def _diverse_pick(names: np.ndarray, ptr: np.ndarray, count: np.ndarray, k: int)
     return np.flatnonzero(rank < k)
 
 
+def _per_row_context(t: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every row: GPU idle just before it (GPU work rows; 0 elsewhere), the median duration
+    of GPU work with its name, and the trace's reference values (REF_KEYS)."""
+    gap = np.zeros(len(t.ts))
+    name_med = np.zeros(len(t.ts))
+    rows = t.gpu_work_rows
+    ref = np.ones(len(REF_KEYS), np.float32)
+    if not len(rows):
+        return gap, name_med, ref
+    order = rows[np.argsort(t.ts[rows], kind="stable")]
+    ends = np.maximum.accumulate(t.end[order])
+    g = np.zeros(len(order))
+    g[1:] = np.maximum(t.ts[order][1:] - ends[:-1], 0.0)
+    gap[order] = g
+    # median duration per name: sort by (name, dur), take each group's lower middle
+    codes, durs = t.name[rows], t.dur[rows]
+    o = np.lexsort((durs, codes))
+    c_s = codes[o]
+    starts = np.flatnonzero(np.r_[True, c_s[1:] != c_s[:-1]])
+    sizes = np.diff(np.r_[starts, len(o)])
+    med = durs[o][starts + (sizes - 1) // 2]
+    name_med[rows] = med[np.searchsorted(c_s[starts], codes)]
+    delay = t.launch_delay[rows]
+    delay = delay[np.isfinite(delay)]
+    positive = g[g > 0]
+    ref[0] = np.median(delay) if len(delay) else 1.0
+    ref[1] = np.median(positive) if len(positive) else 1.0
+    return gap, name_med, ref
+
+
+def _host_reference(t: Trace) -> np.ndarray:
+    """Per row: the median duration of host events (HOST_KINDS) with its name (0 elsewhere)."""
+    out = np.zeros(len(t.ts))
+    rows = t.rows(*HOST_KINDS)
+    if not len(rows):
+        return out
+    codes, durs = t.name[rows], t.dur[rows]
+    o = np.lexsort((durs, codes))
+    c_s = codes[o]
+    starts = np.flatnonzero(np.r_[True, c_s[1:] != c_s[:-1]])
+    sizes = np.diff(np.r_[starts, len(o)])
+    med = durs[o][starts + (sizes - 1) // 2]
+    out[rows] = med[np.searchsorted(c_s[starts], codes)]
+    return out
+
+
 def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     """The model inputs for one trace's windows (vectorised; no per-event Python loop)."""
     t = windows.trace
@@ -146,39 +366,65 @@ def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
     parent = t.cpu_op[r] if len(r) else np.zeros(0, np.int64)
     k_codes = t.name[r]
     c_codes = np.where(parent >= 0, t.name[np.maximum(parent, 0)], -1)
-    used, inverse = np.unique(np.concatenate([k_codes, c_codes[c_codes >= 0]]), return_inverse=True)
-    local_k = inverse[:len(k_codes)] + 1
-    local_c = np.zeros(len(c_codes), np.int64)
-    local_c[c_codes >= 0] = inverse[len(k_codes):] + 1
+    h_win, h_rows = host_pick(t, windows.edges, HOST_CAP)
+    h_parent = t.parent[h_rows] if len(h_rows) else np.zeros(0, np.int64)
+    hn_codes = t.name[h_rows]
+    hp_codes = np.where(h_parent >= 0, t.name[np.maximum(h_parent, 0)], -1)
+    codes = [k_codes, c_codes, hn_codes, hp_codes]
+    used, inverse = np.unique(np.concatenate([c[c >= 0] for c in codes]), return_inverse=True)
+    local = []
+    at = 0
+    for c in codes:   # local index (1 + position in `used`), 0 where there is no name
+        li = np.zeros(len(c), np.int64)
+        ok = c >= 0
+        li[ok] = inverse[at:at + ok.sum()] + 1
+        at += ok.sum()
+        local.append(li)
+    local_k, local_c, local_hn, local_hp = local
     names = np.array([""] + [t.names[c] for c in used], dtype=str)
+    h_count = np.bincount(h_win, minlength=n)
+    h_slot = np.arange(len(h_win)) - np.repeat(np.cumsum(h_count) - h_count, h_count)
+    h_ref = _host_reference(t)
 
     streams = np.array(t.gpu_streams, dtype=np.int64)
     s_rank = np.minimum(np.searchsorted(streams, t.stream[r]), cfg.max_streams - 1) \
         if len(streams) else np.zeros(len(r), np.int64)
     width = max(windows.width_us, 1e-9)
     t_rel = np.clip((t.ts[r] - windows.edges[win]) / width, 0.0, 1.0)
+    gap, name_med, ref = _per_row_context(t)
 
     def grid(values, dtype, fill=0):
         out = np.full((n, k), fill, dtype=dtype)
         out[win, slot] = values
         return out
 
+    def hgrid(values, dtype, fill=0):
+        out = np.full((n, HOST_CAP), fill, dtype=dtype)
+        out[h_win, h_slot] = values
+        return out
+
     return TraceFeatures(
         kernel=grid(local_k, np.int32), cpu_op=grid(local_c, np.int32),
-        delay=grid(quantize_time(t.launch_delay[r], cfg), np.int16, cfg.time_vocab),
-        dur=grid(quantize_time(t.dur[r], cfg), np.int16, cfg.time_vocab),
+        delay_us=grid(t.launch_delay[r], np.float32, np.nan), dur_us=grid(t.dur[r], np.float32),
+        gap_us=grid(gap[r], np.float32), dur_ref_us=grid(name_med[r], np.float32),
         t_rel=grid(t_rel, np.float32), stream=grid(s_rank, np.int16),
         mask=grid(True, bool, False), n_events=count.astype(np.int32),
-        summary=window_summary(windows), names=names, platform=platform_of(t),
+        host_name=hgrid(local_hn, np.int32), host_parent=hgrid(local_hp, np.int32),
+        host_dur_us=hgrid(t.dur[h_rows], np.float32), host_ref_us=hgrid(h_ref[h_rows], np.float32),
+        host_t_rel=hgrid(np.clip((t.ts[h_rows] - windows.edges[h_win]) / width, 0.0, 1.0), np.float32),
+        host_mask=hgrid(True, bool, False),
+        stats=raw_stats(windows), ref=ref, width_us=np.float64(windows.width_us),
+        names=names, platform=platform_of(t),
         start_us=windows.start_us.copy(), end_us=windows.end_us.copy(),
     )
 
 
-def batch_arrays(feats: list[TraceFeatures], platform_id, text_dim: int,
+def batch_arrays(feats: list[TraceFeatures], platform_id, cfg: ModelConfig,
                  text_table: dict[str, np.ndarray], platform_dropout: float = 0.0,
                  rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
     """Stack traces with the same N into one batch of model inputs; names become rows of one
     text table (row 0 = no name).  `platform_id`: platform name -> row of the model's table.
+    With `cfg.names_masked` every event is nameless (the names-masked ablation).
     `net.collate` is this, as torch tensors."""
     n = {f.n_windows for f in feats}
     if len(n) != 1:
@@ -186,27 +432,27 @@ def batch_arrays(feats: list[TraceFeatures], platform_id, text_dim: int,
     names: dict[str, int] = {"": 0}
     remaps = []
     for f in feats:
-        remaps.append(np.array([names.setdefault(str(s), len(names)) for s in f.names], np.int64))
-    text = np.zeros((len(names), text_dim), np.float32)
+        if cfg.names_masked:
+            remaps.append(np.zeros(len(f.names), np.int64))
+        else:
+            remaps.append(np.array([names.setdefault(str(s), len(names)) for s in f.names],
+                                   np.int64))
+    text = np.zeros((len(names), cfg.text_dim), np.float32)
     for s, i in names.items():
         if i:
             text[i] = text_table[s]
     platforms = [platform_id(f.platform) for f in feats]
     if platform_dropout > 0 and rng is not None:
         platforms = [0 if rng.random() < platform_dropout else p for p in platforms]
-
-    def stack(attr, dtype):
-        return np.stack([getattr(f, attr) for f in feats]).astype(dtype)
-
-    return {
-        "text": text,
-        "kernel": np.stack([r[f.kernel] for r, f in zip(remaps, feats)]),
-        "cpu_op": np.stack([r[f.cpu_op] for r, f in zip(remaps, feats)]),
-        "delay": stack("delay", np.int64), "dur": stack("dur", np.int64),
-        "t_rel": stack("t_rel", np.float32), "stream": stack("stream", np.int64),
-        "mask": stack("mask", bool), "summary": stack("summary", np.float32),
-        "platform": np.array(platforms, dtype=np.int64),
-    }
+    per_trace = [f.inputs(cfg) for f in feats]
+    out = {"text": text, "platform": np.array(platforms, dtype=np.int64)}
+    dtypes = {"summary": np.float32, "t_rel": np.float32, "mask": bool}
+    for key in per_trace[0]:
+        if key in ("kernel", "cpu_op"):   # local name index -> row of the batch's text table
+            out[key] = np.stack([r[p[key]] for r, p in zip(remaps, per_trace)])
+        else:
+            out[key] = np.stack([p[key] for p in per_trace]).astype(dtypes.get(key, np.int64))
+    return out
 
 
 @dataclass(frozen=True)
@@ -234,5 +480,7 @@ def featurize_trace(work: FeatureWork, job: tuple[str, str, tuple[int, ...]]
         return key, f"{path}: {exc}"
 
 
-__all__ = ["SUMMARY_DIM", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays",
-           "featurize", "featurize_trace", "platform_of", "quantize_time", "window_summary"]
+__all__ = ["HOST_CAP", "HOST_KINDS", "RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM",
+           "SUMMARY_IDLE", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays",
+           "featurize", "featurize_trace", "host_pick", "longest_idle", "platform_of",
+           "quantize_ratio", "quantize_time", "raw_stats", "summary", "summary_dim"]

@@ -21,7 +21,7 @@ import numpy as np
 from ..dataset import PATTERNS
 from ..errors import ModelError
 from .config import ModelConfig
-from .features import SUMMARY_DIM, UNKNOWN_PLATFORM
+from .features import UNKNOWN_PLATFORM, summary_dim
 from .ops import gelu, layer_norm, linear, relu, sigmoid, softmax_
 
 #: nn.LayerNorm's default epsilon (every LayerNorm of net.py uses it).
@@ -116,8 +116,14 @@ class EventEncoder:
         self.cpu_text = w.linear("cpu_text.fc", cfg.text_dim, d)
         self.adapt = adapt
         # a time adapter acts on each table row alone: apply it to the table once, then look up
-        self.delay = self._time_table(w.sub("delay."), cfg)
-        self.duration = self._time_table(w.sub("duration."), cfg)
+        self.delay, self.duration = [], []          # (input key, adapted table) summed per slot
+        if cfg.time_absolute:
+            self.delay.append(("delay", self._time_table(w.sub("delay."), cfg)))
+            self.duration.append(("dur", self._time_table(w.sub("duration."), cfg)))
+        if cfg.time_relative:
+            self.delay += [("delay_rel", self._time_table(w.sub("delay_rel."), cfg)),
+                           ("gap_rel", self._time_table(w.sub("gap_rel."), cfg))]
+            self.duration.append(("dur_rel", self._time_table(w.sub("duration_rel."), cfg)))
         self.reduce = w("neck.reduce.weight", (2 * d, 4 * d, 1))
         self.norm1 = w.norm("neck.norm1.norm", 2 * d)
         self.mix = w("neck.mix.weight", (2 * d, 2 * d, 3))
@@ -135,8 +141,10 @@ class EventEncoder:
         kt, ct = linear(text, *self.kernel_text), linear(text, *self.cpu_text)
         if self.adapt:
             kt, ct = relu(kt), relu(ct)
-        x = np.concatenate([kt[batch["kernel"]], ct[batch["cpu_op"]], self.delay[batch["delay"]],
-                            self.duration[batch["dur"]]], axis=-1)        # [B, N, K, 4d]
+        delay = sum(table[batch[key]] for key, table in self.delay)
+        dur = sum(table[batch[key]] for key, table in self.duration)
+        x = np.concatenate([kt[batch["kernel"]], ct[batch["cpu_op"]], delay, dur],
+                           axis=-1)                                          # [B, N, K, 4d]
         b, n, k, c = x.shape
         x = x.reshape(b * n, k, c)
         m = batch["mask"].reshape(b * n, k, 1).astype(np.float32)
@@ -180,7 +188,7 @@ class WindowEncoder:
     def __init__(self, w: Weights, cfg: ModelConfig, n_platforms: int):
         dim, self.cfg = cfg.D, cfg
         self.cls = w("cls", (1, 1, dim))
-        width = SUMMARY_DIM * (2 if cfg.summary_relative else 1)
+        width = summary_dim(cfg)
         self.summary = (w.linear("summary.0", width, dim), w.linear("summary.2", dim, dim)) \
             if cfg.window_summary else None
         hidden = int(dim * cfg.mlp_ratio)
@@ -204,10 +212,7 @@ class WindowEncoder:
         mask = batch["mask"].reshape(b * n, k)
         cls = np.broadcast_to(self.cls, (b * n, 1, dim))
         if self.summary is not None:
-            summary = batch["summary"]
-            if self.cfg.summary_relative:  # torch.median: the lower middle value
-                median = np.sort(summary, axis=1)[:, (n - 1) // 2][:, None]
-                summary = np.concatenate([summary, summary - median], -1)
+            summary = batch["summary"]      # features.summary: absolute and/or relative
             (w1, b1), (w2, b2) = self.summary
             cls = cls + linear(gelu(linear(summary, w1, b1)), w2, b2).reshape(b * n, 1, dim)
         x = np.concatenate([cls, events.reshape(b * n, k, dim)], axis=1)
@@ -285,6 +290,8 @@ class InferenceModel:
     def __init__(self, cfg: ModelConfig, platforms: list[str], state: dict[str, np.ndarray]):
         if not platforms or platforms[0] != UNKNOWN_PLATFORM:  # as net.TraceAPModel
             platforms = [UNKNOWN_PLATFORM] + [p for p in platforms if p != UNKNOWN_PLATFORM]
+        if not cfg.platform_embedding:
+            platforms = [UNKNOWN_PLATFORM]
         self.cfg, self.platforms = cfg, list(platforms)
         w = Weights(state)
         self.events = EventEncoder(w.sub("events."), cfg)

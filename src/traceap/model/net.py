@@ -13,7 +13,7 @@ from torch import nn
 from ..dataset import PATTERNS
 from .config import ModelConfig, preset
 from .event_encoder import EventEncoder
-from .features import SUMMARY_DIM, UNKNOWN_PLATFORM, TraceFeatures, batch_arrays
+from .features import UNKNOWN_PLATFORM, TraceFeatures, batch_arrays, summary_dim
 from .heads import PatternHead, SVMHyperplane
 from .relation import WindowToWindow
 from .window_encoder import WindowEncoder
@@ -26,10 +26,12 @@ class TraceAPModel(nn.Module):
         super().__init__()
         if not platforms or platforms[0] != UNKNOWN_PLATFORM:
             platforms = [UNKNOWN_PLATFORM] + [p for p in platforms if p != UNKNOWN_PLATFORM]
+        if not cfg.platform_embedding:  # every trace gets the one "unknown" platform
+            platforms = [UNKNOWN_PLATFORM]
         self.cfg = cfg
         self.platforms = list(platforms)
         self.events = EventEncoder(cfg)
-        self.windows = WindowEncoder(cfg, len(self.platforms), SUMMARY_DIM)
+        self.windows = WindowEncoder(cfg, len(self.platforms), summary_dim(cfg))
         self.relation = WindowToWindow(cfg)
         self.patterns = PatternHead(cfg.D, len(PATTERNS))
         self.svm = SVMHyperplane(cfg.D)
@@ -56,8 +58,7 @@ def collate(feats: list[TraceFeatures], model: TraceAPModel, text_table: dict[st
             ) -> dict[str, torch.Tensor]:
     """Stack traces with the same N into one batch; names become rows of one text table
     (`features.batch_arrays`, as tensors)."""
-    arrays = batch_arrays(feats, model.platform_id, model.cfg.text_dim, text_table,
-                          platform_dropout, rng)
+    arrays = batch_arrays(feats, model.platform_id, model.cfg, text_table, platform_dropout, rng)
     return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
 

@@ -64,9 +64,9 @@ class Predictor:
 
     def predict_features(self, feats: TraceFeatures) -> Prediction:
         """Scores and pattern probabilities from precomputed features."""
-        names = [str(n) for n in feats.names[1:]]
+        names = [] if self.cfg.names_masked else [str(n) for n in feats.names[1:]]
         table = dict(zip(names, self.text.embed(names))) if names else {}
-        batch = batch_arrays([feats], self.net.platform_id, self.cfg.text_dim, table)
+        batch = batch_arrays([feats], self.net.platform_id, self.cfg, table)
         if self.engine == "numpy":
             with blas_threads(self.threads):
                 out = self.net(batch)

@@ -1,8 +1,17 @@
 """Weakly supervised training (paper 5.5): pairs of one good and one bad trace, trace labels only.
 
 The manifest's `label` and `patterns` of train entries are read; their `anomalies` never are.
-Each trace is loaded and featurised once per window count N and cached on disk (keyed by the
-trace file and the feature settings), so epochs after the first cost only the model.
+Several datasets can be mixed (e.g. the simulator's and the real-based one of `traceap
+inject`): each step draws its bad traces from the datasets in proportion to `mix`, and each bad
+trace's good partner from the same dataset; a planted trace whose unmodified base is in the
+train split is paired with that base with probability `cfg.pair_same_base` (the same trace with
+and without the anomaly: the only difference is where it is).
+
+With validation sets (`val`), every epoch is scored on their `validation` split (window AUC
+from the validation anomalies, which is what a validation split is for) and the best epoch is
+the one kept.  Each trace is loaded and featurised once per window count N and cached on disk
+(keyed by the trace file and the feature settings), so epochs after the first cost only the
+model.
 """
 
 from __future__ import annotations
@@ -28,23 +37,31 @@ from .losses import total_loss, trace_score
 from .net import TraceAPModel, collate
 from .text import TextEncoder, cache_dir
 
-FEATURE_VERSION = 1
+#: Bumped whenever `featurize` writes different arrays (2: raw times and window measures;
+#: 3: host events; 4: idle time by mechanism per window).
+FEATURE_VERSION = 4
 
 
 @dataclass
 class Example:
-    """One training trace: features per N, trace label, multi-hot pattern target."""
+    """One trace: features per N, trace label, multi-hot pattern target; for validation also
+    the window labels per N.  `group`: which dataset it came from; `partner`: index (in the
+    same example list) of its unmodified base when that base is a good train trace."""
 
     id: str
     label: int
     patterns: np.ndarray
     feats: dict[int, TraceFeatures] = field(default_factory=dict)
+    group: int = 0
+    partner: int = -1
+    source: str | None = None
+    window_labels: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def _feature_key(path: Path, n: int, cfg: ModelConfig) -> str:
     st = path.stat()
     raw = (f"v{FEATURE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{n}|"
-           f"{cfg.max_events}|{cfg.event_sampling}|{cfg.time_vocab}|{cfg.t_min_us}|{cfg.t_max_us}|{cfg.max_streams}")
+           f"{cfg.max_events}|{cfg.event_sampling}|{cfg.max_streams}")
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
@@ -81,14 +98,30 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
             for key, per_n in files.items()}
 
 
-def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeatures]]
-                  ) -> list[Example]:
-    """Training examples: trace label and trace-level patterns (never the anomalies)."""
+def window_labels_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
+    """`dataset.window_labels` from the features' window edges (validation/evaluation only)."""
+    y = np.zeros(feats.n_windows, dtype=bool)
+    for a in entry.anomalies:
+        y |= (feats.start_us < a.end_us) & (feats.end_us > a.start_us)
+    return y
+
+
+def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeatures]],
+                  group: int = 0, with_window_labels: bool = False) -> list[Example]:
+    """Examples: trace label and trace-level patterns (never the anomalies, unless
+    `with_window_labels` asks for them: validation and test only).  A planted trace is linked
+    to its unmodified base (`partner`) when that base is a good trace among the entries."""
     out = []
+    base_of = {e.base: i for i, e in enumerate(entries)
+               if e.base and e.source == "natural" and not e.is_bad}
     for e in entries:
         target = np.array([p in e.patterns for p in PATTERNS], np.float32) if e.is_bad else \
             np.zeros(len(PATTERNS), np.float32)
-        out.append(Example(e.id, int(e.is_bad), target, feats[e.id]))
+        partner = base_of.get(e.base, -1) if e.is_bad and e.source == "injected" else -1
+        x = Example(e.id, int(e.is_bad), target, feats[e.id], group, partner, e.source)
+        if with_window_labels:
+            x.window_labels = {n: window_labels_of(e, f) for n, f in x.feats.items()}
+        out.append(x)
     return out
 
 
@@ -98,24 +131,89 @@ class TrainLog:
 
     epochs: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     featurize_seconds: float = 0.0
     n_good: int = 0
     n_bad: int = 0
     steps: int = 0
+    best_epoch: int | None = None
+
+
+def _auc(y: np.ndarray, s: np.ndarray) -> float | None:
+    from sklearn.metrics import roc_auc_score
+    y = np.asarray(y, bool)
+    return float(roc_auc_score(y, s)) if 0 < y.sum() < y.size else None
+
+
+def score_examples(model: TraceAPModel, examples: Sequence[Example], n: int,
+                   text_table: dict[str, np.ndarray], batch_size: int = 8) -> list[np.ndarray]:
+    """Window scores of each example at window count n (eval mode, no gradients)."""
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i:i + batch_size]
+            batch = collate([x.feats[n] for x in chunk], model, text_table)
+            out += list(model(batch)["scores"].numpy().astype(np.float64))
+    return out
+
+
+def validation_metrics(examples: Sequence[Example], scores: Sequence[np.ndarray],
+                       threshold: float = 0.5) -> dict:
+    """Window AUC (pooled) overall and on natural traces, trace AUC (max window score), and the
+    share of flagged windows on good traces; `score` = the figure epochs are chosen by."""
+    y = np.concatenate([x.window_labels[len(s)] for x, s in zip(examples, scores)])
+    s = np.concatenate(scores)
+    out = {"window_auc": _auc(y, s)}
+    nat = [(x, sc) for x, sc in zip(examples, scores) if x.source == "natural"]
+    if nat:
+        out["natural_auc"] = _auc(np.concatenate([x.window_labels[len(sc)] for x, sc in nat]),
+                                  np.concatenate([sc for _, sc in nat]))
+    out["trace_auc"] = _auc(np.array([x.label for x in examples]),
+                            np.array([sc.max() for sc in scores]))
+    good = [sc for x, sc in zip(examples, scores) if x.label == 0]
+    out["healthy_flagged"] = float(np.mean([(sc >= threshold).mean() for sc in good])) \
+        if good else None
+    out["score"] = (out["window_auc"] or 0.0) - 0.5 * max(0.0, (out["healthy_flagged"] or 0.0) - 0.1)
+    return out
+
+
+def _cycler(n: int, rng: np.random.Generator):
+    """Endless shuffled passes over range(n)."""
+    while True:
+        yield from rng.permutation(n)
 
 
 def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.ndarray],
         epochs: int | None = None, log: Callable[[str], None] | None = None,
         max_steps: int | None = None,
-        on_epoch: Callable[[TraceAPModel, "TrainLog"], None] | None = None
+        on_epoch: Callable[[TraceAPModel, "TrainLog"], None] | None = None,
+        mix: Sequence[float] | None = None,
+        val: Sequence[Sequence[Example]] = (), val_windows: int = 100,
+        val_text_table: dict[str, np.ndarray] | None = None,
+        steps_per_epoch: int | None = None,
         ) -> tuple[TraceAPModel, TrainLog]:
     """Train a fresh model on examples (each with features at every N in cfg.windows).
 
-    `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint)."""
-    goods = [x for x in examples if x.label == 0]
-    bads = [x for x in examples if x.label == 1]
+    `mix`: sampling weight of each example group (dataset) for the bad traces of a step
+    (default: in proportion to their bad traces).  `val`: validation example lists (with
+    window labels), scored after every epoch at `val_windows`; the best epoch (mean
+    `validation_metrics` score over the lists) is the model returned.  An epoch is
+    `steps_per_epoch` steps (default: enough pairs to show every bad trace, or every good one,
+    once).  `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint)."""
+    goods = [i for i, x in enumerate(examples) if x.label == 0]
+    bads = [i for i, x in enumerate(examples) if x.label == 1]
     if not goods or not bads:
         raise DatasetError("training needs both good and bad traces in the train split")
+    groups = sorted({x.group for x in examples})
+    good_by = {g: [i for i in goods if examples[i].group == g] for g in groups}
+    bad_by = {g: [i for i in bads if examples[i].group == g] for g in groups}
+    groups = [g for g in groups if bad_by[g]]
+    weights = np.array([len(bad_by[g]) for g in groups], np.float64) if mix is None else \
+        np.array([float(mix[g]) if g < len(mix) else 0.0 for g in groups], np.float64)
+    if weights.sum() <= 0:
+        raise DatasetError("the mix gives no weight to any dataset with bad traces")
+    weights /= weights.sum()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     platforms = sorted({f.platform for x in examples for f in x.feats.values()})
@@ -123,27 +221,39 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     pairs = cfg.batch_size // 2
-    per_epoch = math.ceil(max(len(goods), len(bads)) / pairs)
+    per_epoch = steps_per_epoch or math.ceil(max(len(goods), len(bads)) / pairs)
     epochs = cfg.epochs if epochs is None else epochs
     total = max(1, per_epoch * epochs if max_steps is None else min(per_epoch * epochs, max_steps))
     warmup = max(1, min(50, total // 20))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     gen = torch.Generator().manual_seed(cfg.seed)
+    bad_iter = {g: _cycler(len(bad_by[g]), rng) for g in groups}
+    good_iter = {g: _cycler(len(good_by[g]), rng) for g in groups if good_by[g]}
+    any_good = _cycler(len(goods), rng)
     train_log = TrainLog(n_good=len(goods), n_bad=len(bads))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    best: tuple[float, dict] | None = None
     step = 0
+
+    def partner_of(i: int) -> int:
+        x = examples[i]
+        if x.partner >= 0 and rng.random() < cfg.pair_same_base:
+            return x.partner
+        g = x.group
+        return good_by[g][next(good_iter[g])] if g in good_iter else goods[next(any_good)]
+
     for epoch in range(epochs):
         model.train()
-        g = [goods[i] for i in rng.permutation(np.resize(np.arange(len(goods)), per_epoch * pairs))]
-        b = [bads[i] for i in rng.permutation(np.resize(np.arange(len(bads)), per_epoch * pairs))]
         sums: dict[str, float] = {}
         correct = 0
-        for s in track(range(per_epoch), f"epoch {epoch + 1}/{epochs}"):
+        for _ in track(range(per_epoch), f"epoch {epoch + 1}/{epochs}"):
             if step >= total:
                 break
             n = int(rng.choice(cfg.windows))
-            batch_ex = g[s * pairs:(s + 1) * pairs] + b[s * pairs:(s + 1) * pairs]
+            picked = rng.choice(len(groups), size=pairs, p=weights)
+            b = [bad_by[groups[j]][next(bad_iter[groups[j]])] for j in picked]
+            batch_ex = [examples[partner_of(i)] for i in b] + [examples[i] for i in b]
             batch = collate([x.feats[n] for x in batch_ex], model, text_table,
                             cfg.platform_dropout, rng)
             y = torch.tensor([x.label for x in batch_ex], dtype=torch.float32)
@@ -165,35 +275,68 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
         row = {"epoch": epoch + 1, **{k: v / done for k, v in sums.items()},
                "trace_acc": correct / (done * cfg.batch_size),
                "seconds": time.perf_counter() - t0}
+        msg = ""
+        if val:
+            per = [validation_metrics(v, score_examples(model, v, val_windows,
+                                                        val_text_table or text_table))
+                   for v in val]
+            row["validation"] = per
+            row["val_score"] = float(np.mean([m["score"] for m in per]))
+            msg = " | val " + "; ".join(
+                f"AUC {m['window_auc'] or float('nan'):.3f} flagged {m['healthy_flagged'] or 0:.3f}"
+                for m in per)
+            if best is None or row["val_score"] > best[0]:
+                best = (row["val_score"], {k: v.detach().clone()
+                                           for k, v in model.state_dict().items()})
+                train_log.best_epoch = epoch + 1
         train_log.epochs.append(row)
         if log:
             log(f"epoch {epoch + 1}/{epochs}: loss {row.get('total', float('nan')):.4f} "
                 f"(trace {row.get('trace', float('nan')):.3f}, pattern "
                 f"{row.get('pattern', float('nan')):.3f}) trace acc {row['trace_acc']:.3f} "
-                f"[{row['seconds']:.0f} s]")
+                f"[{row['seconds']:.0f} s]" + msg)
         if on_epoch is not None:
             model.eval()
             train_log.seconds = time.perf_counter() - t0
+            train_log.cpu_seconds = time.process_time() - c0
             train_log.steps = step
             on_epoch(model, train_log)
         if step >= total:
             break
+    if best is not None:
+        model.load_state_dict(best[1])
     train_log.seconds = time.perf_counter() - t0
+    train_log.cpu_seconds = time.process_time() - c0
     train_log.steps = step
     model.eval()
     return model, train_log
 
 
-def train(dataset: str | os.PathLike, out: str | os.PathLike | None = None,
+def _limit(entries: list[Entry], limit: int, seed: int) -> list[Entry]:
+    """At most `limit` entries, half good and half bad, drawn with a seed."""
+    rng = np.random.default_rng(seed)
+    goods = [e for e in entries if not e.is_bad]
+    bads = [e for e in entries if e.is_bad]
+    half = max(1, limit // 2)
+    return [goods[i] for i in sorted(rng.permutation(len(goods))[:half])] + \
+        [bads[i] for i in sorted(rng.permutation(len(bads))[:half])]
+
+
+def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
+          out: str | os.PathLike | None = None,
           config: str | ModelConfig = "small", windows: Sequence[int] | None = None,
           epochs: int | None = None, ablations: Sequence[str] = (), cache: str | None = None,
           workers: int = 1, limit: int | None = None, seed: int | None = None,
-          log: Callable[[str], None] | None = None, ray: str | None = None
+          log: Callable[[str], None] | None = None, mix: Sequence[float] | None = None,
+          val: Sequence[str | os.PathLike] = (), val_windows: int = 100,
+          steps_per_epoch: int | None = None, ray: str | None = None,
           ) -> tuple[TraceAPModel, TrainLog]:
-    """Train on the `train` split of a dataset (docs/FORMATS.md) and optionally save a checkpoint.
-
-    Featurising (the part that reads traces) runs `workers` at a time or on Ray (`ray`)."""
-    dataset = Path(dataset)
+    """Train on the `train` split of one or more datasets (docs/FORMATS.md), choose the epoch on
+    the `validation` split of the `val` datasets (if any), and optionally save a checkpoint.
+    `steps_per_epoch`: as `fit` (default: one pass over the bad traces).  Featurising (the part
+    that reads traces) runs `workers` at a time or on Ray (`ray`)."""
+    datasets = [Path(dataset)] if isinstance(dataset, (str, os.PathLike)) else \
+        [Path(d) for d in dataset]
     cfg = preset(config) if isinstance(config, str) else config
     if ablations:
         cfg = cfg.with_ablations(ablations)
@@ -203,40 +346,68 @@ def train(dataset: str | os.PathLike, out: str | os.PathLike | None = None,
         cfg = replace(cfg, seed=seed)
     if epochs is not None:
         cfg = replace(cfg, epochs=epochs)
-    entries = [e for e in read_manifest(dataset) if e.split == "train"]
-    if limit:
-        rng = np.random.default_rng(cfg.seed)
-        goods = [e for e in entries if not e.is_bad]
-        bads = [e for e in entries if e.is_bad]
-        half = max(1, limit // 2)
-        entries = [goods[i] for i in sorted(rng.permutation(len(goods))[:half])] + \
-                  [bads[i] for i in sorted(rng.permutation(len(bads))[:half])]
-    if not entries:
-        raise DatasetError(f"{dataset}: no train entries in the manifest")
+    if mix is not None and len(mix) != len(datasets):
+        raise DatasetError(f"--mix gives {len(mix)} weights for {len(datasets)} datasets")
     t0 = time.perf_counter()
-    feats = featurize_entries(dataset, entries, cfg.windows, cfg, Path(cache) if cache else None,
-                              workers, ray)
-    names = sorted({str(n) for per_n in feats.values() for f in per_n.values() for n in f.names[1:]})
+    examples: list[Example] = []
+    n_train = []
+    for g, ds in enumerate(datasets):
+        entries = [e for e in read_manifest(ds) if e.split == "train"]
+        if limit:
+            entries = _limit(entries, limit, cfg.seed)
+        if not entries:
+            raise DatasetError(f"{ds}: no train entries in the manifest")
+        feats = featurize_entries(ds, entries, cfg.windows, cfg, Path(cache) if cache else None,
+                                  workers, ray)
+        offset = len(examples)
+        group = examples_from(entries, feats, group=g)
+        for x in group:
+            x.partner = x.partner + offset if x.partner >= 0 else -1
+        examples += group
+        n_train.append(len(entries))
+    val_sets: list[list[Example]] = []
+    for ds in val:
+        entries = [e for e in read_manifest(ds) if e.split == "validation"]
+        if not entries:
+            raise DatasetError(f"{ds}: no validation entries in the manifest")
+        feats = featurize_entries(Path(ds), entries, (val_windows,), cfg,
+                                  Path(cache) if cache else None, workers, ray)
+        val_sets.append(examples_from(entries, feats, with_window_labels=True))
+    names = sorted({str(n) for x in examples for f in x.feats.values() for n in f.names[1:]})
     encoder = TextEncoder()
     text_table = encoder.table(names)
+    val_names = sorted({str(n) for v in val_sets for x in v for f in x.feats.values()
+                        for n in f.names[1:]} - set(names))
+    val_table = {**text_table, **encoder.table(val_names)} if val_names else text_table
     feat_s = time.perf_counter() - t0
     if log:
-        log(f"featurised {len(entries)} traces at N = {', '.join(map(str, cfg.windows))} "
-            f"({len(names)} unique event names) in {feat_s:.0f} s")
+        log(f"featurised {sum(n_train)} train traces ({' + '.join(map(str, n_train))}) "
+            f"at N = {', '.join(map(str, cfg.windows))} ({len(names)} unique event names)"
+            + (f" and {sum(map(len, val_sets))} validation traces" if val_sets else "")
+            + f" in {feat_s:.0f} s")
 
     def save(model: TraceAPModel, train_log: TrainLog) -> None:
         # Written after every epoch, so an interrupted run still leaves its latest model.
         save_model(model, out, text_table, meta={
-            "dataset": str(dataset), "n_train": len(entries), "n_good": train_log.n_good,
-            "n_bad": train_log.n_bad, "epochs": len(train_log.epochs), "steps": train_log.steps,
-            "train_seconds": round(train_log.seconds, 1), "featurize_seconds": round(feat_s, 1),
-            "history": train_log.epochs,
+            "dataset": ", ".join(map(str, datasets)), "n_train": sum(n_train),
+            "mix": list(mix) if mix is not None else None,
+            "validation": [str(v) for v in val], "best_epoch": train_log.best_epoch,
+            "n_good": train_log.n_good, "n_bad": train_log.n_bad,
+            "epochs": len(train_log.epochs), "steps": train_log.steps,
+            "train_seconds": round(train_log.seconds, 1),
+            "train_cpu_seconds": round(train_log.cpu_seconds, 1),
+            "featurize_seconds": round(feat_s, 1), "history": train_log.epochs,
         }, encoder_id=encoder.encoder_id)
 
-    model, train_log = fit(examples_from(entries, feats), cfg, text_table, log=log,
-                           on_epoch=save if out is not None else None)
+    model, train_log = fit(examples, cfg, text_table, log=log,
+                           on_epoch=save if out is not None and not val_sets else None,
+                           mix=mix, val=val_sets, val_windows=val_windows,
+                           val_text_table=val_table, steps_per_epoch=steps_per_epoch)
     train_log.featurize_seconds = feat_s
+    if out is not None and val_sets:
+        save(model, train_log)   # the best epoch on validation
     return model, train_log
 
 
-__all__ = ["Example", "TrainLog", "examples_from", "featurize_entries", "fit", "train"]
+__all__ = ["Example", "TrainLog", "examples_from", "featurize_entries", "fit", "score_examples",
+           "train", "validation_metrics", "window_labels_of"]

@@ -102,8 +102,7 @@ class WindowEncoder(nn.Module):
         self.cfg = cfg
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         nn.init.trunc_normal_(self.cls, std=0.02)
-        width = summary_dim * (2 if cfg.summary_relative else 1)
-        self.summary = nn.Sequential(nn.Linear(width, dim), nn.GELU(), nn.Linear(dim, dim)) \
+        self.summary = nn.Sequential(nn.Linear(summary_dim, dim), nn.GELU(), nn.Linear(dim, dim)) \
             if cfg.window_summary else None
         self.blocks = nn.ModuleList(
             [] if cfg.no_transformer else
@@ -117,9 +116,7 @@ class WindowEncoder(nn.Module):
         mask = batch["mask"].reshape(b * n, k)
         cls = self.cls.expand(b * n, 1, dim)
         if self.summary is not None:
-            summary = batch["summary"]                                      # [B, N, S]
-            if self.cfg.summary_relative:  # how this window differs from the trace's typical one
-                summary = torch.cat([summary, summary - summary.median(dim=1, keepdim=True).values], -1)
+            summary = batch["summary"]      # [B, N, S] (features.summary: absolute / relative)
             cls = cls + self.summary(summary).reshape(b * n, 1, dim)
         x = torch.cat([cls, events.reshape(b * n, k, dim)], dim=1)     # eq. 5
         if self.blocks:

@@ -1,0 +1,78 @@
+"""Bundle a trained checkpoint as the package default (`src/traceap/data/model.pt`).
+
+    python benchmarks/ship_model.py benchmarks/out/screen/mix+relative+idle.pt
+
+Copies the checkpoint and adds to its name table the embeddings of every event name of the
+bundled traces (`examples/`, `tests/data/`) at N = 50 / 100 / 200, so that `traceap analyze`
+on them never runs the text encoder (a cold start stays fast).  The checkpoint's weights,
+config and training record (`meta`) are kept as they are.
+
+`--names-masked-out PATH` also writes the names-masked probe: the same weights with config
+`names_masked` on, so every event is scored nameless (`traceap eval --ablation` reports it as
+`model[names_masked]`: how much the shipped model leans on event names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from traceap.load import load
+from traceap.model.checkpoint import bundled_model_path, load_model
+from traceap.model.features import featurize
+from traceap.model.text import TextEncoder
+from traceap.windows import Windows
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bundled_trace_names(cfg) -> set[str]:
+    """Event names the model reads in the traces that ship with the repository."""
+    names: set[str] = set()
+    files = sorted((REPO / "examples").glob("*.json*")) + sorted((REPO / "tests" / "data").glob("*.json*"))
+    for f in files:
+        try:
+            trace = load(f)
+        except Exception:   # fixtures of broken traces are there on purpose
+            continue
+        for n in (50, 100, 200):
+            names |= {str(s) for s in featurize(Windows(trace, n), cfg).names[1:]}
+    return names
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkpoint", type=Path)
+    ap.add_argument("--out", type=Path, default=bundled_model_path())
+    ap.add_argument("--names-masked-out", type=Path)
+    args = ap.parse_args(argv)
+    cfg = load_model(args.checkpoint).config
+    obj = torch.load(args.checkpoint, weights_only=False)
+    have = set(obj["names"])
+    extra = sorted(bundled_trace_names(cfg) - have)
+    if extra:
+        emb = TextEncoder().embed(extra, persist=False)
+        names = list(obj["names"]) + extra
+        table = np.concatenate([obj["name_embeddings"].numpy(), emb.astype(np.float16)])
+        order = np.argsort(names)
+        obj["names"] = [names[i] for i in order]
+        obj["name_embeddings"] = torch.from_numpy(np.ascontiguousarray(table[order]))
+    obj["meta"] = {**obj.get("meta", {}), "shipped_from": str(args.checkpoint),
+                   "bundled_trace_names": len(extra)}
+    torch.save(obj, args.out)
+    print(f"wrote {args.out} ({len(obj['names'])} names, {len(extra)} added from bundled traces)")
+    if args.names_masked_out:
+        probe = {**obj, "config": {**obj["config"], "names_masked": True},
+                 "meta": {**obj["meta"], "probe": "names_masked at scoring time"}}
+        args.names_masked_out.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(probe, args.names_masked_out)
+        print(f"wrote {args.names_masked_out} (names-masked probe)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Fit the hybrid detector's combination of model and expert rules on a VALIDATION split.
+
+    python benchmarks/tune_hybrid.py --dataset /work/datasets/real --split validation \
+        [--windows 50,100,200] [--model CKPT] [--scores eval_out/scores.jsonl] [--write]
+
+Scores every trace of the split with the `model` and `expert` detectors (or reads them from the
+scores.jsonl of earlier `traceap eval --detectors model,expert --out DIR` runs), fits the
+logistic stack of `traceap.detectors.hybrid` (score = sigmoid(a logit(model) + b logit(expert)
++ c)) on the pooled window labels of every N, and prints, on that split, window AUC, trace AUC
+(max window score) and the share of flagged windows on healthy traces for the model, the rules,
+their mean and the stack.  `--write` stores (a, b, c) in src/traceap/data/hybrid.json (the
+default of `traceap analyze`) with the dataset, split, commit and numbers they came from.
+Re-run it whenever the rules or the checkpoint change.  Never point it at a test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+
+from traceap.detectors.hybrid import HybridParams, bundled_params_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _auc(y, s):
+    y = np.asarray(y, bool)
+    return float(roc_auc_score(y, s)) if 0 < y.sum() < y.size else None
+
+
+def collect(dataset: Path, split: str, windows, model: Path | None, workers_note=None) -> list[dict]:
+    """Per trace and N: labels, label/source and the model's and rules' window scores."""
+    from traceap.detectors.expert import ExpertDetector
+    from traceap.detectors.model import ModelDetector
+    from traceap.eval import EvalConfig, evaluate
+
+    result = evaluate(dataset, {"model": ModelDetector(model), "expert": ExpertDetector()},
+                      config=EvalConfig(windows=tuple(windows), splits=(split,)),
+                      on_warning=lambda m: print(f"warning: {m}", file=sys.stderr))
+    return [{"id": r.id, "n_windows": r.n, "label": "bad" if r.bad else "good",
+             "source": r.source, "labels": r.labels.astype(int).tolist(),
+             "scores": {k: v.tolist() for k, v in r.scores.items()}} for r in result.records]
+
+
+def read_scores(paths: list[Path], dataset: Path, split: str) -> list[dict]:
+    """Records of `traceap eval --out` scores.jsonl files for the split (source from the
+    manifest); the detectors' scores of several files (e.g. one run per detector) are merged
+    per trace and N."""
+    from traceap.dataset import read_manifest
+    source = {e.id: e.source for e in read_manifest(dataset)}
+    merged: dict[tuple, dict] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else None
+            if r is None or r["split"] != split:
+                continue
+            key = (r["id"], r["n_windows"])
+            if key in merged:
+                merged[key]["scores"].update(r["scores"])
+            else:
+                merged[key] = r
+    rows = [r for r in merged.values() if {"model", "expert"} <= set(r["scores"])]
+    for r in rows:
+        r["source"] = source.get(r["id"])
+    return rows
+
+
+def report(rows: list[dict], score) -> dict:
+    """Window AUC, natural-trace window AUC, trace AUC (max) and healthy flagged share."""
+    y = np.concatenate([r["labels"] for r in rows])
+    s = np.concatenate([score(r) for r in rows])
+    nat = [r for r in rows if r.get("source") == "natural"]
+    healthy = [r for r in rows if r["label"] == "good"]
+    return {
+        "window_auc": _auc(y, s),
+        "natural_auc": _auc(np.concatenate([r["labels"] for r in nat]),
+                            np.concatenate([score(r) for r in nat])) if nat else None,
+        "trace_auc_max": _auc([r["label"] == "bad" for r in rows],
+                              [float(np.max(score(r))) for r in rows]),
+        "healthy_flagged": float(np.mean([np.mean(score(r) >= 0.5) for r in healthy]))
+        if healthy else None,
+    }
+
+
+def commit() -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except OSError:
+        return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", type=Path, required=True)
+    ap.add_argument("--split", default="validation")
+    ap.add_argument("--windows", default="50,100,200")
+    ap.add_argument("--model", type=Path, help="checkpoint (default: the bundled one)")
+    ap.add_argument("--scores", type=Path, action="append",
+                    help="scores.jsonl of traceap eval (model, expert; repeat to merge runs)")
+    ap.add_argument("--ratio-grid", default="",
+                    help="comma-separated model/expert weight ratios: pick the ratio by window "
+                         "AUC + trace AUC (max) on the split, then calibrate (default: one "
+                         "logistic fit of both weights)")
+    ap.add_argument("--write", action="store_true", help="store the fit in traceap/data/hybrid.json")
+    ap.add_argument("--out", type=Path, help="write the parameters here instead")
+    args = ap.parse_args(argv)
+    if args.split.startswith("test"):
+        raise SystemExit("tune on a validation split, never on a test split")
+    ns = [int(x) for x in args.windows.split(",")]
+    rows = read_scores(args.scores, args.dataset, args.split) if args.scores else \
+        collect(args.dataset, args.split, ns, args.model)
+    rows = [r for r in rows if r["n_windows"] in ns]
+    if not rows:
+        raise SystemExit("no scored traces")
+    eps = HybridParams().eps
+
+    def logit(p):
+        p = np.clip(np.asarray(p, np.float64), eps, 1 - eps)
+        return np.log(p) - np.log1p(-p)
+
+    x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"])], 1)
+                        for r in rows])
+    y = np.concatenate([r["labels"] for r in rows]).astype(int)
+    lr = LogisticRegression(C=1.0).fit(x, y)
+    (a, b), c = lr.coef_[0], lr.intercept_[0]
+    params = HybridParams(float(a), float(b), float(c), eps)
+    if args.ratio_grid:
+        # The log-loss fit weighs windows only, and a model that ranks traces better than
+        # windows gets little weight; the ranking of windows and of traces depends only on
+        # the ratio a / b, so pick it on window AUC + trace AUC (max), then calibrate the
+        # scale and bias of the combined logit by a 1-D logistic fit.
+        def quality(r):
+            z = [r * logit(q["scores"]["model"]) + logit(q["scores"]["expert"]) for q in rows]
+            win = _auc(y, np.concatenate(z))
+            tr = _auc([q["label"] == "bad" for q in rows], [float(np.max(v)) for v in z])
+            return (win or 0) + (tr or 0), win, tr
+        grid = [float(r) for r in args.ratio_grid.split(",")]
+        scored = {r: quality(r) for r in grid}
+        for r, (qsum, win, tr) in scored.items():
+            print(f"ratio a/b {r:g}: window AUC {win:.4f}, trace AUC (max) {tr:.4f}")
+        r = max(grid, key=lambda k: scored[k][0])
+        z = (r * x[:, 0] + x[:, 1])[:, None]
+        one = LogisticRegression(C=1.0).fit(z, y)
+        k, c = float(one.coef_[0][0]), float(one.intercept_[0])
+        a, b = r * k, k
+        params = HybridParams(float(a), float(b), float(c), eps)
+    candidates = {
+        "model": lambda r: np.asarray(r["scores"]["model"]),
+        "expert": lambda r: np.asarray(r["scores"]["expert"]),
+        "mean": lambda r: (np.asarray(r["scores"]["model"]) + np.asarray(r["scores"]["expert"])) / 2,
+        "stack": lambda r: params.combine(r["scores"]["model"], r["scores"]["expert"]),
+    }
+    numbers = {}
+    for n in ns:
+        sub = [r for r in rows if r["n_windows"] == n]
+        numbers[str(n)] = {k: report(sub, f) for k, f in candidates.items()}
+    print(f"fitted on {len(rows)} trace-N pairs of {args.dataset} [{args.split}]: "
+          f"a = {a:.4f} (model), b = {b:.4f} (expert), c = {c:.4f}")
+    print("| N | combination | window AUC | natural AUC | trace AUC (max) | healthy flagged |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for n, per in numbers.items():
+        for k, m in per.items():
+            cells = [f"{100 * v:.2f}" if v is not None else "–" for v in
+                     (m["window_auc"], m["natural_auc"], m["trace_auc_max"], m["healthy_flagged"])]
+            print(f"| {n} | {k} | " + " | ".join(cells) + " |")
+    out = args.out or (bundled_params_path() if args.write else None)
+    if out is not None:
+        tuned = HybridParams(params.model_coef, params.expert_coef, params.bias, eps, {
+            "dataset": str(args.dataset), "split": args.split, "windows": ns,
+            "model": str(args.model) if args.model else "bundled", "commit": commit(),
+            "date": datetime.date.today().isoformat(),
+            "command": "python benchmarks/tune_hybrid.py " + " ".join(argv or sys.argv[1:]),
+            "validation": numbers})
+        Path(out).write_text(json.dumps(tuned.to_json(), indent=1) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
