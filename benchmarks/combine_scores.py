@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from traceap.dataset import read_manifest
+from traceap.manifest import read_manifest
 from traceap.detectors.hybrid import HybridParams
 from traceap.eval.runner import EvalConfig, EvalResult, TraceRecord
 

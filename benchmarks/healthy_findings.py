@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from traceap.analysis import analyze
-from traceap.dataset import read_manifest, trace_path
+from traceap.manifest import read_manifest, trace_path
 from traceap.detectors.registry import make_detector
 from traceap.load import load
 

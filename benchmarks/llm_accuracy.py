@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "src"))
 from traceap.classify.llm import LLMClassifier  # noqa: E402
 from traceap.llm.backend import OpenAIBackend  # noqa: E402
 from traceap.classify.offline import OfflineClassifier  # noqa: E402
-from traceap.dataset import read_manifest, trace_path, window_patterns  # noqa: E402
+from traceap.manifest import read_manifest, trace_path, window_patterns  # noqa: E402
 from traceap.load import load  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
 

@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 
 import traceap
-from traceap.dataset import read_manifest, trace_path, window_labels
+from traceap.manifest import read_manifest, trace_path, window_labels
 from traceap.detectors.registry import make_detector
 from traceap.windows import Windows
 

@@ -34,7 +34,7 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from traceap.dataset import read_manifest
+from traceap.manifest import read_manifest
 from traceap.model.checkpoint import load_model
 from traceap.model.features import STAT_KEYS, batch_arrays
 from traceap.model.text import TextEncoder

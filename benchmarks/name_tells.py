@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import traceap  # noqa: E402
-from traceap.dataset import PATTERNS, Entry, read_manifest, trace_path  # noqa: E402
+from traceap.manifest import PATTERNS, Entry, read_manifest, trace_path  # noqa: E402
 from traceap.trace import Kind  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
 

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from traceap.analysis import analyze, resolve_classifier  # noqa: E402
-from traceap.dataset import PATTERNS, read_manifest, trace_path, window_labels, \
+from traceap.manifest import PATTERNS, read_manifest, trace_path, window_labels, \
     window_patterns  # noqa: E402
 from traceap.detectors.registry import make_detector  # noqa: E402
 from traceap.eval import metrics  # noqa: E402

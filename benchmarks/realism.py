@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import traceap  # noqa: E402
-from traceap.dataset import read_manifest, trace_path  # noqa: E402
+from traceap.manifest import read_manifest, trace_path  # noqa: E402
 from traceap.trace import Kind, merged_intervals  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
 

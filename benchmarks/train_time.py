@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from traceap.dataset import read_manifest, trace_path
+from traceap.manifest import read_manifest, trace_path
 from traceap.load import load
 from traceap.model import Predictor, preset
 from traceap.model.net import TraceAPModel, collate

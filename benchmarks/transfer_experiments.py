@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from traceap.dataset import read_manifest
+from traceap.manifest import read_manifest
 from traceap.model.config import preset
 from traceap.model.text import TextEncoder
 from traceap.model.train import examples_from, featurize_entries, fit

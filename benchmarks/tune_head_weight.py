@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from traceap.classify.offline import OfflineClassifier
-from traceap.dataset import read_manifest, trace_path, window_patterns
-from traceap.detectors.model import ModelDetector
+from traceap.manifest import read_manifest, trace_path, window_patterns
+from traceap.detectors.learned import LearnedDetector
 from traceap.load import load
 from traceap.windows import Windows
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     if args.split.startswith("test"):
         raise SystemExit("tune on a validation split, never on a test split")
     weights = [float(w) for w in args.weights.split(",")]
-    head = ModelDetector(args.model)
+    head = LearnedDetector(args.model)
     right = {w: {} for w in weights}
     total: dict[str, int] = {}
     for e in [e for e in read_manifest(args.dataset) if e.split == args.split and e.is_bad]:

@@ -39,10 +39,10 @@ def _auc(y, s):
 def collect(dataset: Path, split: str, windows, model: Path | None, workers_note=None) -> list[dict]:
     """Per trace and N: labels, label/source and the model's and rules' window scores."""
     from traceap.detectors.expert import ExpertDetector
-    from traceap.detectors.model import ModelDetector
+    from traceap.detectors.learned import LearnedDetector
     from traceap.eval import EvalConfig, evaluate
 
-    result = evaluate(dataset, {"model": ModelDetector(model), "expert": ExpertDetector()},
+    result = evaluate(dataset, {"model": LearnedDetector(model), "expert": ExpertDetector()},
                       config=EvalConfig(windows=tuple(windows), splits=(split,)),
                       on_warning=lambda m: print(f"warning: {m}", file=sys.stderr))
     return [{"id": r.id, "n_windows": r.n, "label": "bad" if r.bad else "good",
@@ -54,7 +54,7 @@ def read_scores(paths: list[Path], dataset: Path, split: str) -> list[dict]:
     """Records of `traceap eval --out` scores.jsonl files for the split (source from the
     manifest); the detectors' scores of several files (e.g. one run per detector) are merged
     per trace and N."""
-    from traceap.dataset import read_manifest
+    from traceap.manifest import read_manifest
     source = {e.id: e.source for e in read_manifest(dataset)}
     merged: dict[tuple, dict] = {}
     for path in paths:

@@ -110,7 +110,7 @@ fi
 "$PY" - "$DEST" <<'EOF' | tee "$DEST/summary.txt"
 import sys
 from pathlib import Path
-from traceap.dataset import read_manifest
+from traceap.manifest import read_manifest
 dest = Path(sys.argv[1]) / "dataset"
 if not (dest / "manifest.jsonl").exists():
     sys.exit("gpu_collect: nothing recorded")

@@ -19,7 +19,7 @@ from traceap.job import JobAnalysis, analyze_job
 from traceap.cli import app
 from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall
-from traceap.dataset import PATTERNS
+from traceap.manifest import PATTERNS
 from traceap.errors import TraceapError
 from traceap.patterns import REGISTRY
 from traceap.trace import Kind, Trace

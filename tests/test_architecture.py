@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "units", "progress"),                 # shared vocabulary
     ("trace",),                                      # the columnar Trace
     ("load", "windows"),                             # file -> Trace, Trace -> Windows
-    ("dataset", "measures"),                         # pattern ids; shared trace measurements
+    ("manifest", "measures"),                        # pattern ids; shared trace measurements
     ("idle", "findings", "llm_setup", "synth", "collect", "profile"),
     ("patterns", "info", "inject"),                  # one module per anti-pattern
     ("parallel",),                                   # one task per trace: processes or Ray
@@ -185,7 +185,7 @@ def test_no_cycle_among_pattern_modules():
 
 
 def test_a_rule_never_imports_another_rule():
-    from traceap.dataset import PATTERNS
+    from traceap.manifest import PATTERNS
     rules = set(PATTERNS)
     wrong = sorted(f"{a} -> {b}" for a, bs in pattern_graph().items() for b in bs
                    if a in rules and b in rules and (a, b) not in ALLOWED_PATTERN_IMPORTS)

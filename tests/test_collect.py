@@ -15,7 +15,7 @@ import pytest
 import traceap
 from traceap.collect import MARKER_PREFIX, CollectConfig, collect, load_plan, run_plan
 from traceap.collect.markers import extract
-from traceap.dataset import read_manifest
+from traceap.manifest import read_manifest
 from traceap.errors import DatasetError
 
 from .conftest import SAMPLE

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 import traceap
-from traceap.dataset import PATTERNS, Anomaly, Entry, read_manifest, trace_path, write_manifest
+from traceap.manifest import PATTERNS, Anomaly, Entry, read_manifest, trace_path, write_manifest
 from traceap.errors import DatasetError
 from traceap.eval import EvalConfig, evaluate, metrics, plots, tables
 from traceap.eval.runner import select
@@ -438,7 +438,7 @@ def test_model_option_is_the_checkpoint_of_hybrid_too(tmp_path):
             p.mul_(0.5)                   # another opinion: surely other scores
     other = save_model(ck.model, tmp_path / "other.pt", ck.text_table, ck.meta, ck.encoder_id)
     dets = build_detectors(["hybrid", "model"], True, other, warn=lambda m: None)
-    assert dets["hybrid"].model.predictor.checkpoint.path == str(other)
+    assert dets["hybrid"].learned.predictor.checkpoint.path == str(other)
     assert dets["model"].predictor.checkpoint.path == str(other)
     w = Windows(traceap.load(SAMPLE), 20)
     bundled = build_detectors(["hybrid"], True, None, warn=lambda m: None)["hybrid"]

@@ -11,7 +11,7 @@ import pytest
 
 from traceap.detectors.hybrid import HybridDetector, HybridParams, bundled_params_path
 from traceap.errors import ModelError
-from traceap.detectors.model import ModelDetector
+from traceap.detectors.learned import LearnedDetector
 from traceap.detectors.registry import make_detector
 from traceap.windows import Windows
 
@@ -20,7 +20,7 @@ from .conftest import SAMPLE
 
 def test_hybrid_is_the_stack_of_model_and_rules(sample_trace, tmp_path):
     w = Windows(sample_trace, 100)
-    model = ModelDetector().score_windows(w)
+    model = LearnedDetector().score_windows(w)
     rules = ExpertDetector().score_windows(w)
     p = HybridParams.read()
     assert p == HybridParams.read(bundled_params_path())

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import traceap
-from traceap.dataset import PATTERNS, SPLITS, read_manifest, splits
+from traceap.manifest import PATTERNS, SPLITS, read_manifest, splits
 from traceap.errors import DatasetError
 from traceap.inject.core import Invalid, inject_one
 from traceap.inject.dataset import InjectConfig, build
@@ -406,7 +406,7 @@ def test_split_plan_puts_each_project_in_one_split(tmp_path):
 
 def test_dataset_splits_include_validation(tmp_path):
     assert "validation" in SPLITS
-    from traceap.dataset import Entry, write_manifest
+    from traceap.manifest import Entry, write_manifest
     write_manifest(tmp_path, [Entry(id="a", path="traces/a.pt.trace.json.gz", split="validation",
                                     task="other", model="m", platform="p", world_size=1, rank=0,
                                     label="good", base="a.json.gz")])

@@ -25,7 +25,7 @@ from traceap.llm.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, answer
                                 messages, parse_answer, parse_scores, score_messages,
                                 system_prompt)
 from traceap.classify.redetect import RedetectConfig, RedetectingClassifier, redetect
-from traceap.dataset import PATTERNS
+from traceap.manifest import PATTERNS
 from traceap.detectors.registry import make_detector
 from traceap.llm_setup import (LLMSetupError, ModelSpec, assemble, free_port, have_llama_server,
                                model_path, running_server)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from traceap.dataset import PATTERNS, read_manifest, trace_path
+from traceap.manifest import PATTERNS, read_manifest, trace_path
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
@@ -315,8 +315,8 @@ def test_cli_train_on_a_non_dataset_is_one_line_exit_2(tmp_path, monkeypatch, ca
 
 
 def test_bundled_model_scores_the_sample_under_a_second(sample_windows):
-    from traceap.detectors.model import ModelDetector
-    det = ModelDetector()
+    from traceap.detectors.learned import LearnedDetector
+    det = LearnedDetector()
     ckpt = det.predictor.checkpoint
     assert ckpt.meta.get("n_train", 0) >= 100          # trained on the generated dataset
     names = featurize(sample_windows, det.predictor.cfg).names[1:].tolist()

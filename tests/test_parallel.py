@@ -251,7 +251,7 @@ def test_eval_in_two_workers_gives_the_serial_records(tmp_path):
 def test_featurising_in_two_workers_gives_the_same_features(tmp_path):
     from dataclasses import fields, replace
 
-    from traceap.dataset import read_manifest
+    from traceap.manifest import read_manifest
     from traceap.model.config import preset
     from traceap.model.train import featurize_entries
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import traceap
-from traceap.dataset import PATTERNS
+from traceap.manifest import PATTERNS
 from traceap.idle import idle_gaps
 from traceap.patterns import REGISTRY, Evidence, runs_of
 from traceap.trace import Kind, Trace

@@ -10,7 +10,7 @@ import pytest
 import numpy as np
 
 import traceap
-from traceap.dataset import PATTERNS, read_manifest, trace_path, window_labels
+from traceap.manifest import PATTERNS, read_manifest, trace_path, window_labels
 from traceap.errors import DatasetError
 from traceap.synth import SynthConfig, generate, plan, split_counts
 from traceap.synth.dataset import planned_files, simulate_job
@@ -164,7 +164,7 @@ def test_regenerating_in_place_drops_only_stale_traces(tmp_path):
 
 def _collected_dataset(folder):
     """A dataset of one real trace, as `traceap collect` would leave it."""
-    from traceap.dataset import Entry, write_manifest
+    from traceap.manifest import Entry, write_manifest
     (folder / "traces").mkdir(parents=True)
     real = folder / "traces" / "resnet-train-clean.pt.trace.json.gz"
     real.write_bytes((DATA / "kineto2021_v100.json.gz").read_bytes())

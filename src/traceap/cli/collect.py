@@ -50,7 +50,7 @@ def collect(
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
     from ..collect.causes import GPU_ONLY
-    from ..dataset import PATTERNS
+    from ..manifest import PATTERNS
 
     if list_models:
         for name, spec in MODELS.items():

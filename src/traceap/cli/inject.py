@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         trace per pattern and copy.  Bases without GPU work or without a usable insertion
         point are skipped with one line each.
         """
-        from ..dataset import PATTERNS
+        from ..manifest import PATTERNS
         from ..inject.dataset import InjectConfig, SplitPlan, build
 
         chosen = PATTERNS if patterns.strip() in ("", "all") else tuple(
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         import json
 
         from .. import load
-        from ..dataset import PATTERNS
+        from ..manifest import PATTERNS
         from ..errors import DatasetError
         from ..inject.natural import natural_anomalies
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from ..errors import TraceapError
 from .markers import marker
 

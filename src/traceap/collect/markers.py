@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 from torch.profiler import record_function
 
-from ..dataset import PATTERNS, Anomaly
+from ..manifest import PATTERNS, Anomaly
 from ..errors import TraceFormatError
 
 PREFIX = "traceap.anomaly::"

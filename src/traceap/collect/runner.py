@@ -28,7 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from torch.utils.data import DataLoader
 
-from ..dataset import MANIFEST, SEEN_TASKS, SPLITS, TASKS, Entry, encode_entry, read_manifest
+from ..manifest import MANIFEST, SEEN_TASKS, SPLITS, TASKS, Entry, encode_entry, read_manifest
 from ..errors import DatasetError, TraceapError
 from ..progress import track
 from . import markers

@@ -86,11 +86,11 @@ class HybridDetector:
 
     def __init__(self, path: str | os.PathLike | None = None, model_weight: float | None = None,
                  params: HybridParams | str | os.PathLike | None = None):
-        from .model import ModelDetector
+        from .learned import LearnedDetector
 
         if model_weight is not None and not 0.0 <= model_weight <= 1.0:
             raise ValueError("model_weight must be between 0 and 1")
-        self.model = ModelDetector(path)
+        self.learned = LearnedDetector(path)
         # In the plain mean, the rules' own evidence only: credit for evidence next door ranks
         # windows for the expert detector alone, but in a mean it would lift model-only windows
         # over the flag.  The stack is fitted on validation labels, so its threshold already
@@ -107,7 +107,7 @@ class HybridDetector:
 
     def score_windows(self, windows: Windows) -> np.ndarray:
         """Per window, in [0, 1]: the stacked probability (or the weighted mean)."""
-        m = self.model.score_windows(windows)
+        m = self.learned.score_windows(windows)
         e = self.expert.score_windows(windows)
         if self.params is None:
             w = self.model_weight
@@ -116,13 +116,13 @@ class HybridDetector:
 
     def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
         """The model's learned pattern head (the offline classifier blends it with the rules)."""
-        return self.model.pattern_probabilities(windows)
+        return self.learned.pattern_probabilities(windows)
 
     def __repr__(self) -> str:
         how = f"model_weight={self.model_weight}" if self.params is None else (
             f"stack a={self.params.model_coef:.3g} b={self.params.expert_coef:.3g} "
             f"c={self.params.bias:.3g}")
-        return f"HybridDetector({self.model!r}, {how})"
+        return f"HybridDetector({self.learned!r}, {how})"
 
 
 __all__ = ["HybridDetector", "HybridParams", "SCHEMA", "bundled_params_path"]

@@ -21,7 +21,7 @@ _WHERE = {
     "expert": ("traceap.detectors.expert", "ExpertDetector"),
     "rule": ("traceap.detectors.rule", "RuleDetector"),
     "clustering": ("traceap.detectors.clustering", "ClusteringDetector"),
-    "model": ("traceap.detectors.model", "ModelDetector"),
+    "model": ("traceap.detectors.learned", "LearnedDetector"),
     "llm": ("traceap.detectors.llm", "PureLLMDetector"),
 }
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dataset import PATTERNS, SEEN_TASKS, TASKS, Entry, read_manifest, trace_path, \
+from ..manifest import PATTERNS, SEEN_TASKS, TASKS, Entry, read_manifest, trace_path, \
     window_labels, window_patterns
 from ..detectors.base import Detector
 from ..errors import DatasetError, TraceFormatError

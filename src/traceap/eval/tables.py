@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from .metrics import NO_PATTERN
 
 TASK_TITLES = {

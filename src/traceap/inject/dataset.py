@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dataset import MANIFEST, PATTERNS, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
+from ..manifest import MANIFEST, PATTERNS, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
 from ..errors import DatasetError, TraceapError, TraceFormatError
 from ..load import read_bytes
 from .core import Invalid, inject_one

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
 
 #: Runtime calls that wait on the GPU only on the GPU side (never block the host).

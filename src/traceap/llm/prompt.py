@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from ..trace import CopyKind, Kind, MemKind
 from ..units import fmt_us
 from ..windows import Windows

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 
 
 class PatternHead(nn.Module):

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from ..errors import ModelError
 from .config import ModelConfig
 from .features import UNKNOWN_PLATFORM, summary_dim

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from .config import ModelConfig, preset
 from .event_encoder import EventEncoder
 from .features import UNKNOWN_PLATFORM, TraceFeatures, batch_arrays, summary_dim

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from ..windows import Windows
 from .checkpoint import Checkpoint, load_model
 from .features import TraceFeatures, batch_arrays, featurize
@@ -28,11 +28,6 @@ class Prediction:
 
     scores: np.ndarray     # float64 [N] in [0, 1]
     patterns: np.ndarray   # float64 [N, len(PATTERNS)] in [0, 1]
-
-    def pattern_of(self, w: int) -> tuple[str, float]:
-        """Most likely pattern of window w and its probability."""
-        i = int(np.argmax(self.patterns[w]))
-        return PATTERNS[i], float(self.patterns[w, i])
 
 
 class Predictor:

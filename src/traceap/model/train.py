@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..dataset import PATTERNS, Entry, read_manifest, trace_path
+from ..manifest import PATTERNS, Entry, read_manifest, trace_path
 from ..errors import DatasetError
 from ..progress import track
 from .checkpoint import save_model

@@ -1,6 +1,6 @@
 """The eight anti-patterns, one module each: signature score, evidence in numbers, curated fix.
 
-`REGISTRY[id]` maps each pattern id of `traceap.dataset.PATTERNS` (docs/FORMATS.md) to its rule.
+`REGISTRY[id]` maps each pattern id of `traceap.manifest.PATTERNS` (docs/FORMATS.md) to its rule.
 A new anti-pattern is a new module here with a `PATTERN` object, added to `_MODULES`.
 """
 
@@ -10,7 +10,7 @@ import importlib
 
 import numpy as np
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from .base import AntiPattern, Evidence, runs_of
 
 _MODULES = PATTERNS  # module name == pattern id

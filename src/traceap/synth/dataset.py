@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from ..dataset import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write_manifest
+from ..manifest import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write_manifest
 from ..errors import DatasetError
 from ..progress import track
 from . import ops

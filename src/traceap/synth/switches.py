@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from .simulator import RunConfig
 
 #: Occurrences per pattern in the paper's test split (Table 2): the mix we sample from.

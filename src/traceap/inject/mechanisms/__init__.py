@@ -1,4 +1,4 @@
-"""The eight mechanisms, one module each, by pattern id (`traceap.dataset.PATTERNS`)."""
+"""The eight mechanisms, one module each, by pattern id (`traceap.manifest.PATTERNS`)."""
 
 from __future__ import annotations
 

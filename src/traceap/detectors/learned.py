@@ -1,7 +1,7 @@
 """The learned detector (paper section 5) behind the `Detector` protocol.
 
-`ModelDetector()` loads the checkpoint shipped with traceap (`traceap/data/model.pt`);
-`ModelDetector(path)` loads one written by `traceap train`.  Besides window scores it gives
+`LearnedDetector()` loads the checkpoint shipped with traceap (`traceap/data/model.pt`);
+`LearnedDetector(path)` loads one written by `traceap train`.  Besides window scores it gives
 per-window pattern probabilities (`pattern_probabilities`), the learned pattern head that the
 offline classifier blends with the expert rules.
 """
@@ -14,13 +14,13 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from ..dataset import PATTERNS
+from ..manifest import PATTERNS
 from ..trace import Trace
 from ..windows import Windows
 from .base import clip01
 
 
-class ModelDetector:
+class LearnedDetector:
     """Window scores from a trained TorchTraceAP-style model (weakly supervised, CPU)."""
 
     name = "model"
@@ -31,7 +31,7 @@ class ModelDetector:
         self.predictor = Predictor(path, threads=threads)
         self._last: WeakKeyDictionary = WeakKeyDictionary()
 
-    def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "ModelDetector":
+    def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "LearnedDetector":
         """The checkpoint is already trained (`traceap train` trains one); returns self."""
         return self
 
@@ -52,7 +52,7 @@ class ModelDetector:
         return {p: clip01(probs[:, i]) for i, p in enumerate(PATTERNS)}
 
     def __repr__(self) -> str:
-        return f"ModelDetector({str(self.predictor.checkpoint.path)!r})"
+        return f"LearnedDetector({str(self.predictor.checkpoint.path)!r})"
 
 
-__all__ = ["ModelDetector"]
+__all__ = ["LearnedDetector"]
