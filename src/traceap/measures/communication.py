@@ -50,7 +50,7 @@ class SmallNcclConfig:
     #: Share of a window inside a burst of small collectives for a full score.
     burst_lo: float = 0.3
     burst_hi: float = 0.8
-    #: Without step markers, a pause this many times the median spacing ends a burst.
+    #: A pause this many times the median spacing ends a burst (so does a step boundary).
     burst_break: float = 10.0
 
 

@@ -316,14 +316,7 @@ def _per_row_context(t: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     g = np.zeros(len(order))
     g[1:] = np.maximum(t.ts[order][1:] - ends[:-1], 0.0)
     gap[order] = g
-    # median duration per name: sort by (name, dur), take each group's lower middle
-    codes, durs = t.name[rows], t.dur[rows]
-    o = np.lexsort((durs, codes))
-    c_s = codes[o]
-    starts = np.flatnonzero(np.r_[True, c_s[1:] != c_s[:-1]])
-    sizes = np.diff(np.r_[starts, len(o)])
-    med = durs[o][starts + (sizes - 1) // 2]
-    name_med[rows] = med[np.searchsorted(c_s[starts], codes)]
+    name_med[rows] = _median_by_name(t.name[rows], t.dur[rows])
     delay = t.launch_delay[rows]
     delay = delay[np.isfinite(delay)]
     positive = g[g > 0]
@@ -338,14 +331,19 @@ def _host_reference(t: Trace) -> np.ndarray:
     rows = t.rows(*HOST_KINDS)
     if not len(rows):
         return out
-    codes, durs = t.name[rows], t.dur[rows]
+    out[rows] = _median_by_name(t.name[rows], t.dur[rows])
+    return out
+
+
+def _median_by_name(codes: np.ndarray, durs: np.ndarray) -> np.ndarray:
+    """Per row: the (lower) median duration of the rows with its name code.  Sorted by (name,
+    duration), each name's group's lower middle, without a loop over names."""
     o = np.lexsort((durs, codes))
     c_s = codes[o]
     starts = np.flatnonzero(np.r_[True, c_s[1:] != c_s[:-1]])
     sizes = np.diff(np.r_[starts, len(o)])
     med = durs[o][starts + (sizes - 1) // 2]
-    out[rows] = med[np.searchsorted(c_s[starts], codes)]
-    return out
+    return med[np.searchsorted(c_s[starts], codes)]
 
 
 def featurize(windows: Windows, cfg: ModelConfig) -> TraceFeatures:
