@@ -150,8 +150,8 @@ def resolve_detector(detector: Detector | str | None, notes: list[str]) -> Detec
         if path.exists():
             try:
                 det = make_detector("hybrid")
-                notes.append(f"detector: the trained model ({path.name}) averaged with the "
-                             f"expert rules")
+                notes.append(f"detector: the trained model ({path.name}) and the expert rules, "
+                             f"stacked (weights fitted on real validation traces)")
                 return det
             except Exception as exc:  # noqa: BLE001 - a broken checkpoint must not stop analysis
                 notes.append(f"detector: expert rules (the bundled model did not load: {exc})")
