@@ -26,6 +26,9 @@ from traceap.manifest import read_manifest
 from traceap.detectors.hybrid import HybridParams
 from traceap.eval.runner import EvalConfig, EvalResult, TraceRecord
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tune_hybrid import merge_scores  # noqa: E402  (a sibling benchmark script)
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,19 +40,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     splits = tuple(args.split.split(","))
     source = {e.id: e.source for e in read_manifest(args.dataset)}
-    merged: dict[tuple, dict] = {}
-    for path in args.scores:
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            if r["split"] not in splits:
-                continue
-            key = (r["id"], r["n_windows"])
-            if key in merged:
-                merged[key]["scores"].update(r["scores"])
-            else:
-                merged[key] = r
+    merged = merge_scores(args.scores, splits)
     params = HybridParams.read(args.hybrid)
     summary: dict | None = None
     for split in splits:   # one result per split: a split may lack the ablation's scores

@@ -50,24 +50,31 @@ def collect(dataset: Path, split: str, windows, model: Path | None, workers_note
              "scores": {k: v.tolist() for k, v in r.scores.items()}} for r in result.records]
 
 
-def read_scores(paths: list[Path], dataset: Path, split: str) -> list[dict]:
-    """Records of `traceap eval --out` scores.jsonl files for the split (source from the
-    manifest); the detectors' scores of several files (e.g. one run per detector) are merged
-    per trace and N."""
-    from traceap.manifest import read_manifest
-    source = {e.id: e.source for e in read_manifest(dataset)}
+def merge_scores(paths: list[Path], splits) -> dict[tuple, dict]:
+    """(trace id, N) -> record of `traceap eval --out` scores.jsonl lines in the splits, the
+    detectors' scores of several files (e.g. one run per detector) merged into one record."""
     merged: dict[tuple, dict] = {}
     for path in paths:
         for line in path.read_text().splitlines():
             r = json.loads(line) if line.strip() else None
-            if r is None or r["split"] != split:
+            if r is None or r["split"] not in splits:
                 continue
             key = (r["id"], r["n_windows"])
             if key in merged:
                 merged[key]["scores"].update(r["scores"])
             else:
                 merged[key] = r
-    rows = [r for r in merged.values() if {"model", "expert"} <= set(r["scores"])]
+    return merged
+
+
+def read_scores(paths: list[Path], dataset: Path, split: str) -> list[dict]:
+    """Records of `traceap eval --out` scores.jsonl files for the split (source from the
+    manifest); the detectors' scores of several files (e.g. one run per detector) are merged
+    per trace and N."""
+    from traceap.manifest import read_manifest
+    source = {e.id: e.source for e in read_manifest(dataset)}
+    rows = [r for r in merge_scores(paths, (split,)).values()
+            if {"model", "expert"} <= set(r["scores"])]
     for r in rows:
         r["source"] = source.get(r["id"])
     return rows

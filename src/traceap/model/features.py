@@ -104,14 +104,23 @@ def longest_idle(trace: Trace, edges: np.ndarray) -> np.ndarray:
     out = np.zeros(n)
     if not len(gs):
         return out
-    first = np.clip(np.searchsorted(edges, gs, side="right") - 1, 0, n - 1)
-    last = np.clip(np.searchsorted(edges, ge, side="left") - 1, 0, n - 1)
-    span = np.maximum(last - first + 1, 1)
-    gap = np.repeat(np.arange(len(gs)), span)
-    win = np.repeat(first, span) + (np.arange(len(gap)) - np.repeat(np.cumsum(span) - span, span))
-    overlap = np.minimum(ge[gap], edges[win + 1]) - np.maximum(gs[gap], edges[win])
+    _, win, overlap = _spread(edges, gs, ge)
     np.maximum.at(out, win, np.maximum(overlap, 0.0))
     return out
+
+
+def _spread(edges: np.ndarray, starts: np.ndarray, ends: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (interval, window) pair the intervals overlap, vectorised: (interval index,
+    window index, time of the interval inside the window), windows given by edges [N+1]."""
+    n = len(edges) - 1
+    first = np.clip(np.searchsorted(edges, starts, side="right") - 1, 0, n - 1)
+    last = np.clip(np.searchsorted(edges, ends, side="left") - 1, 0, n - 1)
+    span = np.maximum(last - first + 1, 1)
+    idx = np.repeat(np.arange(len(starts)), span)
+    win = np.repeat(first, span) + (np.arange(len(idx)) - np.repeat(np.cumsum(span) - span, span))
+    inside = np.minimum(ends[idx], edges[win + 1]) - np.maximum(starts[idx], edges[win])
+    return idx, win, inside
 
 
 def raw_stats(windows: Windows) -> np.ndarray:
@@ -165,19 +174,13 @@ def host_pick(trace: Trace, edges: np.ndarray, cap: int) -> tuple[np.ndarray, np
     """Per window, the host events that dominate it: of the host events (HOST_KINDS)
     overlapping the window, the longest occurrence (time inside the window) of each distinct
     name, the `cap` longest of those, in start order.  Returns (window, row) pairs."""
-    n = len(edges) - 1
     rows = trace.rows(*HOST_KINDS)
     ts, end = trace.ts[rows], trace.end[rows]
     keep = (end > edges[0]) & (ts < edges[-1])
     rows, ts, end = rows[keep], ts[keep], end[keep]
     if not len(rows):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    first = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n - 1)
-    last = np.clip(np.searchsorted(edges, end, side="left") - 1, 0, n - 1)
-    span = np.maximum(last - first + 1, 1)
-    ev = np.repeat(np.arange(len(rows)), span)
-    win = np.repeat(first, span) + (np.arange(len(ev)) - np.repeat(np.cumsum(span) - span, span))
-    inside = np.minimum(end[ev], edges[win + 1]) - np.maximum(ts[ev], edges[win])
+    ev, win, inside = _spread(edges, ts, end)
     name = trace.name[rows[ev]]
     o = np.lexsort((-inside, name, win))                      # per (window, name): longest first
     w_s, n_s = win[o], name[o]
