@@ -298,8 +298,9 @@ CAUSE_SHORT = {"warmup": ("warm-up", "W"), "communication": ("communication", "C
                "not_explained": ("not explained", "?")}
 
 
-def idle_line(account, width: int = 24, letters: bool = False) -> Text:
-    """One line: GPU idle of the span, a bar split by cause, the causes with their time."""
+def idle_line(account, width: int = 24, letters: bool = False, columns: int = 80) -> Text:
+    """GPU idle of the span and a bar split by cause on one line, then the causes with their
+    time on indented lines of at most `columns` (a cause and its time never split)."""
     from ..idle import CAUSES
     text = Text("  ")
     if account is None or account.span_us <= 0:
@@ -314,7 +315,16 @@ def idle_line(account, width: int = 24, letters: bool = False) -> Text:
         text.append(("░" if cause == "busy" and not letters else ch) * n,
                     style=TERMINAL_CAUSE_COLORS.get(cause, ""))
     named = sorted(((c, v) for c, v in by.items() if v > 0), key=lambda cv: -cv[1])
-    text.append(" " + ", ".join(f"{CAUSE_SHORT[c][0]} {fmt_us(v)}" for c, v in named), style="dim")
+    items = [f"{CAUSE_SHORT[c][0]} {fmt_us(v)}" for c, v in named]
+    lines: list[str] = []
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if lines and len(lines[-1]) + 1 + len(piece) <= columns - 4:
+            lines[-1] += " " + piece
+        else:
+            lines.append(piece)
+    for line in lines:
+        text.append("\n    " + line, style="dim")
     return text
 
 
@@ -369,7 +379,8 @@ def render(analysis, console: Console | None = None, show_fix: bool = True) -> N
     console = console or Console()
     a = analysis
     _header(console, a)
-    console.print(idle_line(getattr(a, "idle", None), letters=console.no_color or not console.is_terminal))
+    console.print(idle_line(getattr(a, "idle", None), letters=console.no_color or not console.is_terminal,
+                            columns=console_width(console)))
     width = max(20, min(a.n_windows, console_width(console) - 4))
     strip = timeline(a, width)
     console.print(Text("  ").append_text(strip), soft_wrap=True)
