@@ -88,7 +88,8 @@ Launch fewer, bigger kernels, or take the host out of the loop:
 
     model = torch.compile(model)                       # fuses elementwise chains
     model = torch.compile(model, mode="reduce-overhead")   # + CUDA graphs: one launch per step
-    # or capture a static step yourself with torch.cuda.graphs (torch.cuda.CUDAGraph)
+    # or capture a static step yourself with CUDA graphs
+    # (g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): ...)
 
 Also: raise the batch size (more work per kernel), use fused optimizers
 (`torch.optim.AdamW(params, fused=True)` or `foreach=True`), channels_last + AMP
