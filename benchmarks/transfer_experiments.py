@@ -55,6 +55,8 @@ RECIPES = {
     "host16": {"host_events": 16},
     "n_all": {"windows": (50, 100, 200)},
     "n_100": {"windows": (100,)},
+    "win03": {"w_window": 0.3},
+    "win1": {"w_window": 1.0},
 }
 DATA = ("synth_only", "real_only", "mix", "mix_real2", "mix_real3")
 
@@ -85,8 +87,9 @@ def main(argv=None) -> int:
     all_ns = tuple(sorted(set(ns) | {100} | {n for r in args.run for p in r.split("+")
                                              for n in RECIPES.get(p, {}).get("windows", ())}))
     t0 = time.perf_counter()
-    synth = load_split(args.synth, "train", all_ns, base, args.cache, group=0)
-    real = load_split(args.real, "train", all_ns, base, args.cache, group=1)
+    # window labels of train traces are read only by runs with window supervision (`w_window`)
+    synth = load_split(args.synth, "train", all_ns, base, args.cache, group=0, with_labels=True)
+    real = load_split(args.real, "train", all_ns, base, args.cache, group=1, with_labels=True)
     val_real = load_split(args.real, "validation", (100,), base, args.cache, with_labels=True)
     val_synth = load_split(args.synth, "validation", (100,), base, args.cache, with_labels=True)
     enc = TextEncoder()

@@ -18,10 +18,10 @@ from traceap.model.features import (HOST_KINDS, STAT_KEYS, SUMMARY_DIM, SUMMARY_
                                      featurize, host_pick, longest_idle,
                                      quantize_ratio, quantize_time, summary_dim)
 from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
-                                  svm_loss, total_loss, trace_loss)
+                                  svm_loss, total_loss, trace_loss, window_loss)
 from traceap.model.net import collate
 from traceap.model.text import hashing_embedding
-from traceap.model.train import examples_from, featurize_entries, fit
+from traceap.model.train import examples_from, featurize_entries, fit, score_examples
 from traceap.windows import Windows
 
 from .conftest import SAMPLE
@@ -239,6 +239,16 @@ def test_smooth_and_pattern_losses():
     assert pattern_loss(right, target, 0.5).item() < 0.01 < pattern_loss(wrong, target, 0.5).item()
 
 
+def test_window_loss_counts_only_traces_whose_windows_are_known():
+    scores = torch.tensor([[0.9, 0.1], [0.5, 0.5]])
+    labels = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    only_first = window_loss(scores, labels, torch.tensor([True, False])).item()
+    assert only_first == pytest.approx(-np.log(0.9), rel=1e-5)
+    assert window_loss(scores, labels, torch.tensor([True, True])).item() == pytest.approx(
+        -(2 * np.log(0.9) + 2 * np.log(0.5)) / 4, rel=1e-5)
+    assert window_loss(scores, labels, torch.tensor([False, False])).item() == 0.0
+
+
 # -- training ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory):
@@ -287,6 +297,36 @@ def test_training_lowers_the_loss(tiny_dataset, tmp_path):
     p2 = Predictor(path).predict(w)
     assert np.array_equal(p1.scores, p2.scores) and np.array_equal(p1.patterns, p2.patterns)
     assert p1.scores.shape == (20,) and p1.patterns.shape == (20, len(PATTERNS))
+
+
+def test_window_supervision_reads_the_anomalies_and_places_them(tiny_dataset, tmp_path):
+    """`w_window` > 0: train traces with known anomalies teach each window's score; with the
+    paper's weak supervision (0) the anomalies stay unread, so the window term is absent."""
+    from sklearn.metrics import roc_auc_score
+    train = [e for e in read_manifest(tiny_dataset) if e.split == "train"]
+    entries = [e for e in train if not e.is_bad][:4] + [e for e in train if e.is_bad][:4]
+    feats = featurize_entries(tiny_dataset, entries, TINY.windows, TINY, tmp_path / "feat")
+    table = hashed_table(n for per_n in feats.values() for f in per_n.values() for n in f.names)
+    weak = examples_from(entries, feats)
+    assert all(not x.window_labels and not x.labels_known for x in weak)
+    known = examples_from(entries, feats, with_window_labels=True)
+    assert all(x.labels_known for x in known)              # good, or bad with its anomalies
+    bad = [x for x in known if x.label]
+    assert all(x.window_labels[20].any() for x in bad)
+
+    def window_auc(model):
+        scores = score_examples(model, bad, 20, table)
+        return roc_auc_score(np.concatenate([x.window_labels[20] for x in bad]),
+                             np.concatenate(scores))
+
+    cfg = replace(TINY, w_window=1.0)
+    sup, log = fit(known, cfg, table, epochs=25)
+    assert "window" in log.epochs[-1]                        # the term was trained on
+    _, log0 = fit(weak, cfg, table, epochs=1)
+    assert log0.epochs[-1]["window"] == 0.0                  # nothing known: no signal
+    plain, log_plain = fit(known, TINY, table, epochs=25)
+    assert "window" not in log_plain.epochs[-1]
+    assert window_auc(sup) > 0.9 and window_auc(sup) > window_auc(plain) + 0.1
 
 
 # -- checkpoints and the bundled model ---------------------------------------------------------

@@ -64,6 +64,9 @@ class ModelConfig:
     w_cluster: float = 0.1
     w_smooth: float = 0.1
     w_pattern: float = 0.5        # beyond the paper: pattern head from trace-level patterns
+    w_window: float = 0.0         # beyond the paper: BCE of each window's score against its
+    #                               label where a train trace's anomalies are known (planted or
+    #                               simulated); 0 keeps the paper's trace-level weak supervision
     svm_c: float = 1e-3           # L2 weight of the SVM hyperplane
     # -- training ---------------------------------------------------------------------------
     lr: float = 1e-4

@@ -1,6 +1,7 @@
 """Training losses of paper section 5.5 (weak supervision: trace labels only), and the total.
 
   L = w_trace L_trace + w_svm L_svm + w_cluster L_cluster + w_smooth L_smooth (+ w_pattern L_pattern)
+      (+ w_window L_window: window labels where a train trace's anomalies are known; off by default)
 
 Shapes: scores [B, N] in (0, 1), emb [B, N, D], y [B] (1 = bad trace, 0 = good).
 """
@@ -95,10 +96,23 @@ def pattern_loss(pattern_logits: torch.Tensor, targets: torch.Tensor,
     return F.binary_cross_entropy(pooled, targets.to(pooled.dtype))
 
 
+def window_loss(scores: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+    """BCE of each window's score against its label [B, N], over the traces whose windows'
+    labels are known (`known` [B] bool: planted or simulated anomalies, or a good trace)."""
+    if not bool(known.any()):
+        return scores.sum() * 0.0
+    p = scores[known].clamp(1e-6, 1 - 1e-6)
+    return F.binary_cross_entropy(p, labels[known].to(p.dtype))
+
+
 def total_loss(out: dict[str, torch.Tensor], y: torch.Tensor, pattern_targets: torch.Tensor,
                svm_weight: torch.Tensor, cfg: ModelConfig,
-               generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-    """All terms and their weighted sum ("total") for one batch of model outputs."""
+               generator: torch.Generator | None = None,
+               window_labels: tuple[torch.Tensor, torch.Tensor] | None = None,
+               ) -> dict[str, torch.Tensor]:
+    """All terms and their weighted sum ("total") for one batch of model outputs.
+
+    `window_labels`: (labels [B, N], known [B]) for the `window` term when `cfg.w_window` > 0."""
     scores, emb = out["scores"], out["emb"]
     selected, label = select_windows(scores, y, cfg.s_pos, cfg.s_neg)
     terms = {
@@ -110,9 +124,12 @@ def total_loss(out: dict[str, torch.Tensor], y: torch.Tensor, pattern_targets: t
     }
     weights = {"trace": cfg.w_trace, "svm": cfg.w_svm, "cluster": cfg.w_cluster,
                "smooth": cfg.w_smooth, "pattern": cfg.w_pattern}
+    if cfg.w_window > 0 and window_labels is not None:
+        terms["window"] = window_loss(scores, *window_labels)
+        weights["window"] = cfg.w_window
     terms["total"] = sum(weights[k] * terms[k] for k in weights)
     return terms
 
 
 __all__ = ["cluster_loss", "pattern_loss", "select_windows", "smooth_loss", "svm_loss",
-           "topk_count", "total_loss", "trace_loss", "trace_score"]
+           "topk_count", "total_loss", "trace_loss", "trace_score", "window_loss"]

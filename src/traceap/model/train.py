@@ -1,6 +1,8 @@
 """Weakly supervised training (paper 5.5): pairs of one good and one bad trace, trace labels only.
 
-The manifest's `label` and `patterns` of train entries are read; their `anomalies` never are.
+The manifest's `label` and `patterns` of train entries are read; their `anomalies` are read only
+when the config asks for window supervision (`w_window` > 0, beyond the paper: planted and
+simulated traces know where their anomalies are).
 Several datasets can be mixed (e.g. the simulator's and the real-based one of `traceap
 inject`): each step draws its bad traces from the datasets in proportion to `mix`, and each bad
 trace's good partner from the same dataset; a planted trace whose unmodified base is in the
@@ -56,6 +58,8 @@ class Example:
     partner: int = -1
     source: str | None = None
     window_labels: dict[int, np.ndarray] = field(default_factory=dict)
+    #: whether `window_labels` are the truth: a good trace, or a bad one with its anomalies
+    labels_known: bool = False
 
 
 def _feature_key(path: Path, n: int, cfg: ModelConfig) -> str:
@@ -109,8 +113,9 @@ def window_labels_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
 def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeatures]],
                   group: int = 0, with_window_labels: bool = False) -> list[Example]:
     """Examples: trace label and trace-level patterns (never the anomalies, unless
-    `with_window_labels` asks for them: validation and test only).  A planted trace is linked
-    to its unmodified base (`partner`) when that base is a good trace among the entries."""
+    `with_window_labels` asks for them: validation and test, or training with `w_window`).  A
+    planted trace is linked to its unmodified base (`partner`) when that base is a good trace
+    among the entries."""
     out = []
     base_of = {e.base: i for i, e in enumerate(entries)
                if e.base and e.source == "natural" and not e.is_bad}
@@ -121,6 +126,7 @@ def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeat
         x = Example(e.id, int(e.is_bad), target, feats[e.id], group, partner, e.source)
         if with_window_labels:
             x.window_labels = {n: window_labels_of(e, f) for n, f in x.feats.items()}
+            x.labels_known = not e.is_bad or bool(e.anomalies)
         out.append(x)
     return out
 
@@ -259,7 +265,8 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
             y = torch.tensor([x.label for x in batch_ex], dtype=torch.float32)
             targets = torch.from_numpy(np.stack([x.patterns for x in batch_ex]))
             out = model(batch)
-            terms = total_loss(out, y, targets, model.svm.fc.weight, cfg, gen)
+            terms = total_loss(out, y, targets, model.svm.fc.weight, cfg, gen,
+                               _window_targets(batch_ex, n) if cfg.w_window > 0 else None)
             opt.zero_grad(set_to_none=True)
             terms["total"].backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -312,6 +319,14 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     return model, train_log
 
 
+def _window_targets(batch: Sequence[Example], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Window labels [B, n] and whether each trace's are known [B], for the `window` loss."""
+    known = torch.tensor([x.labels_known and n in x.window_labels for x in batch])
+    labels = np.stack([x.window_labels[n] if k else np.zeros(n, bool)
+                       for x, k in zip(batch, known.tolist())])
+    return torch.from_numpy(labels.astype(np.float32)), known
+
+
 def _limit(entries: list[Entry], limit: int, seed: int) -> list[Entry]:
     """At most `limit` entries, half good and half bad, drawn with a seed."""
     rng = np.random.default_rng(seed)
@@ -360,7 +375,7 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         feats = featurize_entries(ds, entries, cfg.windows, cfg, Path(cache) if cache else None,
                                   workers, ray)
         offset = len(examples)
-        group = examples_from(entries, feats, group=g)
+        group = examples_from(entries, feats, group=g, with_window_labels=cfg.w_window > 0)
         for x in group:
             x.partner = x.partner + offset if x.partner >= 0 else -1
         examples += group
