@@ -57,6 +57,7 @@ RECIPES = {
     "n_100": {"windows": (100,)},
     "win03": {"w_window": 0.3},
     "win1": {"w_window": 1.0},
+    "winpat": {"w_window": 1.0, "w_window_pattern": 0.5},
 }
 DATA = ("synth_only", "real_only", "mix", "mix_real2", "mix_real3")
 

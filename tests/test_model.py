@@ -18,7 +18,8 @@ from traceap.model.features import (HOST_KINDS, STAT_KEYS, SUMMARY_DIM, SUMMARY_
                                      featurize, host_pick, longest_idle,
                                      quantize_ratio, quantize_time, summary_dim)
 from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
-                                  svm_loss, total_loss, trace_loss, window_loss)
+                                  svm_loss, total_loss, trace_loss, window_loss,
+                                  window_pattern_loss)
 from traceap.model.net import collate
 from traceap.model.text import hashing_embedding
 from traceap.model.train import examples_from, featurize_entries, fit, score_examples
@@ -247,6 +248,10 @@ def test_window_loss_counts_only_traces_whose_windows_are_known():
     assert window_loss(scores, labels, torch.tensor([True, True])).item() == pytest.approx(
         -(2 * np.log(0.9) + 2 * np.log(0.5)) / 4, rel=1e-5)
     assert window_loss(scores, labels, torch.tensor([False, False])).item() == 0.0
+    logits = torch.tensor([[[6.0, -6.0], [-6.0, -6.0]], [[6.0, 6.0], [6.0, 6.0]]])
+    patterns = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]])
+    assert window_pattern_loss(logits, patterns, torch.tensor([True, False])).item() < 0.01
+    assert window_pattern_loss(logits, patterns, torch.tensor([True, True])).item() > 2.0
 
 
 # -- training ---------------------------------------------------------------------------------
@@ -319,9 +324,11 @@ def test_window_supervision_reads_the_anomalies_and_places_them(tiny_dataset, tm
         return roc_auc_score(np.concatenate([x.window_labels[20] for x in bad]),
                              np.concatenate(scores))
 
-    cfg = replace(TINY, w_window=1.0)
+    assert all(x.window_patterns[20][x.window_labels[20]].sum(1).min() >= 1 for x in bad)
+    assert all(not x.window_patterns[20][~x.window_labels[20]].any() for x in known)
+    cfg = replace(TINY, w_window=1.0, w_window_pattern=0.5)
     sup, log = fit(known, cfg, table, epochs=25)
-    assert "window" in log.epochs[-1]                        # the term was trained on
+    assert "window" in log.epochs[-1] and "window_pattern" in log.epochs[-1]
     _, log0 = fit(weak, cfg, table, epochs=1)
     assert log0.epochs[-1]["window"] == 0.0                  # nothing known: no signal
     plain, log_plain = fit(known, TINY, table, epochs=25)

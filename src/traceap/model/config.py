@@ -67,6 +67,8 @@ class ModelConfig:
     w_window: float = 0.0         # beyond the paper: BCE of each window's score against its
     #                               label where a train trace's anomalies are known (planted or
     #                               simulated); 0 keeps the paper's trace-level weak supervision
+    w_window_pattern: float = 0.0  # the same for the pattern head: per-window BCE against the
+    #                               patterns of the anomalies each window overlaps
     svm_c: float = 1e-3           # L2 weight of the SVM hyperplane
     # -- training ---------------------------------------------------------------------------
     lr: float = 1e-4

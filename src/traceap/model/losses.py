@@ -1,7 +1,8 @@
 """Training losses of paper section 5.5 (weak supervision: trace labels only), and the total.
 
   L = w_trace L_trace + w_svm L_svm + w_cluster L_cluster + w_smooth L_smooth (+ w_pattern L_pattern)
-      (+ w_window L_window: window labels where a train trace's anomalies are known; off by default)
+      (+ w_window L_window + w_window_pattern L_window_pattern: window labels where a train
+         trace's anomalies are known; off by default)
 
 Shapes: scores [B, N] in (0, 1), emb [B, N, D], y [B] (1 = bad trace, 0 = good).
 """
@@ -105,14 +106,25 @@ def window_loss(scores: torch.Tensor, labels: torch.Tensor, known: torch.Tensor)
     return F.binary_cross_entropy(p, labels[known].to(p.dtype))
 
 
+def window_pattern_loss(pattern_logits: torch.Tensor, labels: torch.Tensor,
+                        known: torch.Tensor) -> torch.Tensor:
+    """Per-window, per-pattern BCE of the pattern head [B, N, P] against the patterns of the
+    anomalies each window overlaps [B, N, P], over the traces whose windows are known."""
+    if not bool(known.any()):
+        return pattern_logits.sum() * 0.0
+    return F.binary_cross_entropy_with_logits(pattern_logits[known],
+                                              labels[known].to(pattern_logits.dtype))
+
+
 def total_loss(out: dict[str, torch.Tensor], y: torch.Tensor, pattern_targets: torch.Tensor,
                svm_weight: torch.Tensor, cfg: ModelConfig,
                generator: torch.Generator | None = None,
-               window_labels: tuple[torch.Tensor, torch.Tensor] | None = None,
+               window_labels: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                ) -> dict[str, torch.Tensor]:
     """All terms and their weighted sum ("total") for one batch of model outputs.
 
-    `window_labels`: (labels [B, N], known [B]) for the `window` term when `cfg.w_window` > 0."""
+    `window_labels`: (labels [B, N], known [B], patterns [B, N, P]) for the `window` and
+    `window_pattern` terms when `cfg.w_window` / `cfg.w_window_pattern` > 0."""
     scores, emb = out["scores"], out["emb"]
     selected, label = select_windows(scores, y, cfg.s_pos, cfg.s_neg)
     terms = {
@@ -124,12 +136,18 @@ def total_loss(out: dict[str, torch.Tensor], y: torch.Tensor, pattern_targets: t
     }
     weights = {"trace": cfg.w_trace, "svm": cfg.w_svm, "cluster": cfg.w_cluster,
                "smooth": cfg.w_smooth, "pattern": cfg.w_pattern}
-    if cfg.w_window > 0 and window_labels is not None:
-        terms["window"] = window_loss(scores, *window_labels)
-        weights["window"] = cfg.w_window
+    if window_labels is not None:
+        labels, known, patterns = window_labels
+        if cfg.w_window > 0:
+            terms["window"] = window_loss(scores, labels, known)
+            weights["window"] = cfg.w_window
+        if cfg.w_window_pattern > 0:
+            terms["window_pattern"] = window_pattern_loss(out["pattern_logits"], patterns, known)
+            weights["window_pattern"] = cfg.w_window_pattern
     terms["total"] = sum(weights[k] * terms[k] for k in weights)
     return terms
 
 
 __all__ = ["cluster_loss", "pattern_loss", "select_windows", "smooth_loss", "svm_loss",
-           "topk_count", "total_loss", "trace_loss", "trace_score", "window_loss"]
+           "topk_count", "total_loss", "trace_loss", "trace_score", "window_loss",
+           "window_pattern_loss"]

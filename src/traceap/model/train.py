@@ -58,6 +58,8 @@ class Example:
     partner: int = -1
     source: str | None = None
     window_labels: dict[int, np.ndarray] = field(default_factory=dict)
+    #: per N, [N, P]: the patterns of the anomalies each window overlaps (with window_labels)
+    window_patterns: dict[int, np.ndarray] = field(default_factory=dict)
     #: whether `window_labels` are the truth: a good trace, or a bad one with its anomalies
     labels_known: bool = False
 
@@ -110,6 +112,16 @@ def window_labels_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
     return y
 
 
+def window_patterns_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
+    """[N, P] float32: 1 where a window overlaps an anomaly of that pattern."""
+    y = np.zeros((feats.n_windows, len(PATTERNS)), dtype=np.float32)
+    for a in entry.anomalies:
+        if a.pattern in PATTERNS:
+            hit = (feats.start_us < a.end_us) & (feats.end_us > a.start_us)
+            y[hit, PATTERNS.index(a.pattern)] = 1.0
+    return y
+
+
 def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeatures]],
                   group: int = 0, with_window_labels: bool = False) -> list[Example]:
     """Examples: trace label and trace-level patterns (never the anomalies, unless
@@ -126,6 +138,7 @@ def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeat
         x = Example(e.id, int(e.is_bad), target, feats[e.id], group, partner, e.source)
         if with_window_labels:
             x.window_labels = {n: window_labels_of(e, f) for n, f in x.feats.items()}
+            x.window_patterns = {n: window_patterns_of(e, f) for n, f in x.feats.items()}
             x.labels_known = not e.is_bad or bool(e.anomalies)
         out.append(x)
     return out
@@ -266,7 +279,8 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
             targets = torch.from_numpy(np.stack([x.patterns for x in batch_ex]))
             out = model(batch)
             terms = total_loss(out, y, targets, model.svm.fc.weight, cfg, gen,
-                               _window_targets(batch_ex, n) if cfg.w_window > 0 else None)
+                               _window_targets(batch_ex, n)
+                               if cfg.w_window > 0 or cfg.w_window_pattern > 0 else None)
             opt.zero_grad(set_to_none=True)
             terms["total"].backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -319,12 +333,17 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     return model, train_log
 
 
-def _window_targets(batch: Sequence[Example], n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Window labels [B, n] and whether each trace's are known [B], for the `window` loss."""
-    known = torch.tensor([x.labels_known and n in x.window_labels for x in batch])
+def _window_targets(batch: Sequence[Example], n: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Window labels [B, n], whether each trace's are known [B] and the windows' patterns
+    [B, n, P], for the `window` and `window_pattern` losses."""
+    known = [x.labels_known and n in x.window_labels for x in batch]
     labels = np.stack([x.window_labels[n] if k else np.zeros(n, bool)
-                       for x, k in zip(batch, known.tolist())])
-    return torch.from_numpy(labels.astype(np.float32)), known
+                       for x, k in zip(batch, known)])
+    patterns = np.stack([x.window_patterns[n] if k else np.zeros((n, len(PATTERNS)), np.float32)
+                         for x, k in zip(batch, known)])
+    return (torch.from_numpy(labels.astype(np.float32)), torch.tensor(known),
+            torch.from_numpy(patterns))
 
 
 def _limit(entries: list[Entry], limit: int, seed: int) -> list[Entry]:
@@ -375,7 +394,8 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         feats = featurize_entries(ds, entries, cfg.windows, cfg, Path(cache) if cache else None,
                                   workers, ray)
         offset = len(examples)
-        group = examples_from(entries, feats, group=g, with_window_labels=cfg.w_window > 0)
+        group = examples_from(entries, feats, group=g,
+                              with_window_labels=cfg.w_window > 0 or cfg.w_window_pattern > 0)
         for x in group:
             x.partner = x.partner + offset if x.partner >= 0 else -1
         examples += group
@@ -425,4 +445,4 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
 
 
 __all__ = ["Example", "TrainLog", "examples_from", "featurize_entries", "fit", "score_examples",
-           "train", "validation_metrics", "window_labels_of"]
+           "train", "validation_metrics", "window_labels_of", "window_patterns_of"]
