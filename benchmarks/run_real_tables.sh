@@ -16,6 +16,8 @@
 #   OUT       output folder; default benchmarks/results/real_tables
 #   WINDOWS   default 50,100,200
 #   MODEL     checkpoint for model and hybrid (default: the bundled one)
+#   REUSE_EXPERT=1  keep the rules' scores already in $OUT/scores (they do not depend on the
+#             model): only the model is scored again after a new checkpoint
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
@@ -41,11 +43,15 @@ ev() {  # dataset split detectors out [extra...]
     --windows "$WINDOWS" --classifier "" --model "$MODEL" --json --out "$out" "$@" > /dev/null
 }
 start=$(date +%s)
-ev "$REAL" validation expert "$SCORES/real_val_expert"
+expert() {  # dataset split out: the rules' scores, unless kept from an earlier run
+  if [[ "${REUSE_EXPERT:-0}" == 1 && -s "$3/scores.jsonl" ]]; then echo "kept $3" >&2
+  else ev "$1" "$2" expert "$3"; fi
+}
+expert "$REAL" validation "$SCORES/real_val_expert"
 ev "$REAL" validation model "$SCORES/real_val_model"
-ev "$REAL" test_unseen expert "$SCORES/real_test_expert"
+expert "$REAL" test_unseen "$SCORES/real_test_expert"
 ev "$REAL" test_unseen model "$SCORES/real_test_model" --ablation --ablation-dir "$SCORES/probe"
-ev "$SYNTH" test_seen,test_unseen expert "$SCORES/synth_expert"
+expert "$SYNTH" test_seen,test_unseen "$SCORES/synth_expert"
 ev "$SYNTH" test_seen,test_unseen model "$SCORES/synth_model" --ablation --ablation-dir "$SCORES/probe"
 echo "scored in $(( $(date +%s) - start )) s" >&2
 $PY benchmarks/combine_scores.py --dataset "$REAL" --split test_unseen,validation \

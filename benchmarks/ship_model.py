@@ -7,6 +7,13 @@ bundled traces (`examples/`, `tests/data/`) at N = 50 / 100 / 200, so that `trac
 on them never runs the text encoder (a cold start stays fast).  The checkpoint's weights,
 config and training record (`meta`) are kept as they are.
 
+`--calibrate SCORES.jsonl` (the `scores.jsonl` of `traceap eval --detectors model` on a
+VALIDATION split, scored with this checkpoint) sets the model's flagging threshold (`meta
+["flag_threshold"]`, read by `LearnedDetector.threshold`): the score that best separates
+anomalous from normal windows there (Youden's J over the pooled windows of every N) among those
+that flag at most `--max-healthy-flagged` (default 5%) of the windows of healthy traces.  The
+scores themselves, and so every AUC, are unchanged.
+
 `--names-masked-out PATH` also writes the names-masked probe: the same weights with config
 `names_masked` on, so every event is scored nameless (`traceap eval --ablation` reports it as
 `model[names_masked]`: how much the shipped model leans on event names).
@@ -44,11 +51,42 @@ def bundled_trace_names(cfg) -> set[str]:
     return names
 
 
+def calibrate(scores_jsonl: Path, max_healthy_flagged: float) -> dict:
+    """The flagging threshold chosen on a validation split's model scores (see the docstring)."""
+    import json
+    labels, scores, healthy = [], [], []
+    for line in scores_jsonl.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("split") in ("test", "test_seen", "test_unseen"):
+            raise SystemExit(f"{scores_jsonl}: test-split scores; calibrate on validation only")
+        s = np.asarray(r["scores"]["model"], float)
+        labels.append(np.asarray(r["labels"], bool))
+        scores.append(s)
+        if r["label"] == "good" and r.get("source", "natural") == "natural":
+            healthy.append(s)
+    y, s = np.concatenate(labels), np.concatenate(scores)
+    best = None
+    for t in np.unique(np.round(np.quantile(s, np.linspace(0.5, 0.999, 400)), 4)):
+        flagged = float(np.mean([(h >= t).mean() for h in healthy])) if healthy else 0.0
+        if flagged > max_healthy_flagged:
+            continue
+        j = float((s[y] >= t).mean() - (s[~y] >= t).mean())
+        if best is None or j > best["youden_j"]:
+            best = {"flag_threshold": float(t), "youden_j": j, "healthy_flagged": flagged,
+                    "windows": int(y.size), "healthy_traces": len(healthy)}
+    if best is None:
+        raise SystemExit("no threshold keeps the healthy windows under the limit")
+    return {**best, "calibrated_on": str(scores_jsonl),
+            "max_healthy_flagged": max_healthy_flagged}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoint", type=Path)
     ap.add_argument("--out", type=Path, default=bundled_model_path())
     ap.add_argument("--names-masked-out", type=Path)
+    ap.add_argument("--calibrate", type=Path, help="model scores.jsonl of a validation split")
+    ap.add_argument("--max-healthy-flagged", type=float, default=0.05)
     args = ap.parse_args(argv)
     cfg = load_model(args.checkpoint).config
     obj = torch.load(args.checkpoint, weights_only=False)
@@ -63,6 +101,11 @@ def main(argv=None) -> int:
         obj["name_embeddings"] = torch.from_numpy(np.ascontiguousarray(table[order]))
     obj["meta"] = {**obj.get("meta", {}), "shipped_from": str(args.checkpoint),
                    "bundled_trace_names": len(extra)}
+    if args.calibrate:
+        cal = calibrate(args.calibrate, args.max_healthy_flagged)
+        obj["meta"].update(flag_threshold=cal["flag_threshold"], calibration=cal)
+        print(f"flag threshold {cal['flag_threshold']:.4f}: Youden J {cal['youden_j']:.3f}, "
+              f"healthy windows flagged {cal['healthy_flagged']:.1%} on {args.calibrate}")
     torch.save(obj, args.out)
     print(f"wrote {args.out} ({len(obj['names'])} names, {len(extra)} added from bundled traces)")
     if args.names_masked_out:

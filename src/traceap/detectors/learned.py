@@ -3,7 +3,9 @@
 `LearnedDetector()` loads the checkpoint shipped with traceap (`traceap/data/model.pt`);
 `LearnedDetector(path)` loads one written by `traceap train`.  Besides window scores it gives
 per-window pattern probabilities (`pattern_probabilities`), the learned pattern head that the
-offline classifier blends with the expert rules.
+offline classifier blends with the expert rules.  Its flagging threshold is the checkpoint's
+`meta["flag_threshold"]` (chosen on a validation split by `benchmarks/ship_model.py
+--calibrate`), else 0.5.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class LearnedDetector:
         from ..model.predict import Predictor
         self.path = path
         self.predictor = Predictor(path, threads=threads)
+        self.threshold = float(self.predictor.checkpoint.meta.get("flag_threshold", 0.5))
         self._last: WeakKeyDictionary = WeakKeyDictionary()
 
     def fit(self, traces: Sequence[Trace], labels: Sequence[int]) -> "LearnedDetector":
