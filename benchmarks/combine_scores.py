@@ -8,8 +8,9 @@ and each model checkpoint once (numpy inference, fast) and stacking the hybrid f
 scores (`HybridParams.combine`, the bundled `data/hybrid.json` or `--hybrid`) gives the same
 numbers as `traceap eval --detectors expert,model,hybrid` without running the rules twice.
 Detectors named `model[...]` go to the ablation table.  Writes OUT/eval.json (traceap.eval/v1,
-with the by-source table; one result per split, merged); every detector flags at 0.5, as in
-`traceap eval`.
+with the by-source table; one result per split, merged); every detector flags where `traceap
+eval` flags it: at 0.5, and the model (and its `model[...]` probes) at the checkpoint's own
+`flag_threshold` (`--model`, default the bundled checkpoint).
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def main(argv=None) -> int:
     ap.add_argument("--scores", type=Path, action="append", required=True)
     ap.add_argument("--hybrid", type=Path, help="hybrid parameters (default: the bundled ones)")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--model", type=Path, help="the checkpoint the model's scores came from")
     args = ap.parse_args(argv)
+    from traceap.model.checkpoint import load_model
+    model_threshold = float(load_model(args.model).meta.get("flag_threshold", 0.5))
+
+    def threshold(detector: str) -> float:
+        return model_threshold if detector.split("[")[0] == "model" else 0.5
+
     splits = tuple(args.split.split(","))
     source = {e.id: e.source for e in read_manifest(args.dataset)}
     merged = merge_scores(args.scores, splits)
@@ -57,7 +65,8 @@ def main(argv=None) -> int:
                 id=r["id"], split=r["split"], task=r["task"], bad=r["label"] == "bad",
                 n=r["n_windows"], span_us=tuple(r["span_us"]),
                 labels=np.asarray(r["labels"], bool), patterns=r["patterns"], scores=scores,
-                flagged={k: v >= 0.5 for k, v in scores.items()}, source=source.get(r["id"])))
+                flagged={k: v >= threshold(k) for k, v in scores.items()},
+                source=source.get(r["id"])))
         dets = [d for d in ("rule", "clustering", "expert", "model", "hybrid")
                 if d in records[0].scores]
         ablation = sorted(d for d in names if d.startswith("model["))

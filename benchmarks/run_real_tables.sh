@@ -57,8 +57,8 @@ echo "scored in $(( $(date +%s) - start )) s" >&2
 $PY benchmarks/combine_scores.py --dataset "$REAL" --split test_unseen,validation \
   --scores "$SCORES/real_val_expert/scores.jsonl" --scores "$SCORES/real_val_model/scores.jsonl" \
   --scores "$SCORES/real_test_expert/scores.jsonl" --scores "$SCORES/real_test_model/scores.jsonl" \
-  --out "$OUT/real"
+  --model "$MODEL" --out "$OUT/real"
 $PY benchmarks/combine_scores.py --dataset "$SYNTH" --split test_seen,test_unseen \
   --scores "$SCORES/synth_expert/scores.jsonl" --scores "$SCORES/synth_model/scores.jsonl" \
-  --out "$OUT/synth"
+  --model "$MODEL" --out "$OUT/synth"
 $PY benchmarks/real_tables.py --out "$OUT"
