@@ -58,6 +58,8 @@ RECIPES = {
     "win03": {"w_window": 0.3},
     "win1": {"w_window": 1.0},
     "winpat": {"w_window": 1.0, "w_window_pattern": 0.5},
+    "seed1": {"seed": 1},
+    "seed2": {"seed": 2},
 }
 DATA = ("synth_only", "real_only", "mix", "mix_real2", "mix_real3")
 

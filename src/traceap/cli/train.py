@@ -49,7 +49,8 @@ def train(
     limit: int = typer.Option(0, "--limit", min=0, help="Train on at most this many traces (half good, half bad)."),
     seed: int = typer.Option(None, "--seed", help="Random seed (default: the config's)."),
 ) -> None:
-    """Train the learned detector on a dataset's train split (trace labels only) on CPU."""
+    """Train the learned detector on a dataset's train split on CPU (trace labels; window labels
+    too with --set w_window=... / w_window_pattern=...)."""
     import torch
 
     from ..model.config import preset

@@ -1,5 +1,6 @@
 """The learned detector of the paper (section 5): event encoder -> window encoder ->
-window-to-window detector, trained weakly (trace labels only), plus a pattern head.
+window-to-window detector, trained weakly (trace labels; window labels too where a train trace's
+anomalies are known and the config asks, `w_window`), plus a pattern head.
 
     from traceap.model import load_model, Predictor, train
     predictor = Predictor()                      # the checkpoint shipped with traceap

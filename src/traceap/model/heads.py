@@ -2,7 +2,9 @@
 
 Trained by multiple-instance learning from trace-level `patterns` only: each pattern's trace
 probability is the mean of its top-k window probabilities (k = topk_fraction * N), a good trace
-has no pattern anywhere.  Window-level anomaly intervals are never read.
+has no pattern anywhere.  Window-level anomaly intervals are read only when the config asks
+for window supervision (`w_window_pattern` > 0: per-window BCE where a train trace's anomalies
+are known, `losses.window_pattern_loss`).
 """
 
 from __future__ import annotations
