@@ -376,3 +376,26 @@ def test_bundled_model_scores_the_sample_under_a_second(sample_windows):
     assert scores.shape == (100,) and ((scores >= 0) & (scores <= 1)).all()
     probs = det.pattern_probabilities(fresh)
     assert set(probs) == set(PATTERNS) and all(p.shape == (100,) for p in probs.values())
+
+
+def test_model_detector_flags_at_its_checkpoints_calibrated_threshold(tmp_path):
+    """`meta["flag_threshold"]` (set on validation by benchmarks/ship_model.py --calibrate) is
+    where `analyze --detector model` flags; without it, 0.5."""
+    from traceap.analysis import analyze
+    from traceap.detectors.learned import LearnedDetector
+    from traceap.model.checkpoint import bundled_model_path
+    shipped = LearnedDetector()
+    meta = shipped.predictor.checkpoint.meta
+    assert shipped.threshold == meta["flag_threshold"] and 0.5 < shipped.threshold < 1
+    assert meta["calibration"]["healthy_flagged"] <= meta["calibration"]["max_healthy_flagged"]
+    obj = torch.load(bundled_model_path(), weights_only=False)
+    obj["meta"] = {k: v for k, v in obj["meta"].items() if k != "flag_threshold"}
+    torch.save(obj, tmp_path / "plain.pt")
+    obj["meta"]["flag_threshold"] = 0.05
+    torch.save(obj, tmp_path / "low.pt")
+    assert LearnedDetector(tmp_path / "plain.pt").threshold == 0.5
+    low = LearnedDetector(tmp_path / "low.pt")
+    a = analyze(SAMPLE, 50, detector=low, classifier="offline")
+    scores = np.array([w.score for w in a.windows])
+    assert [w.flagged for w in a.windows] == (scores >= 0.05).tolist()
+    assert (scores >= 0.05).sum() > (scores >= shipped.threshold).sum()
