@@ -314,7 +314,10 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
         if log:
             log(f"epoch {epoch + 1}/{epochs}: loss {row.get('total', float('nan')):.4f} "
                 f"(trace {row.get('trace', float('nan')):.3f}, pattern "
-                f"{row.get('pattern', float('nan')):.3f}) trace acc {row['trace_acc']:.3f} "
+                f"{row.get('pattern', float('nan')):.3f}"
+                + "".join(f", {k.replace('_', ' ')} {row[k]:.3f}"
+                          for k in ("window", "window_pattern") if k in row)
+                + f") trace acc {row['trace_acc']:.3f} "
                 f"[{row['seconds']:.0f} s]" + msg)
         if on_epoch is not None:
             model.eval()
