@@ -82,6 +82,11 @@ class ModelConfig:
     seed: int = 0
 
     @property
+    def window_supervised(self) -> bool:
+        """Whether training reads the train traces' anomaly intervals (`w_window` terms)."""
+        return self.w_window > 0 or self.w_window_pattern > 0
+
+    @property
     def D(self) -> int:  # noqa: N802 - the paper's name
         """Window embedding width, D = 2d."""
         return 2 * self.d

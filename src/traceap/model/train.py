@@ -279,8 +279,7 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
             targets = torch.from_numpy(np.stack([x.patterns for x in batch_ex]))
             out = model(batch)
             terms = total_loss(out, y, targets, model.svm.fc.weight, cfg, gen,
-                               _window_targets(batch_ex, n)
-                               if cfg.w_window > 0 or cfg.w_window_pattern > 0 else None)
+                               _window_targets(batch_ex, n) if cfg.window_supervised else None)
             opt.zero_grad(set_to_none=True)
             terms["total"].backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -397,8 +396,7 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         feats = featurize_entries(ds, entries, cfg.windows, cfg, Path(cache) if cache else None,
                                   workers, ray)
         offset = len(examples)
-        group = examples_from(entries, feats, group=g,
-                              with_window_labels=cfg.w_window > 0 or cfg.w_window_pattern > 0)
+        group = examples_from(entries, feats, group=g, with_window_labels=cfg.window_supervised)
         for x in group:
             x.partner = x.partner + offset if x.partner >= 0 else -1
         examples += group
