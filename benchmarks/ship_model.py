@@ -35,6 +35,7 @@ from traceap.model.text import TextEncoder
 from traceap.windows import Windows
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # sibling benchmark scripts
 
 
 def bundled_trace_names(cfg) -> set[str]:
@@ -52,19 +53,17 @@ def bundled_trace_names(cfg) -> set[str]:
 
 
 def calibrate(scores_jsonl: Path, max_healthy_flagged: float) -> dict:
-    """The flagging threshold chosen on a validation split's model scores (see the docstring)."""
-    import json
-    labels, scores, healthy = [], [], []
-    for line in scores_jsonl.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("split") in ("test", "test_seen", "test_unseen"):
-            raise SystemExit(f"{scores_jsonl}: test-split scores; calibrate on validation only")
-        s = np.asarray(r["scores"]["model"], float)
-        labels.append(np.asarray(r["labels"], bool))
-        scores.append(s)
-        if r["label"] == "good" and r.get("source", "natural") == "natural":
-            healthy.append(s)
-    y, s = np.concatenate(labels), np.concatenate(scores)
+    """The flagging threshold chosen on a validation split's model scores (see the docstring).
+    Records of other splits in the file are ignored, so a test split never sets it."""
+    from tune_hybrid import merge_scores   # the scores.jsonl reader the other benchmarks use
+    records = list(merge_scores([scores_jsonl], ("validation",)).values())
+    if not records:
+        raise SystemExit(f"{scores_jsonl}: no validation-split scores; calibrate on validation")
+    scores = [np.asarray(r["scores"]["model"], float) for r in records]
+    y = np.concatenate([np.asarray(r["labels"], bool) for r in records])
+    s = np.concatenate(scores)
+    # healthy: the good traces (in the real-based benchmark, the unmodified healthy ones)
+    healthy = [sc for r, sc in zip(records, scores) if r["label"] == "good"]
     best = None
     for t in np.unique(np.round(np.quantile(s, np.linspace(0.5, 0.999, 400)), 4)):
         flagged = float(np.mean([(h >= t).mean() for h in healthy])) if healthy else 0.0

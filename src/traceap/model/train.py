@@ -105,21 +105,27 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
 
 
 def window_labels_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
-    """`dataset.window_labels` from the features' window edges (validation/evaluation only)."""
+    """`manifest.window_labels` from the features' window edges (validation and evaluation,
+    or training with window supervision)."""
     y = np.zeros(feats.n_windows, dtype=bool)
-    for a in entry.anomalies:
-        y |= (feats.start_us < a.end_us) & (feats.end_us > a.start_us)
+    for _, hit in _anomaly_hits(entry, feats):
+        y |= hit
     return y
 
 
 def window_patterns_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
     """[N, P] float32: 1 where a window overlaps an anomaly of that pattern."""
     y = np.zeros((feats.n_windows, len(PATTERNS)), dtype=np.float32)
-    for a in entry.anomalies:
+    for a, hit in _anomaly_hits(entry, feats):
         if a.pattern in PATTERNS:
-            hit = (feats.start_us < a.end_us) & (feats.end_us > a.start_us)
             y[hit, PATTERNS.index(a.pattern)] = 1.0
     return y
+
+
+def _anomaly_hits(entry: Entry, feats: TraceFeatures):
+    """Each anomaly of the entry with the windows (bool [N]) it overlaps."""
+    for a in entry.anomalies:
+        yield a, (feats.start_us < a.end_us) & (feats.end_us > a.start_us)
 
 
 def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeatures]],
