@@ -129,10 +129,7 @@ def main(argv=None) -> int:
     if not rows:
         raise SystemExit("no scored traces")
     eps = HybridParams().eps
-
-    def logit(p):
-        p = np.clip(np.asarray(p, np.float64), eps, 1 - eps)
-        return np.log(p) - np.log1p(-p)
+    logit = HybridParams().logit     # the stack's own transform
 
     x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"])], 1)
                         for r in rows])

@@ -46,12 +46,14 @@ class HybridParams:
     eps: float = 1e-3
     tuned_on: dict = field(default_factory=dict)
 
+    def logit(self, p: np.ndarray) -> np.ndarray:
+        """log(p / (1 - p)) of scores clipped to [eps, 1 - eps]: what the stack combines."""
+        p = np.clip(np.asarray(p, np.float64), self.eps, 1.0 - self.eps)
+        return np.log(p) - np.log1p(-p)
+
     def combine(self, model: np.ndarray, expert: np.ndarray) -> np.ndarray:
         """The stacked probability per window."""
-        def logit(p):
-            p = np.clip(np.asarray(p, np.float64), self.eps, 1.0 - self.eps)
-            return np.log(p) - np.log1p(-p)
-        z = self.model_coef * logit(model) + self.expert_coef * logit(expert) + self.bias
+        z = self.model_coef * self.logit(model) + self.expert_coef * self.logit(expert) + self.bias
         return 1.0 / (1.0 + np.exp(-z))
 
     def to_json(self) -> dict:
