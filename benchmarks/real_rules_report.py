@@ -116,7 +116,8 @@ def summarise(recs: list[dict], name: str) -> dict:
         truth += [r["patterns"][i] for i in idx]
         pred += r["calls"].get(name, [None] * len(idx))
         flg += [bool(r["flagged"][name][i]) for i in idx]
-    truth, pred, flg = np.array(truth, dtype=object), np.array(pred, dtype=object), np.array(flg)
+    truth, pred = np.array(truth, dtype=object), np.array(pred, dtype=object)
+    flg = np.array(flg, dtype=bool)
     ok = truth == pred
     out["accuracy"] = float(ok.mean()) if len(ok) else None
     out["accuracy_flagged"] = float(ok[flg].mean()) if flg.any() else None

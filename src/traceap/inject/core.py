@@ -23,9 +23,16 @@ from .validate import Columns, Tree, anomalies_outside, compare, describe, offen
 #: GPU idle shorter than this inside a labelled window is launch latency, not waiting (us).
 MIN_GAP_US = 2.0
 #: How far past a block's end its GPU idle may reach: the relaunch latency and first op (us).
+#: A label stops there when the GPU idles on mostly by the base's own doing (CAUSED_SHARE).
 RESUME_PAD_US = 50.0
 #: Plans are re-placed at most this many times after dropping instances that did not show.
 MAX_REPLANS = 3
+#: A host-side plant (a stall, a copy, a slowed stretch) shows only where at least this share
+#: of the GPU idle it would be labelled with is idle it caused (gaps that grew against the
+#: base).  Planted into a stretch where the GPU idles anyway (a capture trace's long set-up,
+#: a server waiting for requests), a stall adds a little to a long wait: labelling the whole
+#: wait would call the base's own idle an anomaly that no detector can tell from the base.
+CAUSED_SHARE = 0.5
 
 
 class Invalid(Exception):
@@ -173,7 +180,8 @@ def realize(base: Base, plan: Plan) -> tuple:
             inst.spans = inst.emit(f)
         wrap_events(base, f, plan, new_ts, new_end)
         kernels = _kernel_spans(base, new_ts, new_end, f)
-        shown = [inst for inst in plan.instances if _label(base, inst, kernels)]
+        growth = _growth(base, new_ts, new_end)
+        shown = [inst for inst in plan.instances if _label(base, inst, kernels, growth)]
         if len(shown) == len(plan.instances):
             _add_caused_idle(base, plan.instances, new_ts, new_end)
             return res, new_ts, new_end, new_dur, f
@@ -200,18 +208,39 @@ def _base_gaps(base: Base) -> tuple[np.ndarray, np.ndarray]:
         doc = base.doc
         k = np.flatnonzero((doc.kind == Kind.KERNEL) & (doc.ph == PH_X)
                            & (doc.device == base.compute[0]))
-        cached = (k, _gap_before(doc.ts[k], doc.end[k]))
+        cached = (k, _gap_before(doc.ts[k], doc.end[k], base.tl.t0))
         base._gaps = cached
     return cached
 
 
-def _gap_before(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Per interval: the idle time just before it, if it starts a busy stretch (else 0)."""
+def _gap_before(s: np.ndarray, e: np.ndarray, origin: float) -> np.ndarray:
+    """Per interval: the idle time just before it, if it starts a busy stretch (else 0); the
+    first one's from `origin` (the trace's start: a stall before the first kernel grows it)."""
     o = np.argsort(s, kind="stable")
     reach = np.maximum.accumulate(e[o])
     gap = np.zeros(len(s))
     gap[o[1:]] = np.maximum(s[o[1:]] - reach[:-1], 0.0)
+    if len(s):
+        gap[o[0]] = max(float(s[o[0]]) - origin, 0.0)
     return gap
+
+
+def _growth(base: Base, new_ts, new_end) -> tuple[np.ndarray, np.ndarray]:
+    """(relative start of each base kernel in the output, how much the idle gap it ends grew
+    against the base; 0 below MIN_GROWTH_US), sorted by start."""
+    k, base_gap = _base_gaps(base)
+    at = new_ts[k] - base.tl.t0
+    grown = _gap_before(new_ts[k], new_end[k], base.tl.t0) - base_gap
+    grown = np.where(grown > MIN_GROWTH_US, grown, 0.0)
+    o = np.argsort(at, kind="stable")
+    return at[o], grown[o]
+
+
+def _caused(growth: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> float:
+    """Idle the plant caused in [lo, hi]: the growth of the gaps that end there."""
+    at, grown = growth
+    i, j = np.searchsorted(at, lo, side="left"), np.searchsorted(at, hi + 1e-6, side="right")
+    return float(grown[i:j].sum())
 
 
 def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
@@ -226,7 +255,7 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     if not len(k) or not instances:
         return
     t0 = base.tl.t0
-    out_gap = _gap_before(new_ts[k], new_end[k])
+    out_gap = _gap_before(new_ts[k], new_end[k], t0)
     grown = np.flatnonzero(out_gap - base_gap > MIN_GROWTH_US)
     if not len(grown):
         return
@@ -236,7 +265,9 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     for i in grown.tolist():
         b = new_ts[k[i]] - t0
         a = b - (out_gap[i] - base_gap[i])
-        if any(x <= a + 1e-6 and b <= y + 1e-6 for inst in instances for x, y in inst.intervals):
+        # a gap an instance's label already reaches into is that instance's wait
+        if any(x < b + 1e-6 and b - out_gap[i] < y for inst in instances
+               for x, y in inst.intervals):
             continue
         j = int(np.searchsorted(firsts, a + 1e-6, side="right")) - 1
         if j >= 0:
@@ -278,8 +309,9 @@ def _kernel_spans(base: Base, new_ts, new_end, f: Factory) -> tuple[np.ndarray, 
     return np.concatenate(s), np.concatenate(e)
 
 
-def _label(base: Base, inst, kernels) -> bool:
-    """Fill `inst.intervals` (relative us); False when the GPU did not wait where planted."""
+def _label(base: Base, inst, kernels, growth) -> bool:
+    """Fill `inst.intervals` (relative us); False when the GPU did not wait where planted, or
+    (host-side plants) when most of the idle there was the base's own (CAUSED_SHARE)."""
     ks, ke = kernels
     if inst.label == "span":
         # the collective's span, and the compute idle it causes around it (waiting for it to
@@ -304,18 +336,47 @@ def _label(base: Base, inst, kernels) -> bool:
         gs, ge = gs[keep], ge[keep]
         if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
             return False
-        inst.intervals = [(float(gs[0]), float(_extend(ge[-1], ks, ke)))]
+        a, b = _caused_label(growth, float(gs[0]), float(_extend(ge[-1], ks, ke)), hi, ks, ke)
+        if b is None:
+            return False
+        inst.intervals = [(a, b)]
         return True
     out = []
-    for b in inst.blocks:
-        gs, ge = idle_intervals(ks, ke, b.t0, b.t1 + RESUME_PAD_US)
+    for blk in inst.blocks:
+        hi = blk.t1 + RESUME_PAD_US
+        gs, ge = idle_intervals(ks, ke, blk.t0, hi)
         keep = (ge - gs) >= MIN_GAP_US
         gs, ge = gs[keep], ge[keep]
         if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
             return False
-        out.append((float(gs[0]), float(_extend(ge[-1], ks, ke))))
+        a, b = _caused_label(growth, float(gs[0]), float(_extend(ge[-1], ks, ke)), hi, ks, ke)
+        if b is None:
+            return False
+        out.append((a, b))
     inst.intervals = out
     return True
+
+
+def _caused_label(growth, a: float, end: float, hi: float, ks: np.ndarray,
+                  ke: np.ndarray) -> tuple[float, float | None]:
+    """The label of a host-side plant whose GPU idle starts at `a` and lasts until `end`
+    (where the GPU resumes): all of it when the plant caused most of that idle (a stall in a
+    busy stretch: the relaunch after it is its wait too), else only up to `hi` (the plant's
+    own end and the relaunch pad: the rest of a long gap was the base's); (a, None) when even
+    that was mostly the base's own idle."""
+    if _mostly_caused(growth, a, end, end, ks, ke):
+        return a, end
+    b = float(min(end, hi))
+    return (a, b) if _mostly_caused(growth, a, b, end, ks, ke) else (a, None)
+
+
+def _mostly_caused(growth, a: float, b: float, end: float, ks: np.ndarray,
+                   ke: np.ndarray) -> bool:
+    """Whether the plant caused at least CAUSED_SHARE of the GPU idle in its label [a, b]:
+    the growth of the gaps that end in [a, end] (`end`: where the GPU resumes)."""
+    gs, ge = idle_intervals(ks, ke, a, b)
+    idle = float((ge - gs)[(ge - gs) >= MIN_GAP_US].sum())
+    return idle <= 0 or _caused(growth, a, end) >= CAUSED_SHARE * idle
 
 
 def _extend(t: float, ks: np.ndarray, ke: np.ndarray) -> float:
