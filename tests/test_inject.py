@@ -159,7 +159,7 @@ HOST_SIDE = [p for p in PATTERNS if not p.startswith(("small_nccl", "nccl_"))]
 @pytest.mark.parametrize("path", BASES, ids=lambda p: p.name.split(".")[0])
 def test_labels_hold_the_idle_the_plant_caused_not_the_bases_own(path, outputs):
     """A host-side plant's label is idle it caused: the GPU idles more than in the base by at
-    least half the labelled idle (core.CAUSED_SHARE).  The DDP sample idles 82% of the time
+    least a third of the labelled idle (core.CAUSED_SHARE).  The DDP sample idles 82% of the time
     on its own: a stall planted into a long gap used to take the whole gap as its label."""
     base = traceap.load(path)
     seen = 0
@@ -172,7 +172,7 @@ def test_labels_hold_the_idle_the_plant_caused_not_the_bases_own(path, outputs):
         caused = kernel_idle(tr, tr.span[0], float(tr.end[k1].max())) \
             - kernel_idle(base, base.span[0], float(base.end[k0].max()))
         labelled = sum(kernel_idle(tr, a, b) for a, b in o.anomalies)
-        assert caused >= 0.5 * labelled - 50.0, (pattern, caused, labelled)
+        assert caused >= labelled / 3 - 50.0, (pattern, caused, labelled)
         seen += 1
     assert seen >= 3
 

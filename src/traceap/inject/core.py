@@ -29,10 +29,11 @@ RESUME_PAD_US = 50.0
 MAX_REPLANS = 3
 #: A host-side plant (a stall, a copy, a slowed stretch) shows only where at least this share
 #: of the GPU idle it would be labelled with is idle it caused (gaps that grew against the
-#: base).  Planted into a stretch where the GPU idles anyway (a capture trace's long set-up,
+#: base): the plant added at least half again the idle the base had there (a slowed stretch of
+#: a launch-bound model that idles anyway, 1.8 ms of idle where the base had 1.0 ms, counts).  Planted into a stretch where the GPU idles anyway (a capture trace's long set-up,
 #: a server waiting for requests), a stall adds a little to a long wait: labelling the whole
 #: wait would call the base's own idle an anomaly that no detector can tell from the base.
-CAUSED_SHARE = 0.5
+CAUSED_SHARE = 1 / 3
 
 
 class Invalid(Exception):

@@ -3,8 +3,9 @@
 Mechanism: over a stretch of the step (the forward) every op is preceded by more Python
 (dispatch, hooks, small-tensor bookkeeping): the host cadence slows by a factor of 2-6, the
 queue of launched work runs dry and the GPU waits for each launch.  Each op's preceding gap
-grows by (factor - 1) x the time since the previous op started.  Label: from the first to
-the last stretch of GPU idle inside the slowed stretch.
+grows by (factor - 1) x the time since the previous op started (at most twice the stretch's
+median interval: a pause the base had between two ops is not dispatch overhead).  Label: from
+the first to the last stretch of GPU idle inside the slowed stretch.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class Config:
     #: The GPU must idle at least this share of the stretch for the instance to count.
     min_idle_share: float = 0.15
     max_instances: int = 8
+    #: Longest interval between two ops that the slow-down scales, in median intervals.
+    pause_cap: float = 2.0
 
 
 def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Plan:
@@ -63,13 +66,17 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
         sel = sel[first:first + n]
         f = rng.uniform(*config.factor)
         s = starts_all[sel]
-        gaps = (f - 1.0) * np.diff(s)
+        # Python overhead scales an op's dispatch, not a pause the base already had between
+        # two ops (a sync, a log write): an interval counts up to `pause_cap` x the stretch's
+        # median one (uncapped, one pause of the base became a single hole of a second).
+        d = np.diff(s)
+        gaps = (f - 1.0) * np.minimum(d, config.pause_cap * float(np.median(d)))
         blocks = [Block(T=float(t), thread=main, steps=[Busy(float(g))])
                   for t, g in zip(s[1:], gaps) if g > 0]
         if not blocks:
             continue
         inst = Instance(blocks, lambda fac: [], label="stretch",
-                        min_idle_us=config.min_idle_share * (s[-1] - s[0]) * f)
+                        min_idle_us=config.min_idle_share * (s[-1] - s[0] + gaps.sum()))
         instances.append(inst)
     if not instances:
         raise Unusable(f"no step has {config.min_ops} or more ops on the main thread to slow down")
