@@ -522,3 +522,25 @@ def test_no_source_no_by_source_table(result):
     """A generated dataset (no `source`) keeps the tables it had."""
     assert result.summary["by_source"] == {}
     assert "By source" not in tables.markdown(result.summary)
+
+
+def test_window_pattern_sets_keep_every_overlapping_cause():
+    """A plant beside a natural anomaly: the window they share has both patterns; the single
+    label keeps the one covering more of it, and clean windows have none."""
+    from traceap.load import load
+    from traceap.manifest import window_labels, window_pattern_sets, window_patterns
+    from traceap.windows import Windows
+
+    w = Windows(load(SAMPLE), 10)
+    e0, width = float(w.edges[0]), float(w.edges[1] - w.edges[0])
+    at = lambda k: e0 + k * width  # noqa: E731  (window k starts here)
+    entry = Entry("x", "x", "test_unseen", "other", "m", "p", 1, 0, "bad",
+                  patterns=["excessive_memcpy", "nccl_compute_no_overlap"],
+                  anomalies=[Anomaly(at(2.1), at(4.7), "excessive_memcpy"),
+                             Anomaly(at(4.8), at(5.5), "nccl_compute_no_overlap")])
+    sets, single = window_pattern_sets(entry, w), window_patterns(entry, w)
+    assert sets[4] == {"excessive_memcpy", "nccl_compute_no_overlap"}
+    assert single[4] == "excessive_memcpy"          # 0.7 of the window against 0.2
+    assert sets[5] == {"nccl_compute_no_overlap"} and single[5] == "nccl_compute_no_overlap"
+    assert [bool(s) for s in sets] == window_labels(entry, w).tolist()
+    assert all(p is None or p in s for p, s in zip(single, sets))

@@ -142,6 +142,19 @@ def window_patterns(entry: Entry, windows: Windows) -> list[str | None]:
     return [p for _, p in best]
 
 
+def window_pattern_sets(entry: Entry, windows: Windows) -> list[frozenset[str]]:
+    """Per window: every pattern whose anomaly overlaps it (empty for a clean window).
+
+    A window can hold two causes (a pattern planted into a base with a natural one); naming
+    either is right for it, while `window_patterns` keeps the one covering most of the window.
+    """
+    sets: list[set[str]] = [set() for _ in range(windows.n)]
+    for a in entry.anomalies:
+        for w in windows.overlapping(a.start_us, a.end_us):
+            sets[w].add(a.pattern)
+    return [frozenset(s) for s in sets]
+
+
 @dataclass
 class Split:
     """Entries of one split, grouped for convenience."""
@@ -167,4 +180,4 @@ def splits(entries: list[Entry]) -> dict[str, Split]:
 
 __all__ = ["Anomaly", "Entry", "PATTERNS", "SEEN_TASKS", "SPLITS", "Split", "TASKS",
            "encode_entry", "read_manifest", "splits", "trace_path", "window_labels",
-           "window_patterns", "write_manifest"]
+           "window_pattern_sets", "window_patterns", "write_manifest"]
