@@ -79,6 +79,51 @@ def test_bundled_model_scores_the_same_on_numpy_and_torch():
     assert np.abs(a.patterns - b.patterns).max() < 1e-5
 
 
+def test_an_ensemble_averages_its_members_logits(tmp_path):
+    """Seeds of one recipe joined by `add_members`: a window's score is the sigmoid of the
+    members' mean logit and its pattern probabilities those of their mean pattern logits, on
+    numpy and torch alike; the bundled model as its own two members scores as itself; a
+    checkpoint of another config does not join, with a one-line reason."""
+    from traceap.errors import ModelError
+    from traceap.model.checkpoint import add_members, bundled_model_path
+    from traceap.model.ops import sigmoid
+
+    windows = Windows(load(SAMPLE), 100)
+    obj = torch.load(bundled_model_path(), weights_only=True)
+    gen = torch.Generator().manual_seed(0)
+    other = {**obj, "state_dict": {k: v + 0.05 * torch.randn(v.shape, generator=gen)
+                                   if v.is_floating_point() else v
+                                   for k, v in obj["state_dict"].items()}}
+    torch.save(other, tmp_path / "other.pt")
+    ens = add_members(bundled_model_path(), [tmp_path / "other.pt"], out=tmp_path / "ens.pt")
+    assert len(load_model(ens).states) == 2
+
+    def raw(path):
+        p = Predictor(path)
+        f = p.featurize(windows)
+        names = [str(n) for n in f.names[1:]]
+        batch = batch_arrays([f], p.net.platform_id, p.cfg, dict(zip(names, p.text.embed(names))))
+        out = p.net(batch)
+        return out["logits"][0], out["pattern_logits"][0]
+
+    (l1, p1), (l2, p2) = raw(bundled_model_path()), raw(tmp_path / "other.pt")
+    assert np.abs(l1 - l2).max() > 0.05          # the second member really differs
+    got = Predictor(ens).predict(windows)
+    assert np.abs(got.scores - sigmoid((l1 + l2) / 2)).max() < 1e-5
+    assert np.abs(got.patterns - sigmoid((p1 + p2) / 2)).max() < 1e-5
+    torch_got = Predictor(ens, engine="torch").predict(windows)
+    assert np.abs(torch_got.scores - got.scores).max() < 1e-5
+
+    twice = add_members(bundled_model_path(), [bundled_model_path()], out=tmp_path / "twice.pt")
+    single = Predictor().predict(windows)
+    assert np.abs(Predictor(twice).predict(windows).scores - single.scores).max() < 1e-6
+
+    torch.save({**obj, "config": {**obj["config"], "d": obj["config"]["d"] * 2}},
+               tmp_path / "wide.pt")
+    with pytest.raises(ModelError, match="config differs"):
+        add_members(bundled_model_path(), [tmp_path / "wide.pt"], out=tmp_path / "no.pt")
+
+
 def test_checkpoints_read_without_torch_exactly(tmp_path):
     """Every dtype, views sharing a storage, transposed and empty tensors, come back exact."""
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)

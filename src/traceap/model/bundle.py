@@ -40,7 +40,8 @@ def bundle(checkpoint: str, traces: list[str]) -> tuple[Path, Path, int]:
         table.update(zip(extra, enc.embed(extra, persist=False).astype(np.float16)))
     save_cache(bundled_cache_path(), table)
     meta = dict(ckpt.meta, vocabulary="traceap/data/name_embeddings.npz")
-    save_model(ckpt.model, bundled_model_path(), {}, meta=meta, encoder_id=ckpt.encoder_id)
+    save_model(ckpt.model, bundled_model_path(), {}, meta=meta, encoder_id=ckpt.encoder_id,
+               members=ckpt.members)
     return bundled_model_path(), bundled_cache_path(), len(table)
 
 

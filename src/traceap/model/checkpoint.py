@@ -44,28 +44,44 @@ class Checkpoint:
     encoder_id: str = ENCODER_ID
     meta: dict = field(default_factory=dict)
     path: str = ""
+    #: further weights of an ensemble (same config, platforms and vocabulary): their window
+    #: logits and pattern logits are averaged with those of `state`
+    members: list[dict[str, np.ndarray]] = field(default_factory=list)
     _model: object = field(default=None, repr=False)
+
+    @property
+    def states(self) -> list[dict[str, np.ndarray]]:
+        """The weights of every member, `state` first (one entry for a single model)."""
+        return [self.state, *self.members]
+
+    def torch_models(self) -> list:
+        """A torch `TraceAPModel` in eval mode per member (`model` first)."""
+        return [self.model] + [self._build(s) for s in self.members]
 
     @property
     def model(self):
         """The torch `TraceAPModel` in eval mode (built on first use; imports torch)."""
         if self._model is None:
-            import torch
-
-            from .net import TraceAPModel
-            model = TraceAPModel(self.config, list(self.platforms))
-            try:
-                model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in self.state.items()})
-            except RuntimeError as exc:
-                raise ModelError(f"{self.path}: incompatible model checkpoint ({exc})") from None
-            self._model = model.eval()
+            self._model = self._build(self.state)
         return self._model
+
+    def _build(self, state: dict[str, np.ndarray]):
+        import torch
+
+        from .net import TraceAPModel
+        model = TraceAPModel(self.config, list(self.platforms))
+        try:
+            model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+        except RuntimeError as exc:
+            raise ModelError(f"{self.path}: incompatible model checkpoint ({exc})") from None
+        return model.eval()
 
 
 def save_model(model, path: str | os.PathLike, text_table: dict[str, np.ndarray],
-               meta: dict | None = None, encoder_id: str = ENCODER_ID) -> Path:
+               meta: dict | None = None, encoder_id: str = ENCODER_ID,
+               members: list[dict[str, np.ndarray]] | None = None) -> Path:
     """Write a `TraceAPModel` checkpoint (atomically).  `text_table` holds the names the model
-    was trained on."""
+    was trained on; `members`, the further weights of an ensemble (`Checkpoint.members`)."""
     import torch
 
     path = Path(path)
@@ -82,11 +98,42 @@ def save_model(model, path: str | os.PathLike, text_table: dict[str, np.ndarray]
         "encoder_id": encoder_id,
         "meta": meta or {},
     }
+    if members:
+        obj["members"] = [{k: torch.from_numpy(np.array(v)) for k, v in m.items()} for m in members]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
     return path
+
+
+def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
+                out: str | os.PathLike | None = None) -> Path:
+    """Make the checkpoint at `path` an ensemble: append the weights of each checkpoint in
+    `members` (same config, platforms and text encoder; their names join the vocabulary),
+    written to `out` (default: in place).  Raises ModelError when a member does not fit."""
+    import torch
+
+    obj = torch.load(path, weights_only=True)
+    names = dict(zip(obj["names"], obj["name_embeddings"]))
+    extra = list(obj.get("members", []))
+    for m in members:
+        other = torch.load(m, weights_only=True)
+        for key in ("config", "platforms", "encoder_id"):
+            if other.get(key) != obj.get(key):
+                raise ModelError(f"{m}: cannot join {path} in an ensemble (its {key} differs)")
+        extra += [other["state_dict"], *other.get("members", [])]
+        for n, e in zip(other["names"], other["name_embeddings"]):
+            names.setdefault(n, e)
+    obj["members"] = extra
+    obj["names"] = sorted(names)
+    obj["name_embeddings"] = (torch.stack([names[n] for n in obj["names"]]) if names
+                              else obj["name_embeddings"])
+    out = Path(out or path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, out)
+    return out
 
 
 # torch's storage classes -> numpy dtypes (bfloat16 is widened to float32 on reading)
@@ -170,11 +217,14 @@ def load_model(path: str | os.PathLike | None = None) -> Checkpoint:
     try:
         cfg = ModelConfig.from_dict(obj["config"])
         state = {k: np.asarray(v) for k, v in obj["state_dict"].items()}
+        members = [{k: np.asarray(v) for k, v in m.items()} for m in obj.get("members", [])]
         table = dict(zip(obj["names"], np.asarray(obj["name_embeddings"])))
         ckpt = Checkpoint(cfg, list(obj["platforms"]), state, table,
-                          obj.get("encoder_id", ENCODER_ID), obj.get("meta", {}), str(path))
+                          obj.get("encoder_id", ENCODER_ID), obj.get("meta", {}), str(path),
+                          members)
         from .inference import InferenceModel
-        InferenceModel(cfg, ckpt.platforms, state)  # every weight there, with its shape
+        for s in ckpt.states:
+            InferenceModel(cfg, ckpt.platforms, s)  # every weight there, with its shape
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ModelError(f"{path}: incompatible model checkpoint ({exc})") from None
     except ModelError as exc:
@@ -182,5 +232,5 @@ def load_model(path: str | os.PathLike | None = None) -> Checkpoint:
     return ckpt
 
 
-__all__ = ["Checkpoint", "FORMAT", "bundled_model_path", "load_model", "read_checkpoint",
-           "save_model"]
+__all__ = ["Checkpoint", "FORMAT", "add_members", "bundled_model_path", "load_model",
+           "read_checkpoint", "save_model"]

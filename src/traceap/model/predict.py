@@ -44,8 +44,10 @@ class Predictor:
         self.threads, self.engine = threads, engine
         self.checkpoint = checkpoint if isinstance(checkpoint, Checkpoint) else load_model(checkpoint)
         ckpt = self.checkpoint
-        self.net = InferenceModel(ckpt.config, ckpt.platforms, ckpt.state) if engine == "numpy" \
-            else ckpt.model
+        # one net per ensemble member (one for a single model); outputs averaged in logit space
+        self.nets = [InferenceModel(ckpt.config, ckpt.platforms, s) for s in ckpt.states] \
+            if engine == "numpy" else ckpt.torch_models()
+        self.net = self.nets[0]
         self.text = TextEncoder(extra=ckpt.text_table)
 
     @property
@@ -64,14 +66,19 @@ class Predictor:
         batch = batch_arrays([feats], self.net.platform_id, self.cfg, table)
         if self.engine == "numpy":
             with blas_threads(self.threads):
-                out = self.net(batch)
-            scores, logits = out["scores"][0], out["pattern_logits"][0]
+                outs = [net(batch) for net in self.nets]
+            runs = [(o["scores"][0], o["logits"][0], o["pattern_logits"][0]) for o in outs]
         else:
-            scores, logits = self._torch_forward(batch)
+            runs = self._torch_forward(batch)
+        if len(runs) == 1:
+            scores, logits = runs[0][0], runs[0][2]
+        else:   # an ensemble: the mean of the members' logits
+            scores = sigmoid(np.mean([np.asarray(r[1], np.float64) for r in runs], axis=0))
+            logits = np.mean([np.asarray(r[2], np.float64) for r in runs], axis=0)
         return Prediction(np.asarray(scores, np.float64),
                           sigmoid(np.asarray(logits, np.float32)).astype(np.float64))
 
-    def _torch_forward(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def _torch_forward(self, batch: dict[str, np.ndarray]) -> list[tuple[np.ndarray, ...]]:
         import torch
 
         old = torch.get_num_threads()
@@ -79,10 +86,12 @@ class Predictor:
             torch.set_num_threads(self.threads)
         try:
             with torch.no_grad():
-                out = self.net({k: torch.from_numpy(v) for k, v in batch.items()})
+                tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
+                outs = [net(tensors) for net in self.nets]
         finally:
             torch.set_num_threads(old)
-        return out["scores"][0].numpy(), out["pattern_logits"][0].numpy()
+        return [(o["scores"][0].numpy(), o["logits"][0].numpy(), o["pattern_logits"][0].numpy())
+                for o in outs]
 
     def predict(self, windows: Windows) -> Prediction:
         """Scores and pattern probabilities of every window."""
