@@ -5,7 +5,8 @@
 
 `traceap eval --out` keeps every window's score (scores.jsonl).  Scoring the expert rules once
 and each model checkpoint once (numpy inference, fast) and stacking the hybrid from those
-scores (`HybridParams.combine`, the bundled `data/hybrid.json` or `--hybrid`) gives the same
+scores (`HybridParams.combine`, the bundled `data/hybrid.json` or `--hybrid`; a stack that
+weighs the warm-up share reads each trace once for it) gives the same
 numbers as `traceap eval --detectors expert,model,hybrid` without running the rules twice.
 Detectors named `model[...]` go to the ablation table.  Writes OUT/eval.json (traceap.eval/v1,
 with the by-source table; one result per split, merged); every detector flags where `traceap
@@ -28,7 +29,7 @@ from traceap.detectors.hybrid import HybridParams
 from traceap.eval.runner import EvalConfig, EvalResult, TraceRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_hybrid import merge_scores  # noqa: E402  (a sibling benchmark script)
+from tune_hybrid import add_warmup, merge_scores  # noqa: E402  (a sibling benchmark script)
 
 
 def main(argv=None) -> int:
@@ -50,6 +51,8 @@ def main(argv=None) -> int:
     source = {e.id: e.source for e in read_manifest(args.dataset)}
     merged = merge_scores(args.scores, splits)
     params = HybridParams.read(args.hybrid)
+    if params.warmup_coef:   # the stack weighs each window's warm-up share: read the traces
+        add_warmup(list(merged.values()), args.dataset)
     summary: dict | None = None
     for split in splits:   # one result per split: a split may lack the ablation's scores
         part = [r for r in merged.values() if r["split"] == split]
@@ -60,7 +63,8 @@ def main(argv=None) -> int:
         for r in part:
             scores = {k: np.asarray(v, np.float64) for k, v in r["scores"].items() if k in names}
             if "model" in scores and "expert" in scores:
-                scores["hybrid"] = np.clip(params.combine(scores["model"], scores["expert"]), 0, 1)
+                scores["hybrid"] = np.clip(params.combine(scores["model"], scores["expert"],
+                                                          r.get("warmup")), 0, 1)
             records.append(TraceRecord(
                 id=r["id"], split=r["split"], task=r["task"], bad=r["label"] == "bad",
                 n=r["n_windows"], span_us=tuple(r["span_us"]),

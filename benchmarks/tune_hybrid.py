@@ -8,7 +8,8 @@ scores.jsonl of earlier `traceap eval --detectors model,expert --out DIR` runs),
 logistic stack of `traceap.detectors.hybrid` (score = sigmoid(a logit(model) + b logit(expert)
 + c)) on the pooled window labels of every N, and prints, on that split, window AUC, trace AUC
 (max window score) and the share of flagged windows on healthy traces for the model, the rules,
-their mean and the stack.  `--write` stores (a, b, c) in src/traceap/data/hybrid.json (the
+their mean and the stack.  `--warmup` adds the window's warm-up share (`traceap.idle.
+warmup_share`, from the traces themselves) to the stack with a fitted weight d.  `--write` stores (a, b, c) in src/traceap/data/hybrid.json (the
 default of `traceap analyze`) with the dataset, split, commit and numbers they came from.
 Re-run it whenever the rules or the checkpoint change.  Never point it at a test split.
 """
@@ -80,6 +81,23 @@ def read_scores(paths: list[Path], dataset: Path, split: str) -> list[dict]:
     return rows
 
 
+def add_warmup(rows: list[dict], dataset: Path) -> None:
+    """Give every record its windows' warm-up share ("warmup"), from its trace at its N."""
+    from traceap.idle import warmup_share
+    from traceap.load import load
+    from traceap.manifest import read_manifest, trace_path
+    from traceap.windows import Windows
+
+    entries = {e.id: e for e in read_manifest(dataset)}
+    by_id: dict[str, list[dict]] = {}
+    for r in rows:
+        by_id.setdefault(r["id"], []).append(r)
+    for tid, recs in by_id.items():
+        trace = load(trace_path(dataset, entries[tid]))
+        for r in recs:
+            r["warmup"] = warmup_share(Windows(trace, r["n_windows"]))
+
+
 def report(rows: list[dict], score) -> dict:
     """Window AUC, natural-trace window AUC, trace AUC (max) and healthy flagged share."""
     y = np.concatenate([r["labels"] for r in rows])
@@ -117,6 +135,8 @@ def main(argv=None) -> int:
                     help="comma-separated model/expert weight ratios: pick the ratio by window "
                          "AUC + trace AUC (max) on the split, then calibrate (default: one "
                          "logistic fit of both weights)")
+    ap.add_argument("--warmup", action="store_true",
+                    help="weigh each window's warm-up share in the stack too (reads the traces)")
     ap.add_argument("--write", action="store_true", help="store the fit in traceap/data/hybrid.json")
     ap.add_argument("--out", type=Path, help="write the parameters here instead")
     args = ap.parse_args(argv)
@@ -130,45 +150,56 @@ def main(argv=None) -> int:
         raise SystemExit("no scored traces")
     eps = HybridParams().eps
     logit = HybridParams().logit     # the stack's own transform
+    if args.warmup:
+        add_warmup(rows, args.dataset)
+    warm = (lambda q: q["warmup"]) if args.warmup else (lambda q: np.zeros(len(q["labels"])))
 
-    x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"])], 1)
-                        for r in rows])
+    x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"]),
+                                  warm(r)], 1) for r in rows])
+    if not args.warmup:
+        x = x[:, :2]
     y = np.concatenate([r["labels"] for r in rows]).astype(int)
     lr = LogisticRegression(C=1.0).fit(x, y)
-    (a, b), c = lr.coef_[0], lr.intercept_[0]
-    params = HybridParams(float(a), float(b), float(c), eps)
+    (a, b, *d), c = lr.coef_[0], lr.intercept_[0]
+    params = HybridParams(float(a), float(b), float(c), eps, warmup_coef=float(d[0]) if d else 0.0)
     if args.ratio_grid:
         # The log-loss fit weighs windows only, and a model that ranks traces better than
-        # windows gets little weight; the ranking of windows and of traces depends only on
-        # the ratio a / b, so pick it on window AUC + trace AUC (max), then calibrate the
-        # scale and bias of the combined logit by a 1-D logistic fit.
-        def quality(r):
-            z = [r * logit(q["scores"]["model"]) + logit(q["scores"]["expert"]) for q in rows]
+        # windows gets little weight; the ranking of windows and of traces depends mostly on
+        # the ratio a / b, so pick it on window AUC + trace AUC (max), calibrating the scale,
+        # bias (and warm-up weight) of the combined logit by a logistic fit for each ratio.
+        def fit(r):
+            z = np.stack([r * x[:, 0] + x[:, 1]] + ([x[:, 2]] if args.warmup else []), 1)
+            one = LogisticRegression(C=1.0).fit(z, y)
+            k, *dd = (float(v) for v in one.coef_[0])
+            return HybridParams(r * k, k, float(one.intercept_[0]), eps,
+                                warmup_coef=dd[0] if dd else 0.0)
+
+        def quality(p):
+            z = [p.combine(q["scores"]["model"], q["scores"]["expert"], warm(q)) for q in rows]
             win = _auc(y, np.concatenate(z))
             tr = _auc([q["label"] == "bad" for q in rows], [float(np.max(v)) for v in z])
             return (win or 0) + (tr or 0), win, tr
         grid = [float(r) for r in args.ratio_grid.split(",")]
-        scored = {r: quality(r) for r in grid}
+        fits = {r: fit(r) for r in grid}
+        scored = {r: quality(p) for r, p in fits.items()}
         for r, (qsum, win, tr) in scored.items():
-            print(f"ratio a/b {r:g}: window AUC {win:.4f}, trace AUC (max) {tr:.4f}")
-        r = max(grid, key=lambda k: scored[k][0])
-        z = (r * x[:, 0] + x[:, 1])[:, None]
-        one = LogisticRegression(C=1.0).fit(z, y)
-        k, c = float(one.coef_[0][0]), float(one.intercept_[0])
-        a, b = r * k, k
-        params = HybridParams(float(a), float(b), float(c), eps)
+            print(f"ratio a/b {r:g}: window AUC {win:.4f}, trace AUC (max) {tr:.4f}"
+                  + (f", warm-up weight {fits[r].warmup_coef:.3f}" if args.warmup else ""))
+        params = fits[max(grid, key=lambda k: scored[k][0])]
+        a, b, c = params.model_coef, params.expert_coef, params.bias
     candidates = {
         "model": lambda r: np.asarray(r["scores"]["model"]),
         "expert": lambda r: np.asarray(r["scores"]["expert"]),
         "mean": lambda r: (np.asarray(r["scores"]["model"]) + np.asarray(r["scores"]["expert"])) / 2,
-        "stack": lambda r: params.combine(r["scores"]["model"], r["scores"]["expert"]),
+        "stack": lambda r: params.combine(r["scores"]["model"], r["scores"]["expert"], warm(r)),
     }
     numbers = {}
     for n in ns:
         sub = [r for r in rows if r["n_windows"] == n]
         numbers[str(n)] = {k: report(sub, f) for k, f in candidates.items()}
     print(f"fitted on {len(rows)} trace-N pairs of {args.dataset} [{args.split}]: "
-          f"a = {a:.4f} (model), b = {b:.4f} (expert), c = {c:.4f}")
+          f"a = {a:.4f} (model), b = {b:.4f} (expert), c = {c:.4f}, "
+          f"d = {params.warmup_coef:.4f} (warm-up share)")
     print("| N | combination | window AUC | natural AUC | trace AUC (max) | healthy flagged |")
     print("|---:|---|---:|---:|---:|---:|")
     for n, per in numbers.items():
@@ -183,7 +214,7 @@ def main(argv=None) -> int:
             "model": str(args.model) if args.model else "bundled", "commit": commit(),
             "date": datetime.date.today().isoformat(),
             "command": "python benchmarks/tune_hybrid.py " + " ".join(argv or sys.argv[1:]),
-            "validation": numbers})
+            "validation": numbers}, warmup_coef=params.warmup_coef)
         Path(out).write_text(json.dumps(tuned.to_json(), indent=1) + "\n")
         print(f"wrote {out}")
     return 0

@@ -50,3 +50,34 @@ def test_default_analysis_uses_the_hybrid_and_finds_the_exposed_allreduce():
     # The sample's known problem: all-reduce with little compute overlap (rank 0 of 2-GPU DDP).
     assert "nccl_compute_no_overlap" in {f.pattern for f in a.findings}
     assert all(f.time_lost_us > 0 for f in a.findings)
+
+
+def test_the_stack_weighs_the_warm_up_share_of_each_window(tmp_path):
+    """A real AMD run of two profiler steps, 9.2 of its 9.4 ms idle one-off start-up: with a
+    warm-up weight d the stacked logit drops by d x the window's warm-up share (windows with
+    none keep their score), a file without `warmup_coef` reads as d = 0 (the stack of earlier
+    releases), and the weight is never applied without the shares."""
+    import json
+
+    from traceap.idle import warmup_share
+    from traceap.load import load
+    from .conftest import DATA
+
+    w = Windows(load(DATA / "amd_mi250_train.json.gz"), 100)
+    share = warmup_share(w)
+    assert share.max() == pytest.approx(1.0) and (share > 0.5).sum() > 80 and share[0] == 0
+    base = HybridParams(model_coef=0.6, expert_coef=0.2, bias=-0.2)
+    warm = HybridParams(model_coef=0.6, expert_coef=0.2, bias=-0.2, warmup_coef=-5.0)
+    path = tmp_path / "hybrid.json"
+    path.write_text(json.dumps(warm.to_json()))
+    assert HybridParams.read(path) == warm
+    plain, weighed = (HybridDetector(params=p).score_windows(w) for p in (base, warm))
+    logit = lambda x: np.log(x) - np.log1p(-x)  # noqa: E731
+    assert np.allclose(logit(weighed), logit(plain) - 5.0 * share, atol=1e-9)
+    assert (weighed[share > 0.5] < plain[share > 0.5]).all()
+    assert np.array_equal(weighed[share == 0], plain[share == 0])
+    old = {k: v for k, v in warm.to_json().items() if k != "warmup_coef"}
+    path.write_text(json.dumps(old))
+    assert HybridParams.read(path).warmup_coef == 0.0
+    with pytest.raises(ValueError, match="warm-up share"):
+        warm.combine(np.full(3, 0.5), np.full(3, 0.5))

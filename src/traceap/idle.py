@@ -619,6 +619,12 @@ def pattern_lost(windows: Windows, pattern: str) -> np.ndarray:
     return per_window(windows)[mid].copy() if mid else np.zeros(windows.n)
 
 
+def warmup_share(windows: Windows) -> np.ndarray:
+    """Per window: the share of its time that is GPU idle of one-off start-up (the `warmup`
+    mechanism: allocator growth, graph capture, module loading, compilation, worker start)."""
+    return np.clip(per_window(windows)["warmup"] / max(windows.width_us, 1e-9), 0.0, 1.0)
+
+
 def trace_costs(trace: Trace, pattern: str) -> float:
     """1.0 when an anti-pattern's mechanism costs any GPU idle time in the trace, else 0.0."""
     return float(measure(trace).by_pattern.get(pattern, 0.0) > 0.0)

@@ -6,12 +6,16 @@ the rules see a mechanism (idle GPU under a DataLoader, pageable copies, exposed
 trace but miss what they were not written for.  Their window scores are combined as a
 logistic stack,
 
-    score = sigmoid(a * logit(model) + b * logit(expert) + c),
+    score = sigmoid(a * logit(model) + b * logit(expert) + d * warmup + c),
 
-with (a, b, c) fitted on the window labels of a `validation` split (never a test split) by
-`benchmarks/tune_hybrid.py`, which writes them to `traceap/data/hybrid.json` with where they
-came from; the score is then a probability calibrated on that split, flagged at 0.5 like the
-others.  `HybridDetector(model_weight=w)` is the plain weighted mean instead (the combination
+where `warmup` is the share of the window that the idle account gives to one-off start-up
+(`traceap.idle.warmup_share`: allocator growth, graph capture, module loading, worker start):
+the model ranks a window against the rest of its trace and reads a start-up stall as an
+anomaly, the rules know it is not one of the steady state.  (a, b, c, d) are fitted on the
+window labels of a `validation` split (never a test split) by `benchmarks/tune_hybrid.py`,
+which writes them to `traceap/data/hybrid.json` with where they came from (d = 0 in files
+without `warmup_coef`); the score is then a probability calibrated on that split, flagged at
+0.5 like the others.  `HybridDetector(model_weight=w)` is the plain weighted mean instead (the combination
 of earlier releases).
 """
 
@@ -45,22 +49,30 @@ class HybridParams:
     #: Scores are clipped to [eps, 1 - eps] before the logit (expert scores are often exactly 0).
     eps: float = 1e-3
     tuned_on: dict = field(default_factory=dict)
+    #: Weight of the window's warm-up share (`traceap.idle.warmup_share`); 0 ignores it.
+    warmup_coef: float = 0.0
 
     def logit(self, p: np.ndarray) -> np.ndarray:
         """log(p / (1 - p)) of scores clipped to [eps, 1 - eps]: what the stack combines."""
         p = np.clip(np.asarray(p, np.float64), self.eps, 1.0 - self.eps)
         return np.log(p) - np.log1p(-p)
 
-    def combine(self, model: np.ndarray, expert: np.ndarray) -> np.ndarray:
-        """The stacked probability per window."""
+    def combine(self, model: np.ndarray, expert: np.ndarray,
+                warmup: np.ndarray | None = None) -> np.ndarray:
+        """The stacked probability per window (`warmup`: each window's warm-up share, needed
+        when `warmup_coef` is not 0)."""
         z = self.model_coef * self.logit(model) + self.expert_coef * self.logit(expert) + self.bias
+        if self.warmup_coef:
+            if warmup is None:
+                raise ValueError("this stack weighs the warm-up share: pass `warmup`")
+            z = z + self.warmup_coef * np.asarray(warmup, np.float64)
         return 1.0 / (1.0 + np.exp(-z))
 
     def to_json(self) -> dict:
         """The hybrid.json object."""
         return {"schema": SCHEMA, "combine": "logit", "model_coef": self.model_coef,
                 "expert_coef": self.expert_coef, "bias": self.bias, "eps": self.eps,
-                "tuned_on": self.tuned_on}
+                "warmup_coef": self.warmup_coef, "tuned_on": self.tuned_on}
 
     @classmethod
     def read(cls, path: str | os.PathLike | None = None) -> "HybridParams":
@@ -71,7 +83,8 @@ class HybridParams:
             if obj.get("schema") != SCHEMA:
                 raise ValueError(f"expected schema {SCHEMA}")
             return cls(float(obj["model_coef"]), float(obj["expert_coef"]), float(obj["bias"]),
-                       float(obj.get("eps", 1e-3)), dict(obj.get("tuned_on", {})))
+                       float(obj.get("eps", 1e-3)), dict(obj.get("tuned_on", {})),
+                       float(obj.get("warmup_coef", 0.0)))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelError(f"{path}: not a readable hybrid parameter file ({exc})") from None
 
@@ -114,7 +127,11 @@ class HybridDetector:
         if self.params is None:
             w = self.model_weight
             return clip01(w * m + (1.0 - w) * e)
-        return clip01(self.params.combine(m, e))
+        warm = None
+        if self.params.warmup_coef:
+            from ..idle import warmup_share
+            warm = warmup_share(windows)
+        return clip01(self.params.combine(m, e, warm))
 
     def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
         """The model's learned pattern head (the offline classifier blends it with the rules)."""
@@ -123,7 +140,7 @@ class HybridDetector:
     def __repr__(self) -> str:
         how = f"model_weight={self.model_weight}" if self.params is None else (
             f"stack a={self.params.model_coef:.3g} b={self.params.expert_coef:.3g} "
-            f"c={self.params.bias:.3g}")
+            f"c={self.params.bias:.3g} d={self.params.warmup_coef:.3g}")
         return f"HybridDetector({self.learned!r}, {how})"
 
 
