@@ -316,6 +316,28 @@ def test_base_without_an_insertion_point_is_skipped_with_a_reason(tmp_path):
                            "top-level ops to compile in pieces"]
 
 
+def test_a_plant_that_reads_as_warm_up_is_not_written(tmp_path):
+    """The AMD run is two profiler steps whose 9.3 ms of GPU idle is 99% start-up (module
+    loading, a first step far longer than the second): a stall planted there is what the idle
+    account calls warm-up, so it is skipped with its share; the same plants into a steady
+    forward-pass trace are written and labelled, with almost no warm-up inside their labels."""
+    from traceap.inject.core import WARMUP_SHARE, warmup_share_in
+    pats = ("single_process_dataloading", "cpu_bound")
+    rep = build([MI250, PARTICLE], tmp_path / "ds", InjectConfig(patterns=pats))
+    assert sorted(rep.skipped) == [
+        f"skip amd_mi250_train__{p}__c0: 100% of the GPU idle it would be labelled with is "
+        f"warm-up in the edited trace (start-up, not a steady-state {p})" for p in sorted(pats)]
+    entries = read_manifest(tmp_path / "ds")
+    written = {e.id for e in entries if e.source == "injected"}
+    assert written == {f"particle_transformer_bs8__{p}__c0" for p in pats}
+    assert not list((tmp_path / "ds" / "traces").glob("amd_mi250_train__*"))
+    for e in entries:
+        if e.source == "injected":
+            t = traceap.load(tmp_path / "ds" / e.path)
+            share = warmup_share_in(t, [(a.start_us, a.end_us) for a in e.anomalies])
+            assert share < 0.1 < WARMUP_SHARE
+
+
 # -- natural labels ---------------------------------------------------------------------------
 def test_natural_labels_from_the_traces_own_events():
     dlrm = traceap.load(DATA / "dlrm_job" / "worker0.pt.trace.json.gz")

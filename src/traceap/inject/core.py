@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from isal import isal_zlib
 
-from ..trace import Kind
+from ..trace import Kind, merged_intervals
 from .dialect import Factory
 from .edit import PH_FLOW_END, PH_FLOW_START, PH_FLOW_STEP, PH_INSTANT, PH_X
 from .mechanisms import MECHANISMS, Base, Plan, Unusable
@@ -34,6 +34,13 @@ MAX_REPLANS = 3
 #: a server waiting for requests), a stall adds a little to a long wait: labelling the whole
 #: wait would call the base's own idle an anomaly that no detector can tell from the base.
 CAUSED_SHARE = 1 / 3
+#: A plant is not written when more than this share of the GPU idle inside its labels is, in
+#: the edited trace, one-off start-up by the idle account (`traceap.idle`: allocator growth,
+#: graph capture, module loading, a first step far longer than the rest): analysed, it reads as
+#: warm-up, which is not a steady-state anti-pattern (the detectors issue), so labelling it as
+#: the pattern would teach and grade the opposite.  Capture traces and two-step runs are all
+#: warm-up.
+WARMUP_SHARE = 0.5
 
 
 class Invalid(Exception):
@@ -464,4 +471,18 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
                   result=res, t0=t0)
 
 
-__all__ = ["Invalid", "Output", "inject_one", "new_times", "output_columns", "realize"]
+def warmup_share_in(trace, intervals: list[tuple[float, float]]) -> float:
+    """Share of the GPU idle inside `intervals` (trace clock, us) that the idle account of
+    `trace` gives to warm-up (0 when there is no idle there)."""
+    from ..idle import MECHANISM_IDS, measure
+    if not intervals:
+        return 0.0
+    s, e = merged_intervals(np.array([a for a, _ in intervals], np.float64),
+                            np.array([b for _, b in intervals], np.float64))
+    acc = measure(trace)
+    idle = sum(acc.time_in(m, s, e) for m in MECHANISM_IDS)
+    return acc.time_in("warmup", s, e) / idle if idle > 0 else 0.0
+
+
+__all__ = ["Invalid", "Output", "WARMUP_SHARE", "inject_one", "new_times", "output_columns",
+           "realize", "warmup_share_in"]
