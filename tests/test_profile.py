@@ -178,8 +178,16 @@ def test_torchrun_with_two_cpu_processes_gives_one_trace_per_rank(tmp_path):
         dist.destroy_process_group()
     """)
     out = tmp_path / "prof"
-    r = run([str(torchrun), "--standalone", "--nproc-per-node=2", str(script)],
-            ProfileConfig(out=out, steps=2, skip=2))
+    for attempt in (1, 2):
+        r = run([str(torchrun), "--standalone", "--nproc-per-node=2", str(script)],
+                ProfileConfig(out=out, steps=2, skip=2))
+        # Gloo's worker threads can abort a rank in interpreter teardown after its work is done
+        # ("terminate called without an active exception", SIGABRT; pytorch/pytorch#179291),
+        # seen once in a few runs on 2 loaded cores: the run is torch's to fail, so try it once
+        # more, from scratch, and only then judge.
+        if r.exit_code == 0 or attempt == 2:
+            break
+        shutil.rmtree(out, ignore_errors=True)
     assert r.exit_code == 0
     assert sorted(rec["rank"] for rec in r.records if rec["trace"]) == [0, 1]
     job = traceap.load_job(out)
