@@ -44,9 +44,10 @@ SEGFAULT = 128 + 11
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`traceap profile ARGS`; run once more, from scratch, when the profiled interpreter died
-    of a segfault: torch's CPU profiler crashed a child once in about 40 runs on 2 loaded cores
-    (no record written, exit 139), never twice in a row, while a crash traceap caused would
-    repeat.  The output folder is emptied between the two runs."""
+    of a segfault: a child (torch with its profiler) crashed once in about 40 runs on 2 loaded
+    cores (no record written, exit 139; not reproduced in 31 runs since, cause unknown), never
+    twice in a row, while a deterministic crash would repeat.  The output folder is emptied
+    between the two runs."""
     cmd = [sys.executable, "-m", "traceap", "profile", *args]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if p.returncode == SEGFAULT:
