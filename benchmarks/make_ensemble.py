@@ -12,11 +12,8 @@ score a validation split with OUT and ship it with `benchmarks/ship_model.py OUT
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
-
-import torch
 
 from traceap.model.checkpoint import add_members, load_model
 
@@ -28,11 +25,8 @@ def main(argv=None) -> int:
     ap.add_argument("others", type=Path, nargs="+")
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.first, args.out)
-    add_members(args.out, args.others)
-    obj = torch.load(args.out, weights_only=True)
-    obj["meta"] = {**obj.get("meta", {}), "ensemble_of": [str(p) for p in [args.first, *args.others]]}
-    torch.save(obj, args.out)
+    add_members(args.first, args.others, out=args.out,
+                meta={"ensemble_of": [str(p) for p in [args.first, *args.others]]})
     ckpt = load_model(args.out)
     print(f"wrote {args.out}: {len(ckpt.states)} members, {len(ckpt.text_table)} names")
     return 0

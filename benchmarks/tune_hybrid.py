@@ -9,7 +9,8 @@ logistic stack of `traceap.detectors.hybrid` (score = sigmoid(a logit(model) + b
 + c)) on the pooled window labels of every N, and prints, on that split, window AUC, trace AUC
 (max window score) and the share of flagged windows on healthy traces for the model, the rules,
 their mean and the stack.  `--warmup` adds the window's warm-up share (`traceap.idle.
-warmup_share`, from the traces themselves) to the stack with a fitted weight d.  `--write` stores (a, b, c) in src/traceap/data/hybrid.json (the
+warmup_share`, from the traces themselves) to the stack with a fitted weight d.  `--write`
+stores (a, b, c, d) in src/traceap/data/hybrid.json (the
 default of `traceap analyze`) with the dataset, split, commit and numbers they came from.
 Re-run it whenever the rules or the checkpoint change.  Never point it at a test split.
 """
@@ -152,12 +153,11 @@ def main(argv=None) -> int:
     logit = HybridParams().logit     # the stack's own transform
     if args.warmup:
         add_warmup(rows, args.dataset)
-    warm = (lambda q: q["warmup"]) if args.warmup else (lambda q: np.zeros(len(q["labels"])))
+    warm = (lambda q: q["warmup"]) if args.warmup else (lambda q: None)
 
-    x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"]),
-                                  warm(r)], 1) for r in rows])
-    if not args.warmup:
-        x = x[:, :2]
+    # columns: logit(model), logit(expert) and, with --warmup, the warm-up share
+    x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"])]
+                                 + ([r["warmup"]] if args.warmup else []), 1) for r in rows])
     y = np.concatenate([r["labels"] for r in rows]).astype(int)
     lr = LogisticRegression(C=1.0).fit(x, y)
     (a, b, *d), c = lr.coef_[0], lr.intercept_[0]
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
         # the ratio a / b, so pick it on window AUC + trace AUC (max), calibrating the scale,
         # bias (and warm-up weight) of the combined logit by a logistic fit for each ratio.
         def fit(r):
-            z = np.stack([r * x[:, 0] + x[:, 1]] + ([x[:, 2]] if args.warmup else []), 1)
+            z = np.column_stack([r * x[:, 0] + x[:, 1], x[:, 2:]])
             one = LogisticRegression(C=1.0).fit(z, y)
             k, *dd = (float(v) for v in one.coef_[0])
             return HybridParams(r * k, k, float(one.intercept_[0]), eps,

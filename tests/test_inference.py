@@ -83,7 +83,7 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
     """Seeds of one recipe joined by `add_members`: a window's score is the sigmoid of the
     members' mean logit and its pattern probabilities those of their mean pattern logits, on
     numpy and torch alike; the bundled model as its own two members scores as itself; a
-    checkpoint of another config does not join, with a one-line reason."""
+    checkpoint of another network does not join, with a one-line reason (another seed does)."""
     from traceap.errors import ModelError
     from traceap.model.checkpoint import add_members, bundled_model_path
     from traceap.model.ops import sigmoid
@@ -91,9 +91,10 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
     windows = Windows(load(SAMPLE), 100)
     obj = torch.load(bundled_model_path(), weights_only=True)
     gen = torch.Generator().manual_seed(0)
-    other = {**obj, "state_dict": {k: v + 0.05 * torch.randn(v.shape, generator=gen)
-                                   if v.is_floating_point() else v
-                                   for k, v in obj["state_dict"].items()}}
+    other = {**obj, "config": {**obj["config"], "seed": obj["config"]["seed"] + 1},  # a seed
+             "state_dict": {k: v + 0.05 * torch.randn(v.shape, generator=gen)
+                            if v.is_floating_point() else v
+                            for k, v in obj["state_dict"].items()}}
     torch.save(other, tmp_path / "other.pt")
     ens = add_members(bundled_model_path(), [tmp_path / "other.pt"], out=tmp_path / "ens.pt")
     assert len(load_model(ens).states) == 2

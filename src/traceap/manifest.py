@@ -123,6 +123,14 @@ def write_manifest(dataset: str | os.PathLike, entries: list[Entry]) -> Path:
     return path
 
 
+def _window_covers(entry: Entry, windows: Windows):
+    """(window, covered us, pattern) for every window an anomaly interval overlaps."""
+    for a in entry.anomalies:
+        for w in windows.overlapping(a.start_us, a.end_us):
+            yield w, min(a.end_us, windows.end_us[w]) - max(a.start_us, windows.start_us[w]), \
+                a.pattern
+
+
 def window_labels(entry: Entry, windows: Windows) -> np.ndarray:
     """Per window: True when it overlaps any anomaly interval (docs/FORMATS.md).  Test-time only."""
     y = np.zeros(windows.n, dtype=bool)
@@ -134,11 +142,9 @@ def window_labels(entry: Entry, windows: Windows) -> np.ndarray:
 def window_patterns(entry: Entry, windows: Windows) -> list[str | None]:
     """Per window: the pattern of the anomaly covering most of it, or None."""
     best: list[tuple[float, str | None]] = [(0.0, None)] * windows.n
-    for a in entry.anomalies:
-        for w in windows.overlapping(a.start_us, a.end_us):
-            cover = min(a.end_us, windows.end_us[w]) - max(a.start_us, windows.start_us[w])
-            if cover > best[w][0]:
-                best[w] = (cover, a.pattern)
+    for w, cover, pattern in _window_covers(entry, windows):
+        if cover > best[w][0]:
+            best[w] = (cover, pattern)
     return [p for _, p in best]
 
 
@@ -149,9 +155,8 @@ def window_pattern_sets(entry: Entry, windows: Windows) -> list[frozenset[str]]:
     either is right for it, while `window_patterns` keeps the one covering most of the window.
     """
     sets: list[set[str]] = [set() for _ in range(windows.n)]
-    for a in entry.anomalies:
-        for w in windows.overlapping(a.start_us, a.end_us):
-            sets[w].add(a.pattern)
+    for w, _, pattern in _window_covers(entry, windows):
+        sets[w].add(pattern)
     return [frozenset(s) for s in sets]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from isal import isal_zlib
 
 from ..trace import Kind, merged_intervals
+from ..windows import covered_time
 from .dialect import Factory
 from .edit import PH_FLOW_END, PH_FLOW_START, PH_FLOW_STEP, PH_INSTANT, PH_X
 from .mechanisms import MECHANISMS, Base, Plan, Unusable
@@ -474,13 +475,15 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
 def warmup_share_in(trace, intervals: list[tuple[float, float]]) -> float:
     """Share of the GPU idle inside `intervals` (trace clock, us) that the idle account of
     `trace` gives to warm-up (0 when there is no idle there)."""
-    from ..idle import MECHANISM_IDS, measure
+    from ..idle import measure
     if not intervals:
         return 0.0
     s, e = merged_intervals(np.array([a for a, _ in intervals], np.float64),
                             np.array([b for _, b in intervals], np.float64))
     acc = measure(trace)
-    idle = sum(acc.time_in(m, s, e) for m in MECHANISM_IDS)
+    # the account's segments are disjoint: all of them covered in the labels is the idle there
+    f = covered_time(acc.seg_start, acc.seg_end, np.concatenate((s, e)))
+    idle = float(np.sum(f[len(s):] - f[:len(s)]))
     return acc.time_in("warmup", s, e) / idle if idle > 0 else 0.0
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..manifest import MANIFEST, PATTERNS, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
 from ..errors import DatasetError, TraceapError, TraceFormatError
-from ..load import load, read_bytes
+from ..load import load_bytes, read_bytes
 from .core import WARMUP_SHARE, Invalid, inject_one, warmup_share_in
 from .edit import Doc, gz_bytes, write_file
 from .mechanisms import Base, Unusable
@@ -323,15 +323,15 @@ def inject_base(path: Path, bid: str, config: InjectConfig, out: Path) -> tuple[
             anomalies += [Anomaly(a, b, p) for a, b, p in moved if b > a]
             anomalies.sort(key=lambda x: (x.start_us, x.end_us))
             pats = [pattern] + [p for p in nat_patterns if p != pattern]
-            dest = out / "traces" / f"{eid}.pt.trace.json.gz"
-            write_file(dest, o.gz)
-            warm = warmup_share_in(load(dest), o.anomalies)
-            if warm > WARMUP_SHARE:   # read as start-up, not as the pattern: not written
-                dest.unlink()
+            # the edited trace as `traceap analyze` reads it: a plant that reads as start-up
+            # is not the pattern, and is not written
+            warm = warmup_share_in(load_bytes(o.data, eid), o.anomalies)
+            if warm > WARMUP_SHARE:
                 lines.append(f"skip {eid}: {100 * warm:.0f}% of the GPU idle it would be "
                              f"labelled with is warm-up in the edited trace (start-up, not a "
                              f"steady-state {pattern})")
                 continue
+            write_file(out / "traces" / f"{eid}.pt.trace.json.gz", o.gz)
             entries.append(entry(eid, world_size=o.world_size or ws, rank=rank, label="bad",
                                  patterns=pats, anomalies=anomalies, source="injected",
                                  notes=f"{pattern} planted {o.n_instances}x into {path.name} "

@@ -244,6 +244,13 @@ def load(path: str | os.PathLike) -> Trace:
         return _build(_read([read_bytes(path)], path), path)
 
 
+def load_bytes(data: bytes, name: str) -> Trace:
+    """A trace's uncompressed JSON already in memory, read as `load` reads a file (`name`
+    stands for the path in messages and `meta.path`)."""
+    with _gc_paused():
+        return _build(_read([data], name), name)
+
+
 #: Traces above this size (uncompressed, estimated for .gz) show a spinner while they load.
 SPINNER_BYTES = 50 * 1024 * 1024
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelError
-from .config import ModelConfig
+from .config import TRAINING_FIELDS, ModelConfig
 from .text import ENCODER_ID
 
 FORMAT = "traceap.model/v1"
@@ -108,10 +108,11 @@ def save_model(model, path: str | os.PathLike, text_table: dict[str, np.ndarray]
 
 
 def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
-                out: str | os.PathLike | None = None) -> Path:
+                out: str | os.PathLike | None = None, meta: dict | None = None) -> Path:
     """Make the checkpoint at `path` an ensemble: append the weights of each checkpoint in
     `members` (same config, platforms and text encoder; their names join the vocabulary),
-    written to `out` (default: in place).  Raises ModelError when a member does not fit."""
+    `meta` merged into its meta, written to `out` (default: in place).  Raises ModelError when
+    a member does not fit."""
     import torch
 
     obj = torch.load(path, weights_only=True)
@@ -120,12 +121,17 @@ def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
     for m in members:
         other = torch.load(m, weights_only=True)
         for key in ("config", "platforms", "encoder_id"):
-            if other.get(key) != obj.get(key):
+            mine, theirs = obj.get(key), other.get(key)
+            if key == "config":   # seeds, losses and schedules may differ: the network may not
+                mine, theirs = ({k: v for k, v in c.items() if k not in TRAINING_FIELDS}
+                                for c in (mine, theirs))
+            if theirs != mine:
                 raise ModelError(f"{m}: cannot join {path} in an ensemble (its {key} differs)")
         extra += [other["state_dict"], *other.get("members", [])]
         for n, e in zip(other["names"], other["name_embeddings"]):
             names.setdefault(n, e)
     obj["members"] = extra
+    obj["meta"] = {**obj.get("meta", {}), **(meta or {})}
     obj["names"] = sorted(names)
     obj["name_embeddings"] = (torch.stack([names[n] for n in obj["names"]]) if names
                               else obj["name_embeddings"])

@@ -9,6 +9,14 @@ from dataclasses import asdict, dataclass, fields, replace
 ABLATIONS = ("no_event_adapter", "no_transformer", "no_relation", "names_masked")
 
 
+#: Fields that only steer training (losses, optimiser, schedule, seed): checkpoints that differ
+#: in them alone score windows with the same network, so they can join one ensemble.
+TRAINING_FIELDS = frozenset({
+    "trace_pool", "topk_fraction", "s_pos", "s_neg", "w_trace", "w_svm", "w_cluster", "w_smooth",
+    "w_pattern", "w_window", "w_window_pattern", "svm_c", "lr", "weight_decay", "batch_size",
+    "epochs", "windows", "platform_dropout", "pair_same_base", "seed", "name_dropout"})
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes, feature settings, loss weights and training settings of the learned detector.
@@ -168,4 +176,4 @@ def preset(name: str) -> ModelConfig:
         raise ValueError(f"unknown model config {name!r} (choose from {', '.join(PRESETS)})") from None
 
 
-__all__ = ["ABLATIONS", "ModelConfig", "PRESETS", "preset"]
+__all__ = ["ABLATIONS", "ModelConfig", "PRESETS", "TRAINING_FIELDS", "preset"]
