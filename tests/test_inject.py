@@ -338,6 +338,28 @@ def test_a_plant_that_reads_as_warm_up_is_not_written(tmp_path):
             assert share < 0.1 < WARMUP_SHARE
 
 
+def test_a_writer_that_rounds_each_event_alone_still_gets_every_plant(tmp_path):
+    """traceap's own simulator writes each event's ts and dur rounded to the ns on their own, so
+    siblings may overlap and children outlive their parents by a ns, and a DataLoader call runs
+    into the next profiler step.  A planted copy re-rounds both sides of such a pair: that is
+    not breakage.  Before, every plant into this DDP rank failed the nesting check (24 of 24
+    over three seeds); graph_break also wrapped the op that outlives its step in a region."""
+    from traceap.synth import switches
+    from traceap.synth.platforms import PLATFORMS
+    from traceap.synth.simulator import RunConfig, simulate
+    from traceap.synth.workloads import all_models
+    from traceap.synth.writer import trace_document, write_trace
+    cfg = RunConfig(all_models()["resnet18"], PLATFORMS["a100"], 8, 224, world_size=2, steps=2,
+                    seed=1, t0_us=1.85e12)
+    switches.healthy(cfg, np.random.default_rng(1))
+    path = tmp_path / "rn18_ddp.pt.trace.json.gz"
+    write_trace(path, trace_document(simulate(cfg), 1_700_000_000_000_000_000))
+    base = Base.of(Doc(path), path.name)
+    for k, pattern in enumerate(PATTERNS):
+        out = inject_one(base, pattern, np.random.default_rng([0, 1, k]))   # raises if invalid
+        assert out.anomalies, pattern
+
+
 # -- natural labels ---------------------------------------------------------------------------
 def test_natural_labels_from_the_traces_own_events():
     dlrm = traceap.load(DATA / "dlrm_job" / "worker0.pt.trace.json.gz")
