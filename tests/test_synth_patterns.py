@@ -177,6 +177,28 @@ def test_excessive_memcpy_syncs_and_small_copies_in_the_interval(tmp_path):
     assert not good_res.anomalies
 
 
+def test_healthy_forward_syncs_are_one_offs_the_rules_pass(tmp_path):
+    """`aten::nonzero` in the forward (a mask, `torch.where(cond)`): an 8-byte copy to the host
+    and a sync per call, a short relaunch wait on the GPU, no label, and the rules name nothing
+    (the one-off sync of a healthy real forward pass is not excessive_memcpy)."""
+    def masks(cfg):
+        cfg.forward_syncs = 2
+        cfg.log_item, cfg.log_syncs, cfg.timing_sync = False, 0, False
+
+    t, res = _run(tmp_path, None, after=masks, mode="infer")
+    nz = np.flatnonzero(t.name == t.code_of("aten::nonzero"))
+    assert len(nz) == 3 * 2 and not res.anomalies
+    d2h = np.flatnonzero(t.copy_kind == CopyKind.DTOH)
+    small = d2h[t.bytes[d2h] == 8]
+    assert len(small) == 3 * 2
+    # each one waits: its sync is nested in the op
+    syncs = np.flatnonzero(t.is_sync)
+    assert sum(any(t.ts[z] <= t.ts[s] <= t.end[z] for s in syncs) for z in nz) == len(nz)
+    from traceap.analysis import analyze
+    a = analyze(t, detector="expert")
+    assert not [f for f in a.findings if f.severity in ("medium", "high")]
+
+
 def test_graph_break_splits_the_compiled_forward(tmp_path):
     t, res = _run(tmp_path, "graph_break")
     regions = [n for n in t.names if n.startswith("Torch-Compiled Region: ")]

@@ -65,6 +65,7 @@ class RunConfig:
     log_item: bool = True            # one loss.item() per step (normal)
     log_syncs: int = 0               # further .item()s for logging, after the first (cost nothing)
     timing_sync: bool = False        # torch.cuda.synchronize() before reading the step time
+    forward_syncs: int = 0           # data-dependent ops in the eager forward (nonzero, masks)
     item_syncs: int = 0              # excessive_memcpy: .item()/.cpu()/torch.tensor(...) per step
     sync_steps: tuple[int, ...] = ()
     graph_breaks: int = 0            # graph_break: number of breaks in the compiled forward
@@ -430,14 +431,43 @@ class _Run:
         if cfg.compiled:
             self.compiled_forward()
         else:
-            for layer in self.layers:
+            at = self.forward_sync_layers()
+            for i, layer in enumerate(self.layers):
                 self.seq += 1
                 # nn.Module.__call__ + the Python of forward(): host time outside any op
                 e.idle(e.main, e.host(22.0))
                 for call in ops.forward_ops(layer, self.ctx):
                     self.op(e.main, call, seq=self.seq if cfg.mode == "train" else None)
+                for _ in range(at.count(i)):
+                    self.nonzero(e.main)
         if ann:
             e.end(ann)
+
+    def forward_sync_layers(self) -> list[int]:
+        """The layers after which the forward runs a data-dependent op (the same every step)."""
+        if not hasattr(self, "_sync_layers"):
+            n = self.cfg.forward_syncs
+            self._sync_layers = sorted(int(x) for x in self.rng.integers(
+                len(self.layers) // 4, len(self.layers), size=n)) if n and self.layers else []
+        return self._sync_layers
+
+    def nonzero(self, tid: int) -> None:
+        """`aten::nonzero` (boolean masks, `torch.where(cond)`, box or point selection): a count
+        kernel, its 8-byte result copied to the host and waited for, then the select kernels.
+        Healthy models do this in their forward; the GPU idles only while the host relaunches."""
+        e = self.eng
+        x, t = e.next_ext(), e.clock[tid]
+        e.clock[tid] += e.host(8.0)
+        e.launch(tid, NONZERO_KERNELS[0], 3.0 * e.jit(), COMPUTE_STREAM, x, 256, 32)
+        e.clock[tid] += e.host(3.0)
+        e.memcpy(tid, "DtoH (Device -> Pinned)", 8, self.cfg.platform.h2d_pageable_gbs,
+                 COMPUTE_STREAM, x, blocking=False)
+        e.sync(tid, COMPUTE_STREAM, x)
+        e.clock[tid] += e.host(6.0)
+        for k in NONZERO_KERNELS[1:]:
+            e.launch(tid, k, 2.5 * e.jit(), COMPUTE_STREAM, x, 128, 32)
+            e.clock[tid] += e.host(2.0)
+        e.cpu_event(tid, "aten::nonzero", t, e.clock[tid] - t, x)
 
     def _regions(self) -> list[tuple[int, int]]:
         """Layer index ranges of the compiled regions (separately compiled modules and graph
@@ -1046,6 +1076,22 @@ class _Run:
             e.idle(e.main, e.host(15.0))
             self.item_sync(e.main, "aten::item")     # a score or a count printed per batch
 
+
+#: What `aten::nonzero` launches on CUDA (cub's reduce for the count, then its select).
+NONZERO_KERNELS = (
+    "void at_cuda_detail::cub::DeviceReduceSingleTileKernel<at_cuda_detail::cub::DeviceReducePolicy"
+    "<long, unsigned int, at_cuda_detail::cub::Sum>::Policy600, at::native::(anonymous namespace)::"
+    "NonZeroOp<bool>*, long*, int, at_cuda_detail::cub::Sum, long>(at::native::(anonymous "
+    "namespace)::NonZeroOp<bool>*, long*, int, at_cuda_detail::cub::Sum, long)",
+    "void at_cuda_detail::cub::DeviceCompactInitKernel<at_cuda_detail::cub::ScanTileState<int, "
+    "true>, int*>(at_cuda_detail::cub::ScanTileState<int, true>, int, int*)",
+    "void at_cuda_detail::cub::DeviceSelectSweepKernel<at_cuda_detail::cub::DispatchSelectIf<"
+    "at_cuda_detail::cub::CountingInputIterator<long, long>, at::native::(anonymous namespace)::"
+    "NonZeroOp<bool>*, long*, int*, at_cuda_detail::cub::NullType, at_cuda_detail::cub::NullType, "
+    "int, false>::PtxSelectIfPolicyT, at_cuda_detail::cub::CountingInputIterator<long, long>, "
+    "at::native::(anonymous namespace)::NonZeroOp<bool>*, long*, int*, at_cuda_detail::cub::"
+    "ScanTileState<int, true>, at_cuda_detail::cub::NullType, at_cuda_detail::cub::NullType, int, "
+    "false>(...)")
 
 #: GradScaler kernels (ATen's AMP kernels).
 AMP_UNSCALE = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"

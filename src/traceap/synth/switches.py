@@ -9,7 +9,7 @@ consequences, marking the ground-truth interval where the mechanism makes the GP
 |---|---|---|---|
 | single_process_dataloading | loading slower than the step: num_workers=0 with decoding, or too few workers for the augmentation | the `__next__` wait (either loader kind), once the GPU ran dry, when it is at least 5% of a step and 0.5 ms | cached datasets loaded in the main process; multi-worker queue gets, an occasional slow batch |
 | no_pin_memory | pin_memory=False | the input batch's pageable copies, from the `aten::to` to the end of the copy | labels / boxes copied from pageable memory (64 B - 256 KB, a few per step) |
-| excessive_memcpy | per-sample `.item()`/`.cpu()`/`torch.tensor(..., device)` | the syncing loop | logging `.item()`s, GradScaler's found-inf check, `.cpu()` of predictions |
+| excessive_memcpy | per-sample `.item()`/`.cpu()`/`torch.tensor(..., device)` | the syncing loop | logging `.item()`s, GradScaler's found-inf check, `.cpu()` of predictions, 1-3 `aten::nonzero` per eager forward (masks, `torch.where(cond)`) |
 | graph_break | torch.compile with breaks | the eager stretch between compiled regions (host and GPU) | modules compiled one by one, a compiled loss, a compiled optimizer step (more frames, no eager gap) |
 | cpu_bound | a Python loop of tiny ops | the loop, once the GPU backlog drained | the same small ops in loss terms, metrics, box decoding, input normalisation |
 | small_nccl_kernels | bucket_cap_mb < 1 | first to last all-reduce of the backward | buffer broadcasts, a logging all-reduce, gathered embeddings: small LL collectives |
@@ -129,3 +129,7 @@ def healthy(cfg: RunConfig, rng: np.random.Generator) -> None:
     cfg.log_allreduce = bool(rng.random() < 0.5)
     cfg.gather_features = bool(rng.random() < 0.15)
     cfg.benign_idle_us = float(rng.uniform(500, 6000)) if rng.random() < 0.15 else 0.0
+    # data-dependent ops in the forward (masks, `torch.where(cond)`, point or box selection):
+    # each syncs once, the GPU waits only for the relaunch (real: a particle transformer's
+    # one-off 338 us in a 55 ms forward)
+    cfg.forward_syncs = int(rng.choice([1, 1, 2, 3])) if rng.random() < 0.35 else 0
