@@ -31,6 +31,7 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,7 @@ def healthy(e) -> bool:
 
 
 def run(dataset: Path, split: str, detectors: list[str], n: int, findings: bool,
-        limit: int | None) -> dict:
+        limit: int | None, options: dict | None = None) -> dict:
     """Every trace of the split once: labels, scores, calls, findings of healthy traces."""
     entries = [e for e in read_manifest(dataset) if e.split == split]
     if limit and len(entries) > limit:
@@ -67,6 +68,9 @@ def run(dataset: Path, split: str, detectors: list[str], n: int, findings: bool,
         sys.exit(f"real_rules_report: no {split!r} traces in {dataset}")
     dets = {d: make_detector(d) for d in detectors}
     clfs = {d: resolve_classifier(None, det) for d, det in dets.items()}
+    for c in clfs.values():
+        if options:  # a classifier setting to compare on validation (OfflineConfig fields)
+            c.config = replace(c.config, **options)
     recs = []
     t0 = time.time()
     for k, e in enumerate(entries, 1):
@@ -208,12 +212,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--show-findings", action="store_true",
                     help="list the findings of every healthy trace")
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--classifier-option", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override an OfflineConfig field, e.g. tie_by_lost=1 (repeatable)")
     args = ap.parse_args(argv)
+    options = {}
+    for kv in args.classifier_option:
+        k, v = kv.split("=", 1)
+        options[k] = v.lower() in ("1", "true") if v.lower() in ("0", "1", "true", "false") \
+            else float(v)
     if args.split.startswith("test"):
         print(f"note: {args.split} is for reporting the chosen values once, not for tuning",
               file=sys.stderr)
     res = run(args.dataset, args.split, [d for d in args.detectors.split(",") if d],
-              args.windows, not args.no_findings, args.limit)
+              args.windows, not args.no_findings, args.limit, options)
     report(res, args.by_base, args.show_findings)
 
 

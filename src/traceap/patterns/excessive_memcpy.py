@@ -79,6 +79,11 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
                                    c.host_weight * ramp(host_us / w, c.host_lo, c.host_hi)]) * count
         # No measured cost, no finding: syncs that cost the GPU nothing are not the habit.
         score = score * ramp(lost / w, 0.0, c.cost_gate)
+        # A one-off sync that costs the run almost nothing is not the habit, however much of
+        # its own window it idles (a sum over the batch's lengths copied to the host once).
+        if c.trace_hi > 0:
+            share = float(lost.sum()) / max(w * windows.n, 1e-9)
+            score = score * float(ramp(share, c.trace_lo, c.trace_hi))
         nbytes = sum_in(windows, t.ts[copies], np.nan_to_num(t.bytes[copies]))
         dtoh = count_in(windows, t.ts[copies[t.copy_kind[copies] == CopyKind.DTOH]])
         return {"score": score, "lost_us": lost, "copy_us": copy_us, "exposed_copy_us": exposed,
