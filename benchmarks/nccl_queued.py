@@ -25,26 +25,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from traceap.idle import intersect  # noqa: E402
 from traceap.load import load  # noqa: E402
 from traceap.manifest import read_manifest, trace_path, window_patterns  # noqa: E402
 from traceap.measures.signals import compute_rows, nccl_rows, union_in  # noqa: E402
 from traceap.trace import merged_intervals  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
-
-
-def intersect(a: tuple[np.ndarray, np.ndarray],
-              b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two merged (sorted, disjoint) interval sets."""
-    (as_, ae), (bs, be) = a, b
-    if not len(as_) or not len(bs):
-        return np.zeros(0), np.zeros(0)
-    j0 = np.searchsorted(be, as_, side="right")
-    j1 = np.searchsorted(bs, ae, side="left")
-    n = np.maximum(j1 - j0, 0)
-    ia = np.repeat(np.arange(len(as_)), n)
-    ib = np.repeat(j0, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
-    s, e = np.maximum(as_[ia], bs[ib]), np.minimum(ae[ia], be[ib])
-    return s[e > s], e[e > s]
 
 
 def queued_share(w: Windows) -> tuple[np.ndarray, np.ndarray]:
@@ -53,15 +39,14 @@ def queued_share(w: Windows) -> tuple[np.ndarray, np.ndarray]:
     comp, nc = compute_rows(t), nccl_rows(t)
     if not len(nc) or not len(comp):
         return np.zeros(w.n), np.ones(w.n)
-    n = merged_intervals(t.ts[nc], t.end[nc])
-    c = merged_intervals(t.ts[comp], t.end[comp])
+    n = (t.ts[nc], t.end[nc])
+    c = (t.ts[comp], t.end[comp])
     launch = t.launch[comp]
     ok = launch >= 0
     ps, pe = t.ts[launch[ok]], t.ts[comp[ok]]
-    q = merged_intervals(ps[pe > ps], pe[pe > ps])
-    nq = intersect(n, q)
-    exposed = union_in(w, *n) - union_in(w, *intersect(n, c))
-    waiting = union_in(w, *nq) - union_in(w, *intersect(nq, c))
+    nq = intersect(*n, ps[pe > ps], pe[pe > ps])
+    exposed = union_in(w, *merged_intervals(*n)) - union_in(w, *intersect(*n, *c))
+    waiting = union_in(w, *nq) - union_in(w, *intersect(*nq, *c))
     return exposed, np.where(exposed > 0, np.clip(waiting / np.maximum(exposed, 1e-9), 0, 1), 1.0)
 
 

@@ -189,9 +189,10 @@ def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _tol(x: np.ndarray) -> float:
-    """Float slack: ns resolution, or a few ulps where absolute times leave no room for ns.
+    """Float slack: 1.5 ns, or a few ulps where absolute times leave no room for ns.
 
-    A trace clock in us since the epoch (~1.7e12 with ns decimals) keeps ~0.5 ns per ulp,
+    Two times a writer rounded to the ns on their own may be a ns apart where they were equal,
+    and a trace clock in us since the epoch (~1.7e12 with ns decimals) keeps ~0.5 ns per ulp,
     so `ts + dur` read back may land a few ulps past the end that was written.
     """
     finite = x[np.isfinite(x)]

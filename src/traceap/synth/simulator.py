@@ -166,6 +166,7 @@ class _Run:
         self.param_tensors = sum(1 for layer in self.layers if layer.params_m > 0) * 2
         self.seq = int(self.rng.integers(100, 5000))
         self.step_index = 0
+        self._sync_layers: list[int] | None = None   # drawn at the first eager forward
 
     # -- small building blocks ----------------------------------------------------------------
     def op(self, tid: int, call: OpCall, runtime: str = "cudaLaunchKernel",
@@ -445,7 +446,7 @@ class _Run:
 
     def forward_sync_layers(self) -> list[int]:
         """The layers after which the forward runs a data-dependent op (the same every step)."""
-        if not hasattr(self, "_sync_layers"):
+        if self._sync_layers is None:
             n = self.cfg.forward_syncs
             self._sync_layers = sorted(int(x) for x in self.rng.integers(
                 len(self.layers) // 4, len(self.layers), size=n)) if n and self.layers else []

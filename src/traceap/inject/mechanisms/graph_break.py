@@ -49,13 +49,12 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
         if len(kids):
             par = parent[kids]
             vals, counts = np.unique(par, return_counts=True)
-            kids = kids[par == vals[counts.argmax()]]
+            p0 = vals[counts.argmax()]
+            kids = kids[par == p0]
             # an op that outlives its parent (a loader call running into the next step) would
             # carry its region across the parent's end
-            tr = base.doc.trace
-            p0 = int(parent[kids[0]]) if len(kids) else -1
             if p0 >= 0:
-                kids = kids[tr.end[kids] <= tr.end[p0]]
+                kids = kids[base.doc.trace.end[kids] <= base.doc.trace.end[p0]]
         if len(kids) < config.min_kids:
             continue
         n_reg = int(min(rng.integers(config.regions[0], config.regions[1] + 1), len(kids)))
