@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SAMPLE=examples/ddp_cnn_a100_rank0.json.gz   # relative: the report shows this path, no one's home
+SAMPLE=examples/dlrm_a100_rank3.json.gz   # relative: the report shows this path, no one's home
 OUT_PNG=docs/report_screenshot.png
 WIDTH=${WIDTH:-1280}
 HEIGHT=${HEIGHT:-1500}

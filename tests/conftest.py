@@ -9,7 +9,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
-SAMPLE = REPO / "examples" / "ddp_cnn_a100_rank0.json.gz"
+#: The README's sample: DLRM training on A100 (rank 3 of 8) whose all-reduces are exposed with
+#: the optimizer's kernels queued behind them (a genuine nccl_compute_no_overlap).
+SAMPLE = REPO / "examples" / "dlrm_a100_rank3.json.gz"
+#: DDP training of a small CNN on A100 (rank 0 of 2): launch-bound all through, its collectives
+#: run while the host has not launched the next work (exposed-looking, holding nothing back).
+CNN = REPO / "examples" / "ddp_cnn_a100_rank0.json.gz"
 SHARED_TRACES = Path(os.environ.get("TRACEAP_SHARED", REPO.parent / "shared")) / "traces"
 
 

@@ -18,12 +18,12 @@ from traceap.patterns import REGISTRY, nearby
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
-from .conftest import DATA, SAMPLE
+from .conftest import DATA, CNN
 
 
 @pytest.fixture(scope="module")
 def ddp() -> Trace:
-    return traceap.load(SAMPLE)
+    return traceap.load(CNN)
 
 
 def slowed(trace: Trace, lo: float, hi: float, factor: float = 8.0) -> Trace:

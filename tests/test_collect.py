@@ -18,7 +18,7 @@ from traceap.collect.markers import extract
 from traceap.manifest import read_manifest
 from traceap.errors import DatasetError
 
-from .conftest import SAMPLE
+from .conftest import CNN
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 SP_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -156,7 +156,7 @@ def test_gpu_only_pattern_on_cpu_is_one_clear_line(tmp_path):
 
 def test_marker_interval_extends_to_the_gpu_work_it_launched():
     """On a real A100 trace: a marker around a kernel launch ends where the kernel ends."""
-    trace = orjson.loads(gzip.decompress(SAMPLE.read_bytes()))
+    trace = orjson.loads(gzip.decompress(CNN.read_bytes()))
     events = trace["traceEvents"]
     kernels = {e["args"]["correlation"]: e for e in events
                if e.get("cat") == "kernel" and "correlation" in e.get("args", {})}
@@ -189,7 +189,7 @@ def test_bad_plans_are_one_clear_error(tmp_path, text, message):
 
 
 def test_example_plan_expands_to_the_advertised_sweep():
-    plan = load_plan(SAMPLE.parent / "collect_plan.yaml", device="cpu")
+    plan = load_plan(CNN.parent / "collect_plan.yaml", device="cpu")
     ids = plan.configs
     assert len(ids) == 3 * 7 * 2 * 2 + 2 * 6 * 2 + 2 * 6 + 2 * 4
     assert {c.model for c in ids} >= {"resnet18", "vit_b_16", "retinanet_resnet18_fpn", "unet"}

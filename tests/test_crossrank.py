@@ -17,7 +17,7 @@ from traceap.findings import SEVERITY
 from traceap.load import load_job
 from traceap.report.html import render_html
 
-from .conftest import DATA, SAMPLE, SHARED_TRACES, needs_shared
+from .conftest import DATA, CNN, SHARED_TRACES, needs_shared
 
 PARAM = SHARED_TRACES / "facebookresearch__param"
 
@@ -67,7 +67,8 @@ def test_bundled_dlrm_job_totals_and_cross_rank_numbers():
     assert exp.time_lost_us == pytest.approx(r0.time_lost_us, rel=1e-3)
     assert exp.gain_pct == pytest.approx(r0.gain_pct, rel=1e-3) and exp.severity == r0.severity
     # Communication-bound: overlap can hide it only under the 1 ms of compute there is.
-    assert exp.gain_us < 0.25 * exp.time_lost_per_step_us
+    assert exp.gain_us == pytest.approx(exp.numbers["compute_us"], abs=1.0)
+    assert exp.gain_us < 0.5 * exp.time_lost_per_step_us
 
 
 def test_cross_rank_findings_need_only_the_summaries():
@@ -85,7 +86,7 @@ def test_cross_rank_findings_need_only_the_summaries():
 
 def test_copies_of_one_trace_are_reported_as_copies_not_as_a_job(tmp_path):
     for name in ("rank0.json.gz", "rank1.json.gz"):
-        shutil.copy(SAMPLE, tmp_path / name)
+        shutil.copy(CNN, tmp_path / name)
     job = analyze_job(tmp_path, n_windows=20, detector="expert")
     assert len(job.ranks) == 1 and job.findings == []
     assert len(job.copies) == 1 and len(job.copies[0]) == 2
@@ -94,7 +95,7 @@ def test_copies_of_one_trace_are_reported_as_copies_not_as_a_job(tmp_path):
 
 
 def test_traces_claiming_one_rank_are_not_compared(tmp_path):
-    shutil.copy(SAMPLE, tmp_path / "a.json.gz")
+    shutil.copy(CNN, tmp_path / "a.json.gz")
     shutil.copy(DATA / "dlrm_job" / "worker0.pt.trace.json.gz", tmp_path / "b.json.gz")
     job = analyze_job(tmp_path, n_windows=20, detector="expert")
     sums = [rank_summary(t) for t in load_job(tmp_path).traces]

@@ -14,7 +14,7 @@ import traceap
 from traceap.collect import CollectConfig, collect
 from traceap.diff import EXIT_SLOWER, FINDING_NUMBERS, SCHEMA, compare, measure_trace, side_of
 
-from .conftest import DATA, SAMPLE
+from .conftest import CNN, DATA, SAMPLE
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -77,7 +77,7 @@ def test_data_loading_time_is_the_union_of_loader_calls_inside_the_steps(pair):
 
 def test_fail_if_slower_gates_on_the_step_time():
     fast = DATA / "amd_mi250_train.json.gz"       # 4.7 ms steps
-    slow = SAMPLE                                  # 222 ms steps
+    slow = CNN                                  # 222 ms steps
     p = _diff(str(fast), str(slow), "--fail-if-slower", "10", "-q")
     assert p.returncode == EXIT_SLOWER == 3
     assert p.stdout.startswith("step time +") and "more than --fail-if-slower 10%" in p.stdout
@@ -89,7 +89,7 @@ def test_fail_if_slower_gates_on_the_step_time():
 
 
 def test_same_recording_twice_is_no_change():
-    d = compare(SAMPLE, SAMPLE)
+    d = compare(CNN, CNN)
     assert d.step_pct == 0 and "no significant change" in d.verdict
     assert {c.status for c in d.findings} <= {"same"}
     assert not d.slower
@@ -97,7 +97,7 @@ def test_same_recording_twice_is_no_change():
 
 def test_findings_that_go_away_are_fixed_and_new_ones_appear():
     gpu = side_of(SAMPLE)
-    assert gpu.findings, "the bundled DDP trace has findings"
+    assert gpu.findings, "the bundled DLRM trace has findings"
     cpu = side_of(DATA / "cpu_only_zoology.json.gz")
     d = compare(gpu, cpu)
     assert {c.status for c in d.findings} == {"fixed"}
@@ -115,7 +115,7 @@ def test_findings_that_go_away_are_fixed_and_new_ones_appear():
 
 def test_an_analysis_json_gives_the_same_numbers_as_its_trace(tmp_path):
     trace, out = tmp_path / "run.pt.trace.json.gz", tmp_path / "a.json"
-    shutil.copy(SAMPLE, trace)
+    shutil.copy(CNN, trace)
     p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(trace), "-q",
                         "--json", str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -147,10 +147,10 @@ def test_a_folder_of_ranks_is_one_side():
 
 
 def test_bad_inputs_are_one_clear_line(tmp_path):
-    p = _diff(str(tmp_path / "missing.json"), str(SAMPLE))
+    p = _diff(str(tmp_path / "missing.json"), str(CNN))
     assert p.returncode == 2 and "no such file or folder" in p.stderr.splitlines()[-1]
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "traceap.analysis/v1", "trace": ')
-    p = _diff(str(bad), str(SAMPLE))
+    p = _diff(str(bad), str(CNN))
     assert p.returncode == 2 and "not valid JSON" in p.stderr.splitlines()[-1]
     assert "Traceback" not in p.stderr

@@ -23,7 +23,7 @@ from traceap.errors import DatasetError
 from traceap.eval import EvalConfig, evaluate, metrics, plots, tables
 from traceap.eval.runner import select
 
-from .conftest import DATA, SAMPLE
+from .conftest import DATA, CNN
 
 # (id, source file, split, task, label, [(start fraction, end fraction, pattern)])
 LAYOUT = [
@@ -37,7 +37,7 @@ LAYOUT = [
      "bad", [(0.4025, 0.5975, "small_nccl_kernels")]),
     ("pe_good", DATA / "dlrm_job" / "worker1.pt.trace.json.gz", "test_unseen", "pose_estimation",
      "good", []),
-    ("ig_bad", SAMPLE, "test_unseen", "image_generation", "bad",
+    ("ig_bad", CNN, "test_unseen", "image_generation", "bad",
      [(0.0025, 0.0975, "graph_break"), (0.8025, 0.9975, "nccl_compute_no_overlap")]),
     ("ig_good", DATA / "cpu_only_zoology.json.gz", "test_unseen", "image_generation", "good", []),
     ("train_bad", DATA / "amd_mi250_train.json.gz", "train", "image_classification", "bad",
@@ -440,7 +440,7 @@ def test_model_option_is_the_checkpoint_of_hybrid_too(tmp_path):
     dets = build_detectors(["hybrid", "model"], True, other, warn=lambda m: None)
     assert dets["hybrid"].learned.predictor.checkpoint.path == str(other)
     assert dets["model"].predictor.checkpoint.path == str(other)
-    w = Windows(traceap.load(SAMPLE), 20)
+    w = Windows(traceap.load(CNN), 20)
     bundled = build_detectors(["hybrid"], True, None, warn=lambda m: None)["hybrid"]
     assert not np.allclose(dets["hybrid"].score_windows(w), bundled.score_windows(w))
 
@@ -531,7 +531,7 @@ def test_window_pattern_sets_keep_every_overlapping_cause():
     from traceap.manifest import window_labels, window_pattern_sets, window_patterns
     from traceap.windows import Windows
 
-    w = Windows(load(SAMPLE), 10)
+    w = Windows(load(CNN), 10)
     e0, width = float(w.edges[0]), float(w.edges[1] - w.edges[0])
     at = lambda k: e0 + k * width  # noqa: E731  (window k starts here)
     entry = Entry("x", "x", "test_unseen", "other", "m", "p", 1, 0, "bad",

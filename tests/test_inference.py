@@ -20,7 +20,7 @@ from traceap.model.predict import Predictor
 from traceap.model.text import hashing_embedding
 from traceap.windows import Windows
 
-from .conftest import DATA, REPO, SAMPLE
+from .conftest import DATA, REPO, CNN
 
 SMALL = replace(preset("small"), max_events=16)
 
@@ -34,7 +34,7 @@ def _private_cache(tmp_path, monkeypatch):
 def feats():
     """Features of two real traces (NVIDIA A100 DDP, AMD MI250) with 40 windows each."""
     return [featurize(Windows(load(p), 40), SMALL)
-            for p in (SAMPLE, DATA / "amd_mi250_train.json.gz")]
+            for p in (CNN, DATA / "amd_mi250_train.json.gz")]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_numpy_forward_equals_the_torch_model(feats, table, switches):
 
 
 def test_bundled_model_scores_the_same_on_numpy_and_torch():
-    windows = Windows(load(SAMPLE), 100)
+    windows = Windows(load(CNN), 100)
     a = Predictor(engine="numpy").predict(windows)
     b = Predictor(engine="torch").predict(windows)
     assert np.abs(a.scores - b.scores).max() < 1e-5
@@ -88,7 +88,7 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
     from traceap.model.checkpoint import add_members, bundled_model_path
     from traceap.model.ops import sigmoid
 
-    windows = Windows(load(SAMPLE), 100)
+    windows = Windows(load(CNN), 100)
     obj = torch.load(bundled_model_path(), weights_only=True)
     gen = torch.Generator().manual_seed(0)
     other = {**obj, "config": {**obj["config"], "seed": obj["config"]["seed"] + 1},  # a seed
@@ -187,7 +187,7 @@ print(seen)
 def test_info_and_analyze_never_import_torch(tmp_path):
     env = {"PYTHONPATH": str(REPO / "src"), "TRACEAP_CACHE": str(tmp_path / "cache"),
            "PATH": "/usr/bin:/bin"}
-    res = subprocess.run([sys.executable, "-c", WRAPPER, str(SAMPLE)], capture_output=True,
+    res = subprocess.run([sys.executable, "-c", WRAPPER, str(CNN)], capture_output=True,
                          text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "{'info': [], 'expert': [], 'default': []}"

@@ -29,12 +29,12 @@ from traceap.inject.natural import natural_anomalies
 from traceap.inject.validate import Columns, compare, describe, offenders, validate
 from traceap.trace import Kind, merged_intervals
 
-from .conftest import DATA, SAMPLE, needs_shared, shared_trace_files
+from .conftest import DATA, CNN, needs_shared, shared_trace_files
 
 V100 = DATA / "kineto2021_v100.json.gz"   # 2021 dialect: Operator / Runtime / Kernel, int us
 MI250 = DATA / "amd_mi250_train.json.gz"  # ROCm: hip* runtime calls, "Host" memcpys
 PARTICLE = DATA / "particle_transformer_bs8.json.gz"
-BASES = [SAMPLE, V100, MI250, PARTICLE]
+BASES = [CNN, V100, MI250, PARTICLE]
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +94,11 @@ def test_every_output_validates_and_loads(bases, outputs):
 
 
 def test_validator_reports_real_quirks_and_breakage(tmp_path):
-    assert validate(SAMPLE) == []
+    assert validate(CNN) == []
     # a real quirk: Particle Transformer has two GPU ops without their runtime call
     assert any(line.startswith("launch_link") for line in validate(PARTICLE))
     # a broken copy: a kernel moved onto the one before it on its stream
-    doc = Doc(SAMPLE)
+    doc = Doc(CNN)
     cols = Columns.of(doc)
     k = np.flatnonzero(doc.kind == Kind.KERNEL)
     k = k[doc.gpu_stream[k] == doc.gpu_stream[k[0]]]
@@ -134,8 +134,8 @@ def _loaded(outputs, path, p):
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_planted_pattern_shows_only_where_labelled(pattern, outputs):
-    o, tr = _loaded(outputs, SAMPLE, pattern)
-    base = traceap.load(SAMPLE)
+    o, tr = _loaded(outputs, CNN, pattern)
+    base = traceap.load(CNN)
     labelled = sum(b - a for a, b in o.anomalies)
     # nowhere else: outside the labels the GPU idles no more than the base did
     extra = idle_outside(tr, o.anomalies) - idle_outside(base, [])
@@ -178,7 +178,7 @@ def test_labels_hold_the_idle_the_plant_caused_not_the_bases_own(path, outputs):
 
 
 def test_dataloading_stall_idles_the_gpu(outputs):
-    o, tr = _loaded(outputs, SAMPLE, "single_process_dataloading")
+    o, tr = _loaded(outputs, CNN, "single_process_dataloading")
     rows = np.flatnonzero(tr.names_array[tr.name] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
     assert len(rows) == len(o.anomalies) >= 2
     for r in rows:
@@ -188,7 +188,7 @@ def test_dataloading_stall_idles_the_gpu(outputs):
 
 
 def test_pageable_copies_block_the_host(outputs):
-    _o, tr = _loaded(outputs, SAMPLE, "no_pin_memory")
+    _o, tr = _loaded(outputs, CNN, "no_pin_memory")
     m = tr.rows(Kind.GPU_MEMCPY)
     m = m[tr.names_array[tr.name[m]] == "Memcpy HtoD (Pageable -> Device)"]
     big = m[tr.bytes[m] > 1e6]
@@ -200,7 +200,7 @@ def test_pageable_copies_block_the_host(outputs):
 
 
 def test_item_syncs_drain_the_queue(outputs):
-    o, tr = _loaded(outputs, SAMPLE, "excessive_memcpy")
+    o, tr = _loaded(outputs, CNN, "excessive_memcpy")
     names = tr.names_array[tr.name]
     syncs = np.flatnonzero(names == "cudaStreamSynchronize")
     items = np.flatnonzero(names == "aten::item")
@@ -214,7 +214,7 @@ def test_item_syncs_drain_the_queue(outputs):
 
 
 def test_nccl_on_the_compute_stream(outputs):
-    o, tr = _loaded(outputs, SAMPLE, "nccl_blocks_compute_stream")
+    o, tr = _loaded(outputs, CNN, "nccl_blocks_compute_stream")
     k = tr.rows(Kind.KERNEL)
     compute = np.bincount(tr.stream[k[~tr.is_nccl[k]]].astype(int),
                           weights=tr.dur[k[~tr.is_nccl[k]]]).argmax()
@@ -227,10 +227,10 @@ def test_nccl_on_the_compute_stream(outputs):
 
 
 def test_exposed_allreduce_waits_the_optimizer(bases, outputs):
-    o, f = outputs[(SAMPLE, "nccl_compute_no_overlap")]
+    o, f = outputs[(CNN, "nccl_compute_no_overlap")]
     tr = traceap.load(f)
     doc = Doc(f)
-    n = bases[SAMPLE].doc.n_base
+    n = bases[CNN].doc.n_base
     planted = [e for e in doc.events[n:] if e.cat == "kernel" and e.name.startswith("ncclKernel")]
     assert len(planted) >= 2
     for e in planted:
@@ -239,7 +239,7 @@ def test_exposed_allreduce_waits_the_optimizer(bases, outputs):
         # exposed: compute idles for most of the collective
         assert kernel_idle_compute(tr, a, b) >= 0.5 * (b - a)
     names = tr.names_array[tr.name]
-    base = traceap.load(SAMPLE)
+    base = traceap.load(CNN)
     assert (names == "cudaStreamWaitEvent").sum() > (base.names_array[base.name] == "cudaStreamWaitEvent").sum()
 
 
@@ -252,7 +252,7 @@ def kernel_idle_compute(tr, lo, hi):
 
 
 def test_tiny_collectives_are_dense_runs(outputs):
-    o, tr = _loaded(outputs, SAMPLE, "small_nccl_kernels")
+    o, tr = _loaded(outputs, CNN, "small_nccl_kernels")
     k = tr.rows(Kind.KERNEL)
     runs = 0
     for a, b in o.anomalies:
@@ -268,8 +268,8 @@ def test_tiny_collectives_are_dense_runs(outputs):
 
 
 def test_cpu_bound_starves_the_gpu(outputs):
-    o, tr = _loaded(outputs, SAMPLE, "cpu_bound")
-    base = traceap.load(SAMPLE)
+    o, tr = _loaded(outputs, CNN, "cpu_bound")
+    base = traceap.load(CNN)
     assert tr.span[1] - tr.span[0] > base.span[1] - base.span[0]  # the host got slower
     for a, b in o.anomalies:
         assert kernel_idle(tr, a, b) >= 0.15 * (b - a)

@@ -15,7 +15,7 @@ import traceap
 from traceap.info import summarize
 from traceap.trace import CopyKind, Kind, MemKind
 
-from .conftest import DATA, SAMPLE, needs_shared, shared_trace_files
+from .conftest import DATA, CNN, needs_shared, shared_trace_files
 
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 
@@ -186,7 +186,7 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, content, needle):
 
 
 def test_truncated_gzip_is_a_clear_error(tmp_path):
-    data = SAMPLE.read_bytes()
+    data = CNN.read_bytes()
     p = tmp_path / "cut.json.gz"
     p.write_bytes(data[: len(data) // 2])
     r = _cli("info", str(p))
@@ -220,7 +220,7 @@ def test_odd_events_are_kept_with_warnings(tmp_path):
 
 
 def test_info_json_has_the_formats_keys():
-    r = _cli("info", str(SAMPLE), "--json")
+    r = _cli("info", str(CNN), "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for key in ("schema", "trace", "span_us", "n_events", "events_per_kind", "n_cpu_ops",

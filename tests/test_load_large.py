@@ -13,7 +13,7 @@ import traceap
 from traceap.info import summarize
 from traceap.trace import Kind
 
-from .conftest import DATA, REPO, SAMPLE
+from .conftest import DATA, REPO, CNN
 
 kineto = importlib.import_module("traceap.load.kineto")
 
@@ -39,7 +39,7 @@ def _same(a, b) -> None:
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
     out = tmp_path_factory.mktemp("large") / "replayed.json"
-    info = _generator().write_large(SAMPLE, out, target_bytes=0, copies=3)
+    info = _generator().write_large(CNN, out, target_bytes=0, copies=3)
     return out, info
 
 
@@ -65,7 +65,7 @@ def test_replayed_trace_has_exact_counts_and_links(replayed, sample_trace):
 
 def test_small_chunks_read_exactly_like_one_chunk(monkeypatch, sample_trace):
     monkeypatch.setattr(kineto, "CHUNK_EVENTS", 97)
-    _same(traceap.load(SAMPLE), sample_trace)
+    _same(traceap.load(CNN), sample_trace)
 
 
 def test_flow_links_and_odd_events_survive_chunk_edges(monkeypatch, tmp_path):

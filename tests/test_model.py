@@ -25,7 +25,7 @@ from traceap.model.text import hashing_embedding
 from traceap.model.train import examples_from, featurize_entries, fit, score_examples
 from traceap.windows import Windows
 
-from .conftest import SAMPLE
+from .conftest import CNN
 
 TINY = replace(preset("small"), d=16, layers=1, heads=2, max_events=16, windows=(20,),
                dropout=0.0, platform_dropout=0.0, lr=3e-3)
@@ -39,7 +39,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def sample_windows():
-    return Windows(load(SAMPLE), 100)
+    return Windows(load(CNN), 100)
 
 
 def hashed_table(names) -> dict[str, np.ndarray]:
@@ -396,7 +396,7 @@ def test_model_detector_flags_at_its_checkpoints_calibrated_threshold(tmp_path):
     torch.save(obj, tmp_path / "low.pt")
     assert LearnedDetector(tmp_path / "plain.pt").threshold == 0.5
     low = LearnedDetector(tmp_path / "low.pt")
-    a = analyze(SAMPLE, 50, detector=low, classifier="offline")
+    a = analyze(CNN, 50, detector=low, classifier="offline")
     scores = np.array([w.score for w in a.windows])
     assert [w.flagged for w in a.windows] == (scores >= low_t).tolist()
     assert (scores >= low_t).sum() > (scores >= shipped.threshold).sum()

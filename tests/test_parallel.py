@@ -27,7 +27,7 @@ from traceap.load import load_job
 from traceap.parallel import Execution, dumps, ordered, run
 from traceap.windows import Windows
 
-from .conftest import DATA, SAMPLE, SHARED_TRACES, needs_shared
+from .conftest import DATA, CNN, SHARED_TRACES, needs_shared
 
 JOB = DATA / "dlrm_job"
 PARAM = SHARED_TRACES / "facebookresearch__param"
@@ -127,7 +127,7 @@ def test_redetection_notes_come_back_from_the_workers_in_rank_order():
 
 def test_copies_and_repeated_rank_ids_are_handled_as_in_the_serial_path(tmp_path):
     for name in ("rank0.json.gz", "rank1.json.gz"):
-        shutil.copy(SAMPLE, tmp_path / name)
+        shutil.copy(CNN, tmp_path / name)
     shutil.copy(JOB / "worker1.pt.trace.json.gz", tmp_path / "rank2.json.gz")
     loaded = analyze_job(load_job(tmp_path), n_windows=20, detector="expert")
     parallel = analyze_job(tmp_path, n_windows=20, detector="expert", workers=2)
@@ -220,7 +220,7 @@ def test_cli_without_ray_says_how_to_install_it(tmp_path):
 
 
 def test_cli_workers_need_a_folder():
-    r = runner.invoke(app, ["analyze", str(SAMPLE), "--workers", "2"])
+    r = runner.invoke(app, ["analyze", str(CNN), "--workers", "2"])
     assert isinstance(r.exception, TraceapError) and "folder" in str(r.exception)
 
 

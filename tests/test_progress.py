@@ -10,7 +10,7 @@ import sys
 from traceap import progress
 from traceap.load import kineto
 
-from .conftest import SAMPLE
+from .conftest import CNN
 
 
 class FakeTerminal(io.StringIO):
@@ -37,7 +37,7 @@ def test_silent_when_stderr_is_a_pipe():
         "items = list(track(range(300), 'counting'))\n"
         "with status('thinking'):\n"
         "    pass\n"
-        f"t = kineto.load({str(SAMPLE)!r})\n"
+        f"t = kineto.load({str(CNN)!r})\n"
         "print(len(items), len(t) > 0)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRACEAP_PROGRESS"}
@@ -69,9 +69,9 @@ def test_environment_switch_overrides_the_terminal_check(monkeypatch):
 
 def test_loading_a_big_trace_shows_a_spinner(monkeypatch):
     terminal = on_terminal(monkeypatch)
-    kineto.load(SAMPLE)  # 0.75 MB gzip: under the threshold, nothing drawn
+    kineto.load(CNN)  # 0.75 MB gzip: under the threshold, nothing drawn
     assert terminal.getvalue() == ""
     monkeypatch.setattr(kineto, "SPINNER_BYTES", 0)
-    trace = kineto.load(SAMPLE)
+    trace = kineto.load(CNN)
     assert len(trace) > 0
-    assert f"loading {SAMPLE.name}" in terminal.getvalue()
+    assert f"loading {CNN.name}" in terminal.getvalue()

@@ -39,6 +39,7 @@ EVIL = '</script><script>window.PWNED=1</script><b onclick="x">&amp;'
 
 @pytest.fixture(scope="module")
 def trace():
+    """The README's sample: DLRM training with exposed all-reduces (findings to draw)."""
     return traceap.load(SAMPLE)
 
 

@@ -26,6 +26,11 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
                    on a compute stream (nccl_blocks_compute_stream), small collectives
                    (small_nccl_kernels), any other (nccl_compute_no_overlap).  Before the host
                    causes: the device is executing a collective, not waiting for the host.
+                   Except where nothing waits for the collective (no compute launched and
+                   queued, the host in no sync: `host_late_under_nccl`): the host had not
+                   launched the next work yet, the collective only looks exposed, and those
+                   gaps are starved gaps for the host causes below.  Small collectives keep
+                   the part of it the host spends in their own c10d calls (their cost).
  3 compile_gaps    between two compiled regions of one step (graph_break): eager code, often a
                    data-dependent op (.item(), nonzero) with its copy and sync, so a gap framed
                    by compiled regions is a break before it is a copy.
@@ -126,6 +131,8 @@ WARMUP_HOST = (r"torch/_dynamo/convert_frame\.py|torch/_inductor/(compile_fx|cod
                r"|dataloader\.py\(\d+\): _get_iterator")
 LAUNCH_CALLS = r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|cuLaunch"
 LOADER_MULTI_NEXT = r"_MultiProcessingDataLoaderIter.*__next__"
+#: The host side of a collective: c10d's op, its record_param_comms and nccl:* ranges.
+COLLECTIVE_HOST = r"^(c10d::|c10d_functional::|_c10d_functional::|nccl:|rccl:|record_param_comms$)"
 HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
 
 
@@ -334,9 +341,13 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     # collectives": their exposed time is plain exposed communication.
     if len(small) / max(len(t.steps), 1) < sc.per_step_lo:
         small = small[:0]
-    out["nccl_on_compute_stream"] = spans(t, blk)
-    out["small_nccl"] = spans(t, small)
-    out["nccl"] = spans(t, nccl_rows(t))
+    # A collective running while no compute is queued and the host is not waiting on the device
+    # holds nothing back: the host had not launched the next work yet.  That idle goes to the
+    # host-side mechanisms below (the starved gaps under the collective), not to communication.
+    l0, l1 = host_late_under_nccl(t)
+    out["nccl_on_compute_stream"] = subtract(*spans(t, blk), l0, l1)
+    out["small_nccl"] = subtract(*spans(t, small), *host_late_outside_collectives(t))
+    out["nccl"] = subtract(*spans(t, nccl_rows(t)), l0, l1)
     # One compiled frame called again and again (a sampler loop) has no breaks between calls.
     out["compile_gaps"] = compile_gaps(t)
     pin = PinConfig()
@@ -358,6 +369,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     out["input_copies"] = spans(t, rest)
     out["data_loading"] = loader_gaps(t, config)
     s0, s1, _ = starved_gaps(t)
+    s0, s1 = np.concatenate((s0, l0)), np.concatenate((s1, l1))
     h0, h1 = unrecorded_host(t, config.unrecorded_host_us)
     out["unrecorded_host"] = (h0, h1)
     p0, p1 = python_holes(t, config)
@@ -382,6 +394,77 @@ def intersect(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
     s, e = pts[both], pts[both + 1]
     keep = e > s
     return s[keep], e[keep]
+
+
+def subtract(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) covered by union(a) and not by union(b)."""
+    a0, a1 = merged_intervals(np.asarray(a0, float), np.asarray(a1, float))
+    b0, b1 = merged_intervals(np.asarray(b0, float), np.asarray(b1, float))
+    if not len(a0) or not len(b0):
+        return a0, a1
+    # The complement of b, bounded by a's extent, intersected with a.
+    lo, hi = min(a0[0], b0[0]), max(a1[-1], b1[-1])
+    c0, c1 = np.r_[lo, b1], np.r_[b0, hi]
+    keep = c1 > c0
+    return intersect(a0, a1, c0[keep], c1[keep])
+
+
+def queued_intervals(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) in which some GPU work that counts as busy (`busy_rows`) had been launched
+    by the host and waited to start: [launch call start, work start)."""
+    from .measures.signals import cached
+
+    def make():
+        b = busy_rows(trace)
+        call = trace.launch[b]
+        b, call = b[call >= 0], call[call >= 0]
+        s, e = trace.ts[call], trace.ts[b]
+        keep = e > s
+        return merged_intervals(s[keep], e[keep])
+    return cached(trace, "idle:queued", make)
+
+
+def host_late_under_nccl(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) in which a collective runs, no compute does, no compute is queued behind
+    anything (`queued_intervals`) and the host is not blocked in a sync: the device idles
+    because the host has not launched the next work yet, and the collective only looks exposed.
+    Overlapping it better would not shorten the step; the host-side causes explain the gap.
+    Real DDP's exposed all-reduce has the optimizer's kernels queued behind it (the HTA and
+    PARAM DLRM traces: 80-100% of the exposed time; `benchmarks/nccl_queued.py`)."""
+    from .measures.copies import sync_rows
+    from .measures.signals import cached, nccl_rows
+
+    def make():
+        nc = nccl_rows(trace)
+        if not len(nc):
+            return np.zeros(0), np.zeros(0)
+        gs, ge = idle_gaps(trace)
+        n0, n1 = intersect(trace.ts[nc], trace.end[nc], gs, ge)
+        q0, q1 = queued_intervals(trace)
+        sy = sync_rows(trace)
+        # A DtoH copy whose launch call lasted until the copy ended blocked the host like a sync.
+        copies = trace.rows(Kind.GPU_MEMCPY)
+        copies = copies[(trace.copy_kind[copies] == CopyKind.DTOH) & (trace.launch[copies] >= 0)]
+        calls = trace.launch[copies]
+        calls = calls[trace.end[calls] >= trace.end[copies]]
+        w = np.concatenate((sy, calls))
+        return subtract(n0, n1, np.concatenate((q0, trace.ts[w])),
+                        np.concatenate((q1, trace.end[w])))
+    return cached(trace, "idle:host_late_nccl", make)
+
+
+def host_late_outside_collectives(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """`host_late_under_nccl` less the time the host is inside a collective's own call path
+    (c10d's op, record_param_comms, nccl:* ranges: 100-200 us each).  Many small collectives
+    keep the host late in exactly those calls: that lateness is their cost."""
+    from .measures.signals import cached
+
+    def make():
+        l0, l1 = host_late_under_nccl(trace)
+        comm = _rows_named(trace, COLLECTIVE_HOST, HOST_KINDS)
+        return subtract(l0, l1, trace.ts[comm], trace.end[comm])
+    return cached(trace, "idle:host_late_nccl_outside", make)
 
 
 def idle_gaps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -714,6 +797,6 @@ __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", 
            "MECHANISM_OF_PATTERN", "Mechanism", "busy_per_window", "busy_rows", "gpu_span",
            "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
            "launch_bound_note",
-           "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",
+           "host_late_outside_collectives", "host_late_under_nccl", "idle_gaps", "intersect", "queued_intervals", "subtract", "loader_gaps", "measure", "mechanism_intervals",
            "python_holes", "unrecorded_host",
            "pattern_lost", "per_step", "per_window", "trace_costs", "warmup_intervals"]

@@ -98,10 +98,12 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         # Judge overlap over the whole trace: even well-overlapped DDP exposes its last bucket
         # at the end of backward, so a window-level ratio would flag every healthy step.
         overlap = trace_overlap(t)
-        score = (ramp(exposed / windows.width_us, c.exposed_lo, c.exposed_hi)
+        # Scored on the idle account's exposed time: a collective that runs while the host has
+        # not launched the next work yet (nothing queued behind it) holds nothing back.
+        lost = pattern_lost(windows, self.id)
+        score = (ramp(np.minimum(exposed, lost) / windows.width_us, c.exposed_lo, c.exposed_hi)
                  * float(ramp(1.0 - overlap, 1.0 - c.overlap_ok, 1.0 - c.overlap_bad))
                  * (comm >= c.min_comm_us))
-        lost = pattern_lost(windows, self.id)
         return {"score": score * (lost > 0), "lost_us": lost, "comm_us": comm,
                 "hidden_us": hidden, "n_nccl": count_in(windows, t.ts[side])}
 
