@@ -9,8 +9,8 @@ was waiting to start, and prints its quantiles per true pattern of the window
 (`traceap.manifest.window_patterns`).  Queued compute is the signature of communication that
 holds the step back (the optimizer waits for the all-reduce); nothing queued means the host was
 late (a sync, a Python loop, a late batch) and the collectives that ran anyway only look
-exposed.  The idle account (`traceap.idle`) gives both to communication today, which is why
-host-side plants in DDP bases are named `nccl_compute_no_overlap`.
+exposed.  The idle account (`traceap.idle.host_late_under_nccl`) gives the second to the host
+causes; before it did, host-side plants in DDP bases were named `nccl_compute_no_overlap`.
 """
 
 from __future__ import annotations
