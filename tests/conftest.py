@@ -31,5 +31,13 @@ needs_shared = pytest.mark.skipif(not SHARED_TRACES.is_dir(),
 
 @pytest.fixture(scope="session")
 def sample_trace():
+    """The DDP CNN (launch-bound, no finding)."""
+    import traceap
+    return traceap.load(CNN)
+
+
+@pytest.fixture(scope="session")
+def readme_sample():
+    """The README's sample: exposed all-reduces, findings to report."""
     import traceap
     return traceap.load(SAMPLE)

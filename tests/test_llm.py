@@ -34,13 +34,13 @@ from traceap.windows import Windows
 
 
 @pytest.fixture(scope="module")
-def windows(sample_trace):
-    return Windows(sample_trace, 100)
+def windows(readme_sample):
+    return Windows(readme_sample, 100)
 
 
 @pytest.fixture(scope="module")
 def flagged(windows):
-    """Windows the expert detector flags in the sample DDP trace, strongest first."""
+    """Windows the expert detector flags in the README sample, strongest first."""
     s = make_detector("expert").score_windows(windows)
     idx = np.flatnonzero(s >= 0.5)
     assert len(idx) >= 3
@@ -223,11 +223,11 @@ def test_redetect_rounds_are_bounded(windows, flagged):
     assert any(ch.outcome == "unresolved" and len(ch.rounds) == 3 for ch in changes)
 
 
-def test_redetecting_classifier_plugs_into_analyze(sample_trace):
+def test_redetecting_classifier_plugs_into_analyze(readme_sample):
     from traceap.analysis import analyze
     det = make_detector("expert")
     clf = RedetectingClassifier(OfflineClassifier(min_score=0.9), det)
-    a = analyze(sample_trace, 100, det, clf)
+    a = analyze(readme_sample, 100, det, clf)
     assert clf.changes and len(clf.notes) == len(clf.changes)
     found = {ch.window for ch in clf.changes if ch.outcome == "found"}
     named = {w.index for w in a.windows if w.pattern}
@@ -317,9 +317,9 @@ def test_truncated_answer_is_retried_once_then_replaced_by_offline(server_url, w
 
 
 @needs_server
-def test_pure_llm_detector_scores_every_window(server_url, sample_trace):
+def test_pure_llm_detector_scores_every_window(server_url, readme_sample):
     from traceap.detectors.llm import PureLLMDetector
-    w10 = Windows(sample_trace, 10)
+    w10 = Windows(readme_sample, 10)
     det = PureLLMDetector(url=server_url)
     s = det.score_windows(w10)
     assert s.shape == (10,) and np.all((s >= 0) & (s <= 1))
@@ -364,7 +364,7 @@ def test_in_process_llama_cpp_backend_from_the_environment(monkeypatch):
     assert isinstance(json.loads(text)["slow"], bool)
 
 
-def test_analyze_cli_with_an_unreachable_llm_says_so_and_still_reports(sample_trace):
+def test_analyze_cli_with_an_unreachable_llm_says_so_and_still_reports(readme_sample):
     from typer.testing import CliRunner
     from traceap.cli import app
     from tests.conftest import SAMPLE
@@ -408,7 +408,7 @@ def test_pure_llm_failures_are_counted_and_said(windows):
     assert PureLLMDetector(_Garbled(bad_parts=0)).failure_note() is None
 
 
-def test_pure_llm_unreachable_is_asked_once_and_reported_by_analyze(sample_trace):
+def test_pure_llm_unreachable_is_asked_once_and_reported_by_analyze(readme_sample):
     from typer.testing import CliRunner
     from traceap.cli import app
     from tests.conftest import SAMPLE
