@@ -40,8 +40,9 @@ from .net import TraceAPModel, collate
 from .text import TextEncoder, cache_dir
 
 #: Bumped whenever `featurize` writes different arrays (2: raw times and window measures;
-#: 3: host events; 4: idle time by mechanism per window).
-FEATURE_VERSION = 4
+#: 3: host events; 4: idle time by mechanism per window; 5: the idle account gives NCCL time
+#: with nothing queued behind it to the host causes).
+FEATURE_VERSION = 5
 
 
 @dataclass
