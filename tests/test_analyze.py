@@ -47,9 +47,9 @@ def ddp_analysis(ddp) -> Analysis:
 
 
 @pytest.fixture(scope="module")
-def dlrm() -> Trace:
+def dlrm(readme_sample) -> Trace:
     """The README's sample: exposed all-reduces with the optimizer queued behind them."""
-    return traceap.load(SAMPLE)
+    return readme_sample
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from traceap.trace import CopyKind, Kind, Trace, busy_union
 from traceap.units import fmt_us
 from traceap.windows import Windows
 
-from .conftest import CNN, DATA, SAMPLE, SHARED_TRACES, needs_shared, shared_trace_files
+from .conftest import CNN, DATA, SHARED_TRACES, needs_shared, shared_trace_files
 
 BUNDLED = sorted(DATA.glob("*.json.gz")) + sorted((DATA / "dlrm_job").glob("*.json.gz")) + [CNN]
 
@@ -99,11 +99,11 @@ def _exposed(t: Trace) -> float:
     return busy_union(t.ts[both], t.end[both]) - busy_union(t.ts[busy], t.end[busy])
 
 
-def test_exposed_communication_is_nccl_with_no_compute_beside_it_or_queued(ddp):
+def test_exposed_communication_is_nccl_with_no_compute_beside_it_or_queued(ddp, readme_sample):
     """Communication = NCCL running with no compute beside it, less the time nothing waited for
     it (no compute launched and queued, the host in no sync): then the host was late, and that
     idle is the host's (the CNN's collectives: launch-bound, so almost all of it)."""
-    for t in (ddp, traceap.load(SAMPLE)):
+    for t in (ddp, readme_sample):
         acc = idle.measure(t)
         l0, l1 = idle.host_late_under_nccl(t)
         late = float(np.sum(l1 - l0))
@@ -121,8 +121,7 @@ def test_exposed_communication_is_nccl_with_no_compute_beside_it_or_queued(ddp):
     assert _exposed(ddp) > 39_000 and cnn.by_cause["communication"] < 0.1 * _exposed(ddp)
     assert cnn.by_mechanism["launch_bound"] > 0.9 * cnn.total_us
     # The DLRM sample: the optimizer queued behind its all-reduces, most of it stays.
-    dl = traceap.load(SAMPLE)
-    assert idle.measure(dl).by_cause["communication"] > 0.75 * _exposed(dl)
+    assert idle.measure(readme_sample).by_cause["communication"] > 0.75 * _exposed(readme_sample)
 
 
 def test_device_to_device_copies_and_free_syncs_cost_no_copy_time(ddp):
@@ -219,8 +218,8 @@ def test_bundled_sample_names_a_cause_for_most_idle_time_and_says_the_rest(ddp):
 
 
 # -- one set of numbers --------------------------------------------------------------------------
-def test_terminal_html_json_and_info_show_the_same_figures():
-    ddp = traceap.load(SAMPLE)
+def test_terminal_html_json_and_info_show_the_same_figures(readme_sample):
+    ddp = readme_sample
     a = analyze(ddp, detector="expert")
     j = a.to_json()
     acc = a.idle

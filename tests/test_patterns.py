@@ -21,7 +21,7 @@ from traceap.patterns import REGISTRY, Evidence, runs_of
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
-from .conftest import CNN, DATA, SAMPLE, SHARED_TRACES, needs_shared
+from .conftest import CNN, DATA, SHARED_TRACES, needs_shared
 
 FLAG = 0.5
 
@@ -435,8 +435,8 @@ def test_nccl_on_compute_stream_silent_on_side_stream(ddp, dlrm):
 
 
 # -- nccl_compute_no_overlap ----------------------------------------------------------------------
-def test_exposed_nccl_found_in_real_dlrm_training():
-    t = traceap.load(SAMPLE)
+def test_exposed_nccl_found_in_real_dlrm_training(readme_sample):
+    t = readme_sample
     idx = flagged(t, "nccl_compute_no_overlap")
     assert len(idx) >= 5
     ev = REGISTRY["nccl_compute_no_overlap"].evidence(Windows(t, 100), idx)

@@ -432,7 +432,7 @@ def host_late_under_nccl(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     Overlapping it better would not shorten the step; the host-side causes explain the gap.
     Real DDP's exposed all-reduce has the optimizer's kernels queued behind it (the HTA and
     PARAM DLRM traces: 80-100% of the exposed time; `benchmarks/nccl_queued.py`)."""
-    from .measures.copies import sync_rows
+    from .measures.copies import blocking_dtoh_calls, sync_rows
     from .measures.signals import cached, nccl_rows
 
     def make():
@@ -442,13 +442,7 @@ def host_late_under_nccl(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         gs, ge = idle_gaps(trace)
         n0, n1 = intersect(trace.ts[nc], trace.end[nc], gs, ge)
         q0, q1 = queued_intervals(trace)
-        sy = sync_rows(trace)
-        # A DtoH copy whose launch call lasted until the copy ended blocked the host like a sync.
-        copies = trace.rows(Kind.GPU_MEMCPY)
-        copies = copies[(trace.copy_kind[copies] == CopyKind.DTOH) & (trace.launch[copies] >= 0)]
-        calls = trace.launch[copies]
-        calls = calls[trace.end[calls] >= trace.end[copies]]
-        w = np.concatenate((sy, calls))
+        w = np.concatenate((sync_rows(trace), blocking_dtoh_calls(trace)))
         return subtract(n0, n1, np.concatenate((q0, trace.ts[w])),
                         np.concatenate((q1, trace.end[w])))
     return cached(trace, "idle:host_late_nccl", make)
@@ -796,7 +790,7 @@ def explained_share(account: IdleAccount) -> float:
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
            "MECHANISM_OF_PATTERN", "Mechanism", "busy_per_window", "busy_rows", "gpu_span",
            "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
-           "launch_bound_note",
-           "host_late_outside_collectives", "host_late_under_nccl", "idle_gaps", "intersect", "queued_intervals", "subtract", "loader_gaps", "measure", "mechanism_intervals",
-           "python_holes", "unrecorded_host",
+           "launch_bound_note", "host_late_outside_collectives", "host_late_under_nccl",
+           "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",
+           "python_holes", "queued_intervals", "subtract", "unrecorded_host",
            "pattern_lost", "per_step", "per_window", "trace_costs", "warmup_intervals"]

@@ -93,6 +93,15 @@ def fetch_syncs(trace, tol_us: float) -> np.ndarray:
     return cached(trace, f"fetch_syncs:{tol_us}", make)
 
 
+def blocking_dtoh_calls(trace, tol_us: float = 0.0) -> np.ndarray:
+    """Launch calls of DtoH copies that lasted until the copy ended (within `tol_us`): a
+    pageable DtoH, or a copy behind other work, blocked the host like a sync."""
+    copies = trace.rows(Kind.GPU_MEMCPY)
+    copies = copies[(trace.copy_kind[copies] == CopyKind.DTOH) & (trace.launch[copies] >= 0)]
+    calls = trace.launch[copies]
+    return calls[trace.end[calls] >= trace.end[copies] - tol_us]
+
+
 def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
     """The price of each host-blocking sync: the starved GPU gap that begins as it returns.
 
@@ -105,12 +114,7 @@ def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
     def make():
         g0, g1, _ = starved_gaps(trace)
         sync = sync_rows(trace)
-        # A DtoH copy whose launch call lasted until the copy ended (pageable DtoH, or a copy
-        # behind other work) blocked the host like a sync, and fetched.
-        copies = trace.rows(Kind.GPU_MEMCPY)
-        copies = copies[(trace.copy_kind[copies] == CopyKind.DTOH) & (trace.launch[copies] >= 0)]
-        calls = trace.launch[copies]
-        blocking = calls[trace.end[calls] >= trace.end[copies] - tol_us]
+        blocking = blocking_dtoh_calls(trace, tol_us)  # blocked like a sync, and fetched
         if not len(g0) or not len(sync) + len(blocking):
             return np.zeros(0), np.zeros(0)
         rows = np.concatenate((sync, blocking))

@@ -762,12 +762,15 @@ class _Run:
         e.end(outer)
         return s, en
 
-    def blocking_collective(self, tid: int, coll: str, nbytes: float, dt: str = "fp32") -> None:
-        """A collective whose result the next compute op needs (work.wait() on the stream)."""
+    def blocking_collective(self, tid: int, coll: str, nbytes: float,
+                            dt: str = "fp32") -> tuple[float, float]:
+        """A collective whose result the next compute op needs (work.wait() on the stream):
+        the compute stream waits for it, the host does not.  Returns its (start, end)."""
         e = self.eng
-        _, en = self.collective(tid, coll, nbytes, self.nccl_stream, dt)
+        s, en = self.collective(tid, coll, nbytes, self.nccl_stream, dt)
         e.runtime(tid, "cudaStreamWaitEvent", e.rt_cost(2.0), e.next_ext())
         e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM), en)
+        return s, en
 
     def backward(self) -> None:
         """loss.backward(): the autograd nodes on the backward thread, DDP's all-reduces as its
@@ -814,10 +817,7 @@ class _Run:
             # optimizer's kernels are launched at once and queue behind the all-reduce (what real
             # exposed all-reduces look like: HTA's DLRM traces have compute queued through
             # 80-100% of their exposed NCCL).  No DDP reducer: no finalize.
-            nccl_spans.append(self.allreduce(main, sum(red.pending), self.nccl_stream))
-            e.runtime(main, "cudaStreamWaitEvent", e.rt_cost(2.0), e.next_ext())
-            e.free[COMPUTE_STREAM] = max(e.stream_free(COMPUTE_STREAM),
-                                         e.stream_free(self.nccl_stream))
+            nccl_spans.append(self.blocking_collective(main, "AllReduce", sum(red.pending)))
             e.mark("nccl_compute_no_overlap", compute_done, nccl_spans[-1][1])
         elif cfg.ddp:
             self.ddp_finalize()
