@@ -135,6 +135,53 @@ def test_device_to_device_copies_and_free_syncs_cost_no_copy_time(ddp):
     assert acc.by_cause["host_copy_sync"] < 100.0
 
 
+def test_a_sync_is_charged_the_lead_it_lost_in_later_gaps_too(readme_sample):
+    """The README's DLRM rank fetches split sizes with blocking DtoH copies that wait ~4-5 ms
+    for a deep queue.  The later starved gaps, up to the compute the device ran while the host
+    waited, are the sync's (`sync_debt`), beyond the gap it returns into (`sync_bubbles`); none
+    is charged outside a starved gap, and no more than the leads lost."""
+    from traceap.measures.copies import _blocking_calls, sync_bubbles, sync_debt
+    from traceap.measures.signals import starved_gaps
+    t = readme_sample
+    d0, d1 = sync_debt(t, 20.0)
+    b0, b1 = sync_bubbles(t, 20.0)
+    g0, g1, _ = starved_gaps(t)
+    assert len(d0) and np.all(d1 > d0)
+    j = np.searchsorted(g0, d0, side="right") - 1
+    assert np.all(j >= 0) and np.all(d1 <= g1[j] + 1e-6)               # inside a starved gap
+    rows, _ = _blocking_calls(t, 20.0)
+    busy = idle.busy_rows(t)
+    bs, be = idle.merged_intervals(t.ts[busy], t.end[busy])
+    lead = sum(float(np.clip(np.minimum(be, t.end[r]) - np.maximum(bs, t.ts[r]), 0, None).sum())
+               for r in rows)
+    only_debt = float(np.sum(d1 - d0)) - float(np.sum(b1 - b0))
+    assert 1000.0 < only_debt <= lead                                  # us: more than the bubbles
+    acc = idle.measure(t)
+    assert acc.by_mechanism["host_copies_syncs"] > float(np.sum(b1 - b0)) + 1000.0
+
+
+def test_a_burst_of_item_calls_after_a_deep_queue_is_a_copy_habit_not_launch_bound(tmp_path):
+    """`.item()` calls planted into the DLRM rank drain its deep queue; the GPU then starves
+    while the host relaunches at the device's pace.  That idle is the syncs' (the plant's label),
+    not the launch-bound host's: without them the host keeps its lead."""
+    from traceap.inject.core import inject_one
+    from traceap.inject.edit import Doc
+    from traceap.inject.mechanisms import Base
+    from traceap.trace import merged_intervals
+    from .conftest import SAMPLE
+    o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), "excessive_memcpy",
+                   np.random.default_rng([7, 0]))
+    f = tmp_path / "planted.json"
+    f.write_bytes(o.data)
+    acc = idle.measure(traceap.load(f))
+    s, e = merged_intervals(np.array([a for a, _ in o.anomalies]),
+                            np.array([b for _, b in o.anomalies]))
+    mine = {m: acc.time_in(m, s, e) for m in idle.MECHANISM_IDS}
+    total = sum(mine.values())
+    assert mine["host_copies_syncs"] >= 0.6 * total
+    assert mine["launch_bound"] + mine["python_host"] <= 0.01 * total
+
+
 def test_warmup_first_step_and_module_loading_are_not_the_steady_state():
     """An AMD toy training run: its first step is 190x the second and starts with slow first
     kernel launches (lazy module loading): warm-up, left out of the per-step figures."""

@@ -264,7 +264,9 @@ def test_bare_syncs_cost_at_most_their_waits_in_real_torchrec_trace():
     """TorchRec syncs ~12 times per window, mostly bare stream syncs waiting 4-13 us, each
     followed by 40-300 us of host work before the next launch.  Without a bare sync the host
     keeps only its few-us lead: the rest of each gap is the host's own (launch-bound) time.
-    The few syncs that fetched values (a DtoH copy ends in them) are charged their whole gap."""
+    The few syncs that fetched values (a DtoH copy ends in them) are charged their whole gap,
+    and the later gaps of the lead they lost (the 2.3 ms blocking DtoH copies: 1.9 -> 9.7 ms of
+    the trace's 1.1 s of idle)."""
     import traceap.idle as idle
     from traceap.measures.copies import fetch_syncs, sync_rows
     t = shared("facebookresearch__HolisticTraceAnalysis/negative_queue_length_values_check__rank0.json.gz")
@@ -276,7 +278,7 @@ def test_bare_syncs_cost_at_most_their_waits_in_real_torchrec_trace():
     acc = idle.measure(t)
     assert ev.time_lost_us == pytest.approx(acc.by_pattern["excessive_memcpy"])
     assert ev.time_lost_us < 0.01 * (t.span[1] - t.span[0])  # cheap here ...
-    assert acc.by_cause["launch_bound"] > 10 * ev.time_lost_us  # ... the host's own time is not
+    assert acc.by_cause["launch_bound"] > 5 * ev.time_lost_us  # ... the host's own time is not
     assert len(flagged(t, "excessive_memcpy")) <= 2
 
 

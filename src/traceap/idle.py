@@ -45,7 +45,12 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
                    copy ends inside it: .item(), .tolist(), .cpu(): the host then works on what
                    it fetched, and keeping the values on the GPU removes both), at most the time
                    the host waited in it for a bare sync (an event/stream/device sync: the wait is
-                   how far ahead of the device the host was, all it can have cost).
+                   how far ahead of the device the host was, all it can have cost).  And the
+                   later starved gaps of the lead the sync lost, up to the compute the device ran
+                   while the host waited (`sync_debt`): a host far ahead of a deep queue that
+                   relaunches at the device's pace after the sync starves it until that lead
+                   would have been used up.  Not where Python or unrecorded host work fills those
+                   later gaps: that is named first.
  6 unrecorded_host a starved gap while the host recorded nothing for a long stretch (over
                    `IdleConfig.unrecorded_host_us` between framework calls: no op, no runtime
                    call): the host was busy with something the profiler did not see (model
@@ -328,7 +333,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
     from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
     from .measures.compile_regions import compile_gaps
-    from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d, sync_bubbles
+    from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
     from .measures.signals import nccl_rows, spans, starved_gaps
 
     t = trace
@@ -360,7 +365,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                               np.concatenate((t.end[page], t.end[calls])))
     mc = MemcpyConfig()
     habit = host_copies(t, mc.batch_bytes)
-    b0, b1 = sync_bubbles(t, mc.sync_tol_us)
+    b0, b1 = sync_costs(t, mc.sync_tol_us, config)
     out["host_copies_syncs"] = (np.concatenate((t.ts[habit], b0)),
                                 np.concatenate((t.end[habit], b1)))
     copies = t.rows(Kind.GPU_MEMCPY)
@@ -376,6 +381,25 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     out["python_host"] = intersect(s0, s1, p0, p1)
     out["launch_bound"] = (s0, s1)
     return out
+
+
+def sync_costs(trace: Trace, tol_us: float, config: IdleConfig = IdleConfig()
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the GPU idle host-blocking syncs cost: the gap each returns into
+    (`sync_bubbles`), and the later starved gaps of the lead it lost (`sync_debt`) where the host
+    ran framework calls only.  Where the user's Python or unrecorded work held the host up in
+    those later gaps, that is named first: it would have eaten the lead too, and it is what the
+    user can see and change."""
+    from .measures.copies import sync_bubbles, sync_debt
+    from .measures.signals import cached
+
+    def make():
+        b0, b1 = sync_bubbles(trace, tol_us)
+        h0, h1 = unrecorded_host(trace, config.unrecorded_host_us)
+        p0, p1 = python_holes(trace, config)
+        d0, d1 = subtract(*sync_debt(trace, tol_us), np.r_[h0, p0], np.r_[h1, p1])
+        return merged_intervals(np.concatenate((b0, d0)), np.concatenate((b1, d1)))
+    return cached(trace, f"idle:sync_costs:{tol_us}:{config!r}", make)
 
 
 def intersect(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray

@@ -105,22 +105,17 @@ def blocking_dtoh_calls(trace, tol_us: float = 0.0) -> np.ndarray:
 def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
     """The price of each host-blocking sync: the starved GPU gap that begins as it returns.
 
-    A sync that fetched values to the host is charged the whole gap: the host then works on what
-    it fetched, and keeping the values on the GPU removes the wait and that work.  A bare sync
-    (an event, stream or device sync, nothing fetched) is charged at most the time the host
-    blocked in it: that wait is how far the host ran ahead of the device, the lead it would have
-    kept without the sync.  The rest of such a gap is the host's own time between launches:
-    16 event syncs of 3 us do not cost the 8 ms gap that follows them."""
+    A sync that fetched values to the host is charged the whole gap that begins as it returns:
+    the host then works on what it fetched, and keeping the values on the GPU removes the wait
+    and that work.  A bare sync (an event, stream or device sync, nothing fetched) is charged
+    at most the time the host blocked in it: 16 event syncs of 3 us do not cost the 8 ms gap
+    that follows them.  The later gaps a sync's lost lead causes are `sync_debt`'s."""
     def make():
         g0, g1, _ = starved_gaps(trace)
-        sync = sync_rows(trace)
-        blocking = blocking_dtoh_calls(trace, tol_us)  # blocked like a sync, and fetched
-        if not len(g0) or not len(sync) + len(blocking):
+        rows, fetched = _blocking_calls(trace, tol_us)
+        if not len(g0) or not len(rows):
             return np.zeros(0), np.zeros(0)
-        rows = np.concatenate((sync, blocking))
-        fetched = np.concatenate((fetch_syncs(trace, tol_us), np.ones(len(blocking), bool)))
-        order = np.argsort(trace.end[rows], kind="stable")
-        ends, waits, fetched = trace.end[rows][order], trace.dur[rows][order], fetched[order]
+        ends, waits = trace.end[rows], trace.dur[rows]
         j = np.searchsorted(ends, g1, side="right") - 1  # last sync ending before the gap ends
         ok = j >= 0
         jj = np.maximum(j, 0)
@@ -129,6 +124,107 @@ def sync_bubbles(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
         cost = np.where(fetched[jj], g1 - g0, np.minimum(g1 - g0, waits[jj]))
         return g0[hit], (g0 + cost)[hit]
     return cached(trace, f"sync_bubbles:{tol_us}", make)
+
+
+def _blocking_calls(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, fetched): host-blocking syncs and blocking DtoH launch calls in the order they
+    return, and whether each fetched values to the host (`fetch_syncs`; a blocking DtoH did)."""
+    def make():
+        sync = sync_rows(trace)
+        blocking = blocking_dtoh_calls(trace, tol_us)  # blocked like a sync, and fetched
+        rows = np.concatenate((sync, blocking))
+        fetched = np.concatenate((fetch_syncs(trace, tol_us), np.ones(len(blocking), bool)))
+        order = np.argsort(trace.end[rows], kind="stable")
+        return rows[order], fetched[order]
+    return cached(trace, f"blocking_calls:{tol_us}", make)
+
+
+def sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the later starved gaps a sync's lost lead accounts for.
+
+    The time the host blocked in a sync is how far it had run ahead of the device: the lead it
+    would have kept without the sync.  A host that was far ahead (a deep queue of embedding
+    lookups, a compiled graph launched at once) and then runs at the device's pace after the
+    sync starves the device in later gaps too, until it would have used that lead up.  Per host
+    thread, syncs in the order they return (`_blocking_calls`): each leaves a debt equal to the
+    compute the device ran while the host blocked in it (at least what the previous one left unpaid: a burst of
+    `.item()` calls loses the lead once).  The gaps that end after it returns, before the next
+    one does, and whose ending work that thread launched pay it off in order: the one it returns
+    into as in `sync_bubbles` (at least up to the debt), the others each up to what is left,
+    charged from their start.  The debt ends with the sync's profiler step."""
+    return cached(trace, f"sync_debt:{tol_us}", lambda: _sync_debt(trace, tol_us))
+
+
+def _sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
+    g0, g1, nxt = starved_gaps(trace)
+    rows, fetched = _blocking_calls(trace, tol_us)
+    if not len(g0) or not len(rows):
+        return np.zeros(0), np.zeros(0)
+    from ..idle import busy_rows
+    from ..trace import merged_intervals
+    from ..windows import covered_time
+    # The lead a sync loses is the compute the device still ran while the host waited in it:
+    # waiting for a collective (other ranks) or for an idle device is no lead.
+    b = busy_rows(trace)
+    bs, be = merged_intervals(trace.ts[b], trace.end[b])
+    f = covered_time(bs, be, np.concatenate((trace.ts[rows], trace.end[rows])))
+    lead = f[len(rows):] - f[:len(rows)]
+    # A profiler step is where a sync's lead stops: the lead a step-end `loss.item()` loses
+    # would only have carried into the next step's start, the cost every training loop that
+    # logs its loss pays, not a habit to flag.  -1: before the first step, or no steps.
+    st = sorted(trace.steps, key=lambda x: x.start_us)
+    step_lo = np.array([x.start_us for x in st], dtype=np.float64)
+    step_hi = np.array([x.end_us for x in st], dtype=np.float64)
+
+    def step_of(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(step_lo, x, side="right") - 1
+        return np.where((k >= 0) & (x < step_hi[np.maximum(k, 0)] if len(st) else False), k, -1)
+    call = trace.launch[nxt]
+    gap_tid = np.where(call >= 0, trace.tid[np.maximum(call, 0)], np.iinfo(np.int64).min)
+    out0, out1 = [], []
+    sync_tid = trace.tid[rows]
+    for tid in np.unique(sync_tid):
+        mine = gap_tid == tid
+        if not mine.any():
+            continue
+        s0, s1 = g0[mine], g1[mine]
+        gap_step = step_of(s0)
+        sel = sync_tid == tid
+        ends, waits, fet = trace.end[rows[sel]], lead[sel], fetched[sel]
+        sync_step = step_of(ends)
+        # Segment of sync i: the gaps ending after it returns and before the next one does.
+        cut = np.searchsorted(s1, ends, side="right")
+        debt = 0.0
+        for i in range(len(ends)):
+            a = int(cut[i])
+            b = int(cut[i + 1]) if i + 1 < len(ends) else len(s1)
+            if i and sync_step[i] != sync_step[i - 1]:
+                debt = 0.0
+            debt = max(debt, float(waits[i]))
+            # the gaps of this sync's segment inside its own step
+            b = a + int(np.sum(gap_step[a:b] == sync_step[i])) if len(st) and a < b else b
+            if a >= b or debt <= 0:
+                continue
+            seg0, seg1 = s0[a:b], s1[a:b]
+            length = seg1 - seg0
+            charge = np.zeros(len(length))
+            first = 0
+            if seg0[0] <= ends[i] + tol_us:  # the gap it returns into, as in sync_bubbles
+                charge[0] = length[0] if fet[i] else min(float(length[0]), debt)
+                debt -= float(charge[0])
+                first = 1
+            if debt > 0 and first < len(length):
+                rest = length[first:]
+                before = np.cumsum(rest) - rest
+                charge[first:] = np.clip(debt - before, 0.0, rest)
+                debt -= float(rest.sum())
+            debt = max(debt, 0.0)
+            paid = charge > 0
+            out0.append(seg0[paid])
+            out1.append(seg0[paid] + charge[paid])
+    if not out0:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(out0), np.concatenate(out1)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ the loop each produce a DtoH/HtoD memcpy and a `cudaStreamSynchronize` (or a syn
 launch again.  Time lost = the `host_copy_sync` idle of `traceap.idle` that belongs to this
 pattern: copy time no compute overlaps, and the GPU gap after each sync that the sync can have
 caused (all of it when the sync fetched values to the host, at most the time the host waited in
-it for a bare event/stream sync).  Copies and syncs inside a
+it for a bare event/stream sync), and the later starved gaps of the lead it lost (up to the
+compute the device ran while the host waited: `traceap.idle.sync_costs`).  Copies and syncs inside a
 torch.compile graph break (a data-dependent `.item()`/`nonzero` between compiled regions) are the
 break's, and a trace with only device-to-device copies and free syncs has no finding.  Anchors: TraceLens flags a memcpy direction over 5% of time or over 10
 transfers; nsys-ai flags sync APIs over 1 ms and 2% of GPU time.
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..idle import busy_rows, pattern_lost
+from ..idle import busy_rows, pattern_lost, sync_costs
 from ..measures.compile_regions import compile_gaps
-from ..measures.copies import MemcpyConfig, host_copies, sync_bubbles, sync_rows
+from ..measures.copies import MemcpyConfig, host_copies, sync_rows
 from ..measures.signals import (compute_rows, count_in, fmt_bytes, fmt_us, overlap_in, per_episode,
                                 ramp, rows_in_windows, rows_named, spans, sum_in, top_names,
                                 union_in)
@@ -59,7 +60,7 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         comp = compute_rows(t)
         copy_us = union_in(windows, *spans(t, copies))
         exposed = copy_us - overlap_in(windows, spans(t, copies), spans(t, comp))
-        b0, b1 = sync_bubbles(t, c.sync_tol_us)
+        b0, b1 = sync_costs(t, c.sync_tol_us)
         bubble_us = union_in(windows, b0, b1)
         sync_us = union_in(windows, *spans(t, sync))
         # Host time blocked in copies, and in syncs only while the GPU sits idle: a sync that
@@ -110,9 +111,9 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         if callers:
             text += " from " + ", ".join(f"{n} x{c}" for n, c, _ in callers)
         if s["n_sync"]:
-            text += (f"; the GPU then idled {fmt_us(s['bubble_us'])} waiting for the next launch "
-                     f"(a sync that fetched nothing is charged at most the time the host waited "
-                     f"in it)")
+            text += (f"; the GPU then idled {fmt_us(s['bubble_us'])} waiting for the host to "
+                     f"launch again (up to the lead the host lost in the syncs; a sync that "
+                     f"fetched nothing is charged at most the time the host waited in it)")
         return text, {k: round(v, 1) for k, v in s.items()}
 
     def title_for(self, numbers: dict) -> str:
