@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import CopyKind, Kind, MemKind
+from ..trace import CopyKind, Kind, MemKind, merged_intervals
+from ..windows import covered_time
 from .signals import cached, name_mask, starved_gaps
 
 
@@ -147,11 +148,12 @@ def sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
     lookups, a compiled graph launched at once) and then runs at the device's pace after the
     sync starves the device in later gaps too, until it would have used that lead up.  Per host
     thread, syncs in the order they return (`_blocking_calls`): each leaves a debt equal to the
-    compute the device ran while the host blocked in it (at least what the previous one left unpaid: a burst of
-    `.item()` calls loses the lead once).  The gaps that end after it returns, before the next
-    one does, and whose ending work that thread launched pay it off in order: the one it returns
-    into as in `sync_bubbles` (at least up to the debt), the others each up to what is left,
-    charged from their start.  The debt ends with the sync's profiler step."""
+    compute the device ran while the host blocked in it (at least what the previous one left
+    unpaid: a burst of `.item()` calls loses the lead once).  The gaps that end after it
+    returns, before the next one does, and whose ending work that thread launched pay it off in
+    order: the one it returns into as in `sync_bubbles` (at least up to the debt), the others
+    each up to what is left, charged from their start.  The debt ends with the sync's profiler
+    step."""
     return cached(trace, f"sync_debt:{tol_us}", lambda: _sync_debt(trace, tol_us))
 
 
@@ -160,13 +162,11 @@ def _sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
     rows, fetched = _blocking_calls(trace, tol_us)
     if not len(g0) or not len(rows):
         return np.zeros(0), np.zeros(0)
-    from ..idle import busy_rows
-    from ..trace import merged_intervals
-    from ..windows import covered_time
+    from ..idle import busy_rows  # the idle account builds on this module
     # The lead a sync loses is the compute the device still ran while the host waited in it:
     # waiting for a collective (other ranks) or for an idle device is no lead.
-    b = busy_rows(trace)
-    bs, be = merged_intervals(trace.ts[b], trace.end[b])
+    busy = busy_rows(trace)
+    bs, be = merged_intervals(trace.ts[busy], trace.end[busy])
     f = covered_time(bs, be, np.concatenate((trace.ts[rows], trace.end[rows])))
     lead = f[len(rows):] - f[:len(rows)]
     # A profiler step is where a sync's lead stops: the lead a step-end `loss.item()` loses
@@ -190,7 +190,7 @@ def _sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
         s0, s1 = g0[mine], g1[mine]
         gap_step = step_of(s0)
         sel = sync_tid == tid
-        ends, waits, fet = trace.end[rows[sel]], lead[sel], fetched[sel]
+        ends, leads, fet = trace.end[rows[sel]], lead[sel], fetched[sel]
         sync_step = step_of(ends)
         # Segment of sync i: the gaps ending after it returns and before the next one does.
         cut = np.searchsorted(s1, ends, side="right")
@@ -200,7 +200,7 @@ def _sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
             b = int(cut[i + 1]) if i + 1 < len(ends) else len(s1)
             if i and sync_step[i] != sync_step[i - 1]:
                 debt = 0.0
-            debt = max(debt, float(waits[i]))
+            debt = max(debt, float(leads[i]))
             # the gaps of this sync's segment inside its own step
             b = a + int(np.sum(gap_step[a:b] == sync_step[i])) if len(st) and a < b else b
             if a >= b or debt <= 0:
