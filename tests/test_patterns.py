@@ -282,6 +282,35 @@ def test_bare_syncs_cost_at_most_their_waits_in_real_torchrec_trace():
     assert len(flagged(t, "excessive_memcpy")) <= 2
 
 
+def test_memcpy_evidence_says_where_the_syncs_are_and_names_torchrecs_pipeline(readme_sample):
+    """The README's DLRM rank fetches the split sizes of TorchRec's sparse-feature all-to-all
+    every batch: the evidence names the annotations holding the syncs and TorchRec's pipelined
+    training, which moves that distribution off the critical path."""
+    from traceap.measures.copies import sync_rows
+    from traceap.measures.signals import enclosing_annotations
+    t = readme_sample
+    sync = sync_rows(t)
+    ann = enclosing_annotations(t, sync)
+    names = {t.names[t.name[a]] for a in ann[ann >= 0]}
+    assert (ann >= 0).sum() >= 0.9 * len(sync)
+    assert "## all2all_tw_data:init ##" in names                      # innermost ...
+    assert not any(n.startswith("ProfilerStep#") for n in names)      # ... never the step
+    assert all(t.kind[a] == Kind.USER_ANNOTATION for a in ann[ann >= 0])
+    ev = REGISTRY["excessive_memcpy"].evidence(Windows(t, 100), range(100))
+    assert "of the 61 syncs inside `## all2all_" in ev.text
+    assert "TrainPipelineSparseDist" in ev.text
+
+
+def test_syncs_outside_torchrec_get_no_torchrec_advice():
+    """The CNN's event syncs sit in DDP's forward: where they are is said, TorchRec is not."""
+    from traceap.patterns.excessive_memcpy import where_syncs_are
+    from traceap.measures.copies import sync_rows
+    t = traceap.load(CNN)
+    text = where_syncs_are(t, sync_rows(t))
+    assert "syncs inside `DistributedDataParallel.forward`" in text
+    assert "TorchRec" not in text
+
+
 def item_syncs(t: Trace) -> Trace:
     """`.item()` in the eager code: each forward BN kernel's launch becomes a blocking sync
     that returns when the kernel ends."""

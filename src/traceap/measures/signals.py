@@ -177,6 +177,26 @@ def outer_cpu_ops(trace: Trace) -> np.ndarray:
     return cached(trace, "outer_cpu_ops", make)
 
 
+#: Ranges that hold a whole step, not a place in it.
+STEP_RANGES = r"^ProfilerStep#|^## (train|eval)_?step"
+
+
+def enclosing_annotations(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Per row: the innermost user annotation around it (a `record_function` range such as
+    `## sparse_data_dist ##` or `Optimizer.step#SGD.step`, not a whole profiler step), or -1."""
+    out = np.full(len(rows), -1, dtype=np.int64)
+    step = name_mask(trace, STEP_RANGES)
+    p = trace.parent[rows].astype(np.int64)
+    todo = np.flatnonzero(p >= 0)
+    while len(todo):  # one level of the call tree per pass (depth is tens at most)
+        q = p[todo]
+        hit = (trace.kind[q] == Kind.USER_ANNOTATION) & ~step[trace.name[q]]
+        out[todo[hit]] = q[hit]
+        p[todo] = trace.parent[q]
+        todo = todo[~hit & (p[todo] >= 0)]
+    return out
+
+
 def top_names(trace: Trace, rows: np.ndarray, weights: np.ndarray | None = None,
               k: int = 3) -> list[tuple[str, int, float]]:
     """The k most frequent (or heaviest) names among rows: (name, count, total weight)."""

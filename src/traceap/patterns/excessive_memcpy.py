@@ -15,14 +15,16 @@ transfers; nsys-ai flags sync APIs over 1 ms and 2% of GPU time.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..idle import busy_rows, pattern_lost, sync_costs
 from ..measures.compile_regions import compile_gaps
 from ..measures.copies import MemcpyConfig, host_copies, sync_rows
-from ..measures.signals import (compute_rows, count_in, fmt_bytes, fmt_us, overlap_in, per_episode,
-                                ramp, rows_in_windows, rows_named, spans, sum_in, top_names,
-                                union_in)
+from ..measures.signals import (compute_rows, count_in, enclosing_annotations, fmt_bytes, fmt_us,
+                                overlap_in, per_episode, ramp, rows_in_windows, rows_named, spans,
+                                sum_in, top_names, union_in)
 from ..trace import CopyKind, Trace, merged_intervals
 from ..windows import Windows
 from .base import AntiPattern, Measures
@@ -110,6 +112,7 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         text = " and ".join(parts) or "host<->device traffic"
         if callers:
             text += " from " + ", ".join(f"{n} x{c}" for n, c, _ in callers)
+        text += where_syncs_are(t, rows_in_windows(windows, sync_rows(t), idx))
         if s["n_sync"]:
             text += (f"; the GPU then idled {fmt_us(s['bubble_us'])} waiting for the host to "
                      f"launch again (up to the lead the host lost in the syncs; a sync that "
@@ -133,6 +136,30 @@ the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining
         rows = np.flatnonzero(in_runs(trace, runs) & (copies | trace.is_sync))
         return ("Host<->device copies and host-blocking syncs, longest first",
                 event_rows(trace, longest_first(trace, rows), limit, detail="bytes"))
+
+
+#: Annotations of TorchRec's sparse-feature distribution (the KJT all-to-all, whose split sizes
+#: are fetched to the host every batch).
+TORCHREC_DIST = r"sparse_data_dist|input_dist|all2all|KJTAllToAll"
+
+
+def where_syncs_are(trace: Trace, syncs: np.ndarray) -> str:
+    """'; 60 of the 61 syncs inside `## a ##` x30, `## b ##` x30' (the innermost user
+    annotations around them), with a pointer to TorchRec's pipelining when the syncs sit in its
+    sparse data distribution; '' when no annotation holds them."""
+    ann = enclosing_annotations(trace, syncs)
+    inside = ann[ann >= 0]
+    if not len(inside):
+        return ""
+    top = top_names(trace, inside, k=2)
+    text = (f"; {len(inside)} of the {len(syncs)} syncs inside "
+            + ", ".join(f"`{n}` x{c}" for n, c, _ in top))
+    if any(re.search(TORCHREC_DIST, n) for n, _, _ in top):
+        text += (" (TorchRec's sparse-feature distribution: the all-to-all's split sizes reach "
+                 "the host every batch; torchrec.distributed.train_pipeline."
+                 "TrainPipelineSparseDist starts it for the next batch while this one computes, "
+                 "off the critical path)")
+    return text
 
 
 def outside_breaks(trace, rows: np.ndarray) -> np.ndarray:
