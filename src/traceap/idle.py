@@ -76,6 +76,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .measures.signals import busy_rows  # noqa: F401 - part of this module's interface
 from .trace import CopyKind, Kind, Trace, merged_intervals
 from .units import fmt_us
 from .windows import Windows, covered_time
@@ -598,19 +599,6 @@ def first_batch_start(trace: Trace, first_gpu_us: float) -> float:
     if first_gpu_us - float(trace.end[last]) <= float(trace.dur[last]):
         return float(trace.ts[last])
     return first_gpu_us
-
-
-def busy_rows(trace: Trace) -> np.ndarray:
-    """GPU work that counts as busy: compute kernels, memsets, on-device copies."""
-    from .measures.signals import cached
-
-    def make() -> np.ndarray:
-        g = trace.gpu_work_rows
-        kind = trace.kind[g]
-        keep = ((kind == Kind.KERNEL) & ~trace.is_nccl[g]) | (kind == Kind.GPU_MEMSET) | (
-            (kind == Kind.GPU_MEMCPY) & np.isin(trace.copy_kind[g], (CopyKind.DTOD, CopyKind.PTOP)))
-        return g[keep]
-    return cached(trace, "idle:busy_rows", make)
 
 
 # -- the account -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..trace import CopyKind, Kind, MemKind, merged_intervals
 from ..windows import covered_time
-from .signals import cached, name_mask, starved_gaps
+from .signals import busy_rows, cached, name_mask, starved_gaps
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,6 @@ def _sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
     rows, fetched = _blocking_calls(trace, tol_us)
     if not len(g0) or not len(rows):
         return np.zeros(0), np.zeros(0)
-    from ..idle import busy_rows  # the idle account builds on this module
     # The lead a sync loses is the compute the device still ran while the host waited in it:
     # waiting for a collective (other ranks) or for an idle device is no lead.
     busy = busy_rows(trace)

@@ -13,7 +13,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from ..trace import Kind, Trace, merged_intervals
+from ..trace import CopyKind, Kind, Trace, merged_intervals
 from ..units import fmt_bytes, fmt_us  # noqa: F401 - re-exported for the pattern modules
 from ..windows import Windows, covered_time
 
@@ -95,6 +95,18 @@ def sum_in(windows: Windows, ts: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 # -- GPU activity ----------------------------------------------------------------------------
+def busy_rows(trace: Trace) -> np.ndarray:
+    """GPU work that counts as busy (`traceap.idle`'s definition): compute kernels, memsets,
+    on-device copies."""
+    def make() -> np.ndarray:
+        g = trace.gpu_work_rows
+        kind = trace.kind[g]
+        keep = ((kind == Kind.KERNEL) & ~trace.is_nccl[g]) | (kind == Kind.GPU_MEMSET) | (
+            (kind == Kind.GPU_MEMCPY) & np.isin(trace.copy_kind[g], (CopyKind.DTOD, CopyKind.PTOP)))
+        return g[keep]
+    return cached(trace, "idle:busy_rows", make)
+
+
 def kernel_rows(trace: Trace) -> np.ndarray:
     """Kernel rows."""
     return cached(trace, "kernels", lambda: trace.rows(Kind.KERNEL))
