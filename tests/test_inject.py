@@ -226,6 +226,38 @@ def test_nccl_on_the_compute_stream(outputs):
         assert len(nxt) == 0 or tr.ts[nxt].min() >= tr.end[r] - 1e-3  # compute queues behind it
 
 
+def test_a_collective_behind_a_deep_queue_is_labelled_where_it_costs(tmp_path):
+    """A GPU-bound DDP ResNet-50 (simulated: none of the bundled real bases queues that deep)
+    keeps ~100 ms of compute queued, so a collective issued on the compute stream starts long
+    after its host call.  Its label is the collective and the compute idle around it, not the
+    queued compute that ran as in the base between the call and the kernel (the label reached
+    back to the call: 204 of its 209 ms were busy compute)."""
+    pytest.importorskip("traceap.synth")
+    from traceap.synth import switches
+    from traceap.synth.platforms import PLATFORMS
+    from traceap.synth.simulator import RunConfig, simulate
+    from traceap.synth.workloads import resnet50
+    from traceap.synth.writer import trace_document, write_trace
+    cfg = RunConfig(resnet50(), PLATFORMS["a100"], batch=128, res=224, world_size=2, steps=3,
+                    seed=11, t0_us=2.0e12)
+    switches.healthy(cfg, np.random.default_rng(3))
+    path = tmp_path / "gpu_bound_ddp.json.gz"
+    write_trace(path, trace_document(simulate(cfg), 1_700_000_000_000_000_000))
+    o = inject_one(Base.of(Doc(path), path.name), "nccl_blocks_compute_stream",
+                   np.random.default_rng([7, 5]))
+    f = tmp_path / "planted.json"
+    f.write_bytes(o.data)
+    tr = traceap.load(f)
+    k = tr.rows(Kind.KERNEL)
+    planted = k[tr.is_nccl[k] & np.isin(tr.stream[k], tr.stream[k[~tr.is_nccl[k]]])]
+    bs, be = merged_intervals(tr.ts[k[~tr.is_nccl[k]]], tr.end[k[~tr.is_nccl[k]]])
+    assert len(planted) and len(o.anomalies) == o.n_instances
+    for a, b in o.anomalies:
+        assert any(a - 1 <= tr.ts[r] and tr.end[r] <= b + 1 for r in planted)  # the collective
+        busy = float(np.clip(np.minimum(be, b) - np.maximum(bs, a), 0, None).sum())
+        assert busy <= 0.05 * (b - a)                                         # not the queue
+
+
 def test_exposed_allreduce_waits_the_optimizer(bases, outputs):
     o, f = outputs[(CNN, "nccl_compute_no_overlap")]
     tr = traceap.load(f)

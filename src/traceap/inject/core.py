@@ -323,15 +323,19 @@ def _label(base: Base, inst, kernels, growth) -> bool:
     (host-side plants) when most of the idle there was the base's own (CAUSED_SHARE)."""
     ks, ke = kernels
     if inst.label == "span":
-        # the collective's span, and the compute idle it causes around it (waiting for it to
-        # start behind earlier communication, or for launches its host calls delayed)
+        # the collective's span, and the compute idle it causes around it: the gap it starts
+        # at the end of (waiting to start behind earlier communication) and the gaps after it
+        # (launches its host calls delayed).  Not the gaps before that: the compute queued ahead
+        # of it on the stream ran as in the base (a deep queue puts tens of ms between the host
+        # call and the collective's kernel, and a label reaching back to the call graded those
+        # busy windows as the anomaly).
         out = []
         lo_b = min(b.t0 for b in inst.blocks)
         for a, b in inst.spans:
             if b <= a:
                 continue
             gs, ge = idle_intervals(ks, ke, lo_b, max(b, max(x.t1 for x in inst.blocks)) + RESUME_PAD_US)
-            keep = (ge - gs) >= MIN_GAP_US
+            keep = ((ge - gs) >= MIN_GAP_US) & (ge >= a - 1e-6)
             lo = min([a] + gs[keep].tolist())
             hi = max([b] + [_extend(g, ks, ke) for g in ge[keep].tolist()])
             out.append((float(lo), float(hi)))
