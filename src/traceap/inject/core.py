@@ -349,7 +349,8 @@ def _label(base: Base, inst, kernels, growth) -> bool:
         gs, ge = gs[keep], ge[keep]
         if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
             return False
-        a, b = _caused_label(growth, float(gs[0]), float(_extend(ge[-1], ks, ke)), hi, ks, ke)
+        a, b = _caused_label(growth, _first_caused(growth, gs, ge, ks),
+                             float(_extend(ge[-1], ks, ke)), hi, ks, ke)
         if b is None:
             return False
         inst.intervals = [(a, b)]
@@ -362,12 +363,31 @@ def _label(base: Base, inst, kernels, growth) -> bool:
         gs, ge = gs[keep], ge[keep]
         if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
             return False
-        a, b = _caused_label(growth, float(gs[0]), float(_extend(ge[-1], ks, ke)), hi, ks, ke)
+        a, b = _caused_label(growth, _first_caused(growth, gs, ge, ks),
+                             float(_extend(ge[-1], ks, ke)), hi, ks, ke)
         if b is None:
             return False
         out.append((a, b))
     inst.intervals = out
     return True
+
+
+def _first_caused(growth, gs: np.ndarray, ge: np.ndarray, ks: np.ndarray) -> float:
+    """Where a host-side plant's label starts: the first of its idle gaps that grew against the
+    base (the GPU ran out of queued work), not a base gap of a few us while the queue drained
+    (behind a deep queue a blocking sync or a stall starts idling the GPU only once the work
+    queued ahead of it has run: before, the label began at the first base gap after the host
+    call and took the busy drain with it).  The first gap when none grew."""
+    at, grown = growth
+    starts = np.sort(ks)
+    n = np.searchsorted(starts, ge - 1e-6, side="left")  # the kernel that ends each gap
+    end = np.where(n < len(starts), starts[np.minimum(n, len(starts) - 1)], np.inf)
+    i = np.searchsorted(at, end - 1e-6, side="left")
+    ok = i < len(at)
+    hit = np.zeros(len(ge), dtype=bool)
+    hit[ok] = (np.abs(at[i[ok]] - end[ok]) <= 1e-6) & (grown[i[ok]] > 0)
+    j = np.flatnonzero(hit)
+    return float(gs[j[0]] if len(j) else gs[0])
 
 
 def _caused_label(growth, a: float, end: float, hi: float, ks: np.ndarray,
