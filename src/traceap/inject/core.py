@@ -337,7 +337,7 @@ def _label(base: Base, inst, kernels, growth) -> bool:
             gs, ge = idle_intervals(ks, ke, lo_b, max(b, max(x.t1 for x in inst.blocks)) + RESUME_PAD_US)
             keep = ((ge - gs) >= MIN_GAP_US) & (ge >= a - 1e-6)
             lo = min([a] + gs[keep].tolist())
-            hi = max([b] + [_extend(g, ks, ke) for g in ge[keep].tolist()])
+            hi = max([b] + _gap_ends(ge[keep], ks).tolist())
             out.append((float(lo), float(hi)))
         inst.intervals = out
         return bool(out)
@@ -379,9 +379,7 @@ def _first_caused(growth, gs: np.ndarray, ge: np.ndarray, ks: np.ndarray) -> flo
     queued ahead of it has run: before, the label began at the first base gap after the host
     call and took the busy drain with it).  The first gap when none grew."""
     at, grown = growth
-    starts = np.sort(ks)
-    n = np.searchsorted(starts, ge - 1e-6, side="left")  # the kernel that ends each gap
-    end = np.where(n < len(starts), starts[np.minimum(n, len(starts) - 1)], np.inf)
+    end = _next_starts(ge, ks)  # the kernel that ends each gap
     i = np.searchsorted(at, end - 1e-6, side="left")
     ok = i < len(at)
     hit = np.zeros(len(ge), dtype=bool)
@@ -412,10 +410,24 @@ def _mostly_caused(growth, a: float, b: float, end: float, ks: np.ndarray,
     return idle <= 0 or _caused(growth, a, end) >= CAUSED_SHARE * idle
 
 
+def _next_starts(t: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """Per time: the first kernel start at or after it (inf when none)."""
+    s = np.sort(ks)
+    i = np.searchsorted(s, np.asarray(t, dtype=float) - 1e-6, side="left")
+    return np.where(i < len(s), s[np.minimum(i, len(s) - 1)], np.inf)
+
+
+def _gap_ends(t: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """Per time: the end of the idle gap that contains it, the next kernel start (itself when
+    no kernel starts later)."""
+    t = np.asarray(t, dtype=float)
+    n = _next_starts(t, ks)
+    return np.where(np.isfinite(n), n, t)
+
+
 def _extend(t: float, ks: np.ndarray, ke: np.ndarray) -> float:
     """End of the idle gap that contains t: the next kernel start at or after t."""
-    later = ks[ks >= t - 1e-6]
-    return float(later.min()) if len(later) else t
+    return float(_gap_ends(np.array([t]), ks)[0])
 
 
 def output_columns(base: Base, new_ts, new_dur, f: Factory) -> Columns:

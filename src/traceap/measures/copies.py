@@ -176,8 +176,10 @@ def _sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
     step_hi = np.array([x.end_us for x in st], dtype=np.float64)
 
     def step_of(x: np.ndarray) -> np.ndarray:
+        if not st:
+            return np.full(len(x), -1)
         k = np.searchsorted(step_lo, x, side="right") - 1
-        return np.where((k >= 0) & (x < step_hi[np.maximum(k, 0)] if len(st) else False), k, -1)
+        return np.where((k >= 0) & (x < step_hi[np.maximum(k, 0)]), k, -1)
     call = trace.launch[nxt]
     gap_tid = np.where(call >= 0, trace.tid[np.maximum(call, 0)], np.iinfo(np.int64).min)
     out0, out1 = [], []
@@ -200,8 +202,8 @@ def _sync_debt(trace, tol_us: float) -> tuple[np.ndarray, np.ndarray]:
             if i and sync_step[i] != sync_step[i - 1]:
                 debt = 0.0
             debt = max(debt, float(leads[i]))
-            # the gaps of this sync's segment inside its own step
-            b = a + int(np.sum(gap_step[a:b] == sync_step[i])) if len(st) and a < b else b
+            # the gaps of this sync's segment inside its own step (a prefix: both in time order)
+            b = a + int(np.sum(gap_step[a:b] == sync_step[i]))
             if a >= b or debt <= 0:
                 continue
             seg0, seg1 = s0[a:b], s1[a:b]
