@@ -239,6 +239,32 @@ def test_a_stopped_recording_leaves_nothing_behind(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == ("traceap: interrupted; nothing of this recording "
-                                            "was kept")
+                                            "was kept"), err
     assert not (out / ".collect-tmp").exists()
     assert not list(out.rglob("*.lock"))
+
+
+def test_a_forked_child_ends_silently_on_the_stop_signal(capfd):
+    """The SIGTERM handler raises KeyboardInterrupt in `traceap collect` itself; a forked child
+    (a DataLoader worker still starting up when the stopping parent terminates it) inherits
+    the handler and must end as SIGTERM's default does, without a traceback on stderr."""
+    import multiprocessing
+    import signal
+    import time
+
+    from traceap.cli.collect import interrupt_here
+
+    old = signal.signal(signal.SIGTERM, interrupt_here())
+    try:
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+        child.start()
+        time.sleep(0.5)
+        child.terminate()
+        child.join(10)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert child.exitcode == -signal.SIGTERM
+    assert capfd.readouterr().err == ""

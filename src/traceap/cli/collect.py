@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import typer
@@ -39,13 +41,11 @@ def collect(
     list_models: bool = typer.Option(False, "--list", help="List the models and patterns."),
 ) -> None:
     """Record a real profiler trace, labelled, into a dataset (one recording or a --plan)."""
-    import signal
-
     import torch
 
     # `timeout`, a batch system or `kill` stop a sweep with SIGTERM: end like Ctrl-C, so the
     # recording's temporary files are removed and the manifest stays whole.
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt_here())
 
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
@@ -92,8 +92,24 @@ def collect(
 
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+def interrupt_here():
+    """A SIGTERM handler that raises KeyboardInterrupt in this process only.
+
+    Forked children inherit it: a DataLoader worker that the stopping parent terminates (its
+    loader's shutdown, or multiprocessing's exit for a worker still starting up) would print a
+    KeyboardInterrupt traceback after the one-line message.  In a child it ends the process
+    as SIGTERM's default does, silently.
+    """
+    owner = os.getpid()
+
+    def interrupt(signum, frame) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    return interrupt
 
 
 def _stopped(what: str) -> None:

@@ -269,8 +269,7 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
                                 category=UserWarning)
         loader = DataLoader(data, batch_size=bs, shuffle=False, drop_last=True,
                             num_workers=recipe.num_workers, pin_memory=recipe.pin_memory,
-                            prefetch_factor=2 if recipe.num_workers else None,
-                            worker_init_fn=_quiet_worker if recipe.num_workers else None)
+                            prefetch_factor=2 if recipe.num_workers else None)
     if cfg.world_size > 1 and not cfg.inference:
         model = wrap_distributed(model, recipe, device)
     if recipe.compile_backend:
@@ -318,15 +317,6 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
         raise TraceapError(f"the profiler wrote no trace into {tmp} (steps: {total})")
     del loss
     return files[-1]
-
-
-def _quiet_worker(_worker_id: int) -> None:
-    """A DataLoader worker ends silently on SIGTERM.  Forked workers inherit `traceap collect`'s
-    handler (SIGTERM -> KeyboardInterrupt); when a stopped recording shuts its loader down and
-    terminates a worker, that handler would print the worker's traceback after the one-line
-    message."""
-    import signal
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _settle_compilation(cfg, model, raw_model, spec, data, device, max_calls: int = 6) -> None:
