@@ -12,6 +12,10 @@ natural anomalies.  With the set of commit 60554f2 (`traceap synth --seed 0` bef
 16 bases, 234 traces.  A stand-in, not a benchmark: the bases are simulated, and their natural
 labels are mostly cpu_bound stretches of small launch-bound models.  Read it with
 `real_rules_report.py --dataset OUT --split validation` or `nccl_queued.py --dataset OUT`.
+
+`--split train --copies 1` builds the same kind of set from the synth dataset's *train* ranks
+(76 bases, 630 traces with the set of 60554f2): training data for the model
+(`transfer_experiments.py --extra-train OUT`), on bases disjoint from the validation stand-in's.
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bases", type=Path, required=True, help="folder for the base links")
     ap.add_argument("--out", type=Path, required=True, help="the inject output")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--split", default="validation",
+                    help="the synth split whose ranks are the bases, and the split they get "
+                         "(`train` builds a training set from bases disjoint from validation's)")
+    ap.add_argument("--copies", type=int, default=2, help="copies of each plant per base")
     args = ap.parse_args(argv)
     args.bases.mkdir(parents=True, exist_ok=True)
-    picked = [e for e in read_manifest(args.synth) if e.split == "validation"
+    picked = [e for e in read_manifest(args.synth) if e.split == args.split
               and (e.world_size or 1) > 1 and (e.rank or 0) == 0]
     for e in picked:
         src = trace_path(args.synth, e).resolve()
@@ -45,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             os.symlink(src, dst)
     print(f"{len(picked)} bases linked in {args.bases}", flush=True)
     return subprocess.call([str(Path(sys.executable).parent / "traceap"), "inject", str(args.bases),
-                            "--out", str(args.out), "--split", "validation", "--copies", "2",
+                            "--out", str(args.out), "--split", args.split, "--copies", str(args.copies),
                             "--seed", "0", "--jobs", str(args.jobs), "--overwrite"])
 
 

@@ -83,6 +83,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save", type=Path, help="folder for each run's checkpoint")
     ap.add_argument("--steps-per-epoch", type=int, help="default: one pass over the bad traces")
+    ap.add_argument("--extra-train", type=Path, action="append", default=[],
+                    help="another dataset whose train split joins the real group (e.g. the DDP "
+                         "stand-in built with `ddp_standin.py --split train`)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     ns = tuple(int(x) for x in args.windows.split(","))
@@ -93,6 +96,10 @@ def main(argv=None) -> int:
     # window labels of train traces are read only by runs with window supervision (`w_window`)
     synth = load_split(args.synth, "train", all_ns, base, args.cache, group=0, with_labels=True)
     real = load_split(args.real, "train", all_ns, base, args.cache, group=1, with_labels=True)
+    for extra in args.extra_train:
+        more = load_split(extra, "train", all_ns, base, args.cache, group=1, with_labels=True)
+        real += [replace(x, partner=x.partner + len(real) if x.partner >= 0 else -1)
+                 for x in more]
     val_real = load_split(args.real, "validation", (100,), base, args.cache, with_labels=True)
     val_synth = load_split(args.synth, "validation", (100,), base, args.cache, with_labels=True)
     enc = TextEncoder()
@@ -142,7 +149,7 @@ def main(argv=None) -> int:
             save_model(model, args.save / f"{run}.pt", {n: table[n] for n in names}, meta={
                 "run": run, "command": "python benchmarks/transfer_experiments.py "
                 + " ".join(argv or sys.argv[1:]),
-                "dataset": f"{args.synth}, {args.real}", "n_train": len(examples),
+                "dataset": ", ".join(map(str, [args.synth, args.real, *args.extra_train])), "n_train": len(examples),
                 "mix": list(mix) if mix is not None else None,
                 "validation": [str(args.real), str(args.synth)], "best_epoch": log.best_epoch,
                 "n_good": log.n_good, "n_bad": log.n_bad, "epochs": len(log.epochs),
