@@ -268,3 +268,36 @@ def test_a_forked_child_ends_silently_on_the_stop_signal(capfd):
         signal.signal(signal.SIGTERM, old)
     assert child.exitcode == -signal.SIGTERM
     assert capfd.readouterr().err == ""
+
+
+def test_a_cut_tensor_hand_over_prints_nothing(capfd):
+    """A stop that cuts a DataLoader worker's file-descriptor hand-over resets the connection
+    of multiprocessing's resource sharer, which prints the error with sys.excepthook; the hook
+    `traceap collect` installs drops exactly that, and passes every other exception on."""
+    import socket
+    import sys
+    import time
+    from multiprocessing import resource_sharer
+
+    from traceap.cli.collect import quiet_fd_sharing
+
+    old = sys.excepthook
+    seen = []
+    sys.excepthook = lambda *exc: seen.append(exc[0])
+    try:
+        quiet_fd_sharing()
+        r, w = os.pipe()
+        resource_sharer.DupFd(r)          # starts the sharer's listener thread
+        address = resource_sharer._resource_sharer._address
+        for _ in range(2):                # a client that hangs up during the handshake
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(address)
+            s.close()
+        time.sleep(0.5)
+        sys.excepthook(ValueError, ValueError("other"), None)
+    finally:
+        sys.excepthook = old
+        os.close(r)
+        os.close(w)
+    assert seen == [ValueError]
+    assert capfd.readouterr().err == ""

@@ -46,6 +46,7 @@ def collect(
     # `timeout`, a batch system or `kill` stop a sweep with SIGTERM: end like Ctrl-C, so the
     # recording's temporary files are removed and the manifest stays whole.
     signal.signal(signal.SIGTERM, interrupt_here())
+    quiet_fd_sharing()
 
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
@@ -110,6 +111,34 @@ def interrupt_here():
         raise KeyboardInterrupt
 
     return interrupt
+
+
+def quiet_fd_sharing() -> None:
+    """Drop the traceback of a DataLoader tensor hand-over cut short by a stop.
+
+    A worker hands each batch's shared memory to the parent through multiprocessing's
+    resource sharer: a thread in the worker that serves file descriptors.  When a stop
+    ends the parent (or a worker) in the middle of a hand-over, that thread's connection
+    is reset and it prints the exception with `sys.excepthook`, after the one-line message.
+    Forked workers inherit this hook.  Only connection errors raised in the resource
+    sharer are dropped; a worker that dies while the recording runs still fails it, through
+    the DataLoader's own error in the recording loop.
+    """
+    import sys
+
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb) -> None:
+        frames, t = [], tb
+        while t is not None:
+            frames.append(t.tb_frame.f_code.co_filename)
+            t = t.tb_next
+        if issubclass(exc_type, (ConnectionError, EOFError)) and any(
+                f.endswith(os.path.join("multiprocessing", "resource_sharer.py")) for f in frames):
+            return
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
 
 
 def _stopped(what: str) -> None:
