@@ -82,3 +82,41 @@ def test_the_stack_weighs_the_warm_up_share_of_each_window(tmp_path):
     assert HybridParams.read(path).warmup_coef == 0.0
     with pytest.raises(ValueError, match="warm-up share"):
         warm.combine(np.full(3, 0.5), np.full(3, 0.5))
+
+
+def _tune_hybrid():
+    import importlib.util
+
+    from .conftest import REPO
+    spec = importlib.util.spec_from_file_location("tune_hybrid", REPO / "benchmarks" / "tune_hybrid.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_flag_bias_raises_the_bias_only_while_healthy_windows_stay_unflagged():
+    """`tune_hybrid.py --flag-bias`: the bias goes up (more anomalous windows flagged at 0.5)
+    until one more step would flag a window of a healthy trace that the fitted bias left alone."""
+    tune = _tune_hybrid()
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(12):
+        good = i < 4
+        y = np.zeros(100, int) if good else (np.arange(100) >= 60).astype(int)
+        expert = np.where(y == 1, rng.uniform(0.45, 0.75, 100), rng.uniform(0.2, 0.3, 100))
+        if good:
+            expert[7] = 0.42          # the healthy window closest to the flag
+        rows.append({"n_windows": 100, "label": "good" if good else "bad", "labels": y,
+                     "scores": {"model": np.full(100, 0.5), "expert": expert}})
+    fitted = HybridParams(0.0, 1.0, -0.6)
+    raised = tune.flag_bias(fitted, rows, [100], lambda r: None)
+    # 0.42 crosses 0.5 once the bias passes logit(0.5) - logit(0.42) = 0.323
+    assert raised.bias == pytest.approx(-0.6 + 0.05 * 18)     # 0.30, the last step below 0.323
+    assert (raised.model_coef, raised.expert_coef) == (0.0, 1.0)
+    healthy = [r for r in rows if r["label"] == "good"]
+    assert not any((raised.combine(r["scores"]["model"], r["scores"]["expert"]) >= 0.5).any()
+                   for r in healthy)
+    bad = [r for r in rows if r["label"] == "bad"]
+    recall = lambda p: np.mean(np.concatenate([p.combine(r["scores"]["model"], r["scores"]["expert"])
+                                               [r["labels"] == 1] >= 0.5 for r in bad]))
+    assert recall(raised) > recall(fitted)
