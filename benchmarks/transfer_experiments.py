@@ -149,7 +149,8 @@ def main(argv=None) -> int:
             save_model(model, args.save / f"{run}.pt", {n: table[n] for n in names}, meta={
                 "run": run, "command": "python benchmarks/transfer_experiments.py "
                 + " ".join(argv or sys.argv[1:]),
-                "dataset": ", ".join(map(str, [args.synth, args.real, *args.extra_train])), "n_train": len(examples),
+                "dataset": ", ".join(map(str, [args.synth, args.real, *args.extra_train])),
+                "n_train": len(examples),
                 "mix": list(mix) if mix is not None else None,
                 "validation": [str(args.real), str(args.synth)], "best_epoch": log.best_epoch,
                 "n_good": log.n_good, "n_bad": log.n_bad, "epochs": len(log.epochs),

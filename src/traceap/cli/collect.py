@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 
 import typer
@@ -124,8 +125,6 @@ def quiet_fd_sharing() -> None:
     sharer are dropped; a worker that dies while the recording runs still fails it, through
     the DataLoader's own error in the recording loop.
     """
-    import sys
-
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb) -> None:
