@@ -304,7 +304,8 @@ def _union(intervals: list) -> list:
 
 
 def _kernel_spans(base: Base, new_ts, new_end, f: Factory) -> tuple[np.ndarray, np.ndarray]:
-    """Relative (start, end) of every kernel of the output on the compute device."""
+    """Relative (start, end) of every kernel of the output on the compute device, sorted by
+    start."""
     doc, tl = base.doc, base.tl
     dev = base.compute[0]
     k = np.flatnonzero((doc.kind == Kind.KERNEL) & (doc.ph == PH_X) & (doc.device == dev))
@@ -315,7 +316,9 @@ def _kernel_spans(base: Base, new_ts, new_end, f: Factory) -> tuple[np.ndarray, 
             a = float(ev.ts) - tl.t0
             s.append(np.array([a]))
             e.append(np.array([a + float(ev.dur)]))
-    return np.concatenate(s), np.concatenate(e)
+    s, e = np.concatenate(s), np.concatenate(e)
+    o = np.argsort(s, kind="stable")
+    return s[o], e[o]
 
 
 def _label(base: Base, inst, kernels, growth) -> bool:
@@ -350,7 +353,7 @@ def _label(base: Base, inst, kernels, growth) -> bool:
         if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
             return False
         a, b = _caused_label(growth, _first_caused(growth, gs, ge, ks),
-                             float(_extend(ge[-1], ks, ke)), hi, ks, ke)
+                             float(_gap_ends(ge[-1:], ks)[0]), hi, ks, ke)
         if b is None:
             return False
         inst.intervals = [(a, b)]
@@ -364,7 +367,7 @@ def _label(base: Base, inst, kernels, growth) -> bool:
         if not len(gs) or (ge - gs).sum() < inst.min_idle_us:
             return False
         a, b = _caused_label(growth, _first_caused(growth, gs, ge, ks),
-                             float(_extend(ge[-1], ks, ke)), hi, ks, ke)
+                             float(_gap_ends(ge[-1:], ks)[0]), hi, ks, ke)
         if b is None:
             return False
         out.append((a, b))
@@ -411,23 +414,17 @@ def _mostly_caused(growth, a: float, b: float, end: float, ks: np.ndarray,
 
 
 def _next_starts(t: np.ndarray, ks: np.ndarray) -> np.ndarray:
-    """Per time: the first kernel start at or after it (inf when none)."""
-    s = np.sort(ks)
-    i = np.searchsorted(s, np.asarray(t, dtype=float) - 1e-6, side="left")
-    return np.where(i < len(s), s[np.minimum(i, len(s) - 1)], np.inf)
+    """Per time: the first kernel start at or after it (inf when none); `ks` sorted."""
+    i = np.searchsorted(ks, np.asarray(t, dtype=float) - 1e-6, side="left")
+    return np.where(i < len(ks), ks[np.minimum(i, len(ks) - 1)], np.inf)
 
 
 def _gap_ends(t: np.ndarray, ks: np.ndarray) -> np.ndarray:
     """Per time: the end of the idle gap that contains it, the next kernel start (itself when
-    no kernel starts later)."""
+    no kernel starts later); `ks` sorted."""
     t = np.asarray(t, dtype=float)
     n = _next_starts(t, ks)
     return np.where(np.isfinite(n), n, t)
-
-
-def _extend(t: float, ks: np.ndarray, ke: np.ndarray) -> float:
-    """End of the idle gap that contains t: the next kernel start at or after t."""
-    return float(_gap_ends(np.array([t]), ks)[0])
 
 
 def output_columns(base: Base, new_ts, new_dur, f: Factory) -> Columns:
