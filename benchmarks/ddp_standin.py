@@ -14,7 +14,8 @@ labels are mostly cpu_bound stretches of small launch-bound models.  Read it wit
 `real_rules_report.py --dataset OUT --split validation` or `nccl_queued.py --dataset OUT`.
 
 `--split train --copies 1` builds the same kind of set from the synth dataset's *train* ranks
-(76 bases, 630 traces with the set of 60554f2): training data for the model
+(76 bases, 630 traces with the set of 60554f2; `--ranks all`: every rank of those jobs, 224
+bases): training data for the model
 (`transfer_experiments.py --extra-train OUT`), on bases disjoint from the validation stand-in's.
 """
 
@@ -42,10 +43,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="the synth split whose ranks are the bases, and the split they get "
                          "(`train` builds a training set from bases disjoint from validation's)")
     ap.add_argument("--copies", type=int, default=2, help="copies of each plant per base")
+    ap.add_argument("--ranks", choices=("0", "all"), default="0",
+                    help="the bases: rank 0 of every job (default), or every rank (3x the "
+                         "bases of a synth dataset's train split)")
     args = ap.parse_args(argv)
     args.bases.mkdir(parents=True, exist_ok=True)
     picked = [e for e in read_manifest(args.synth) if e.split == args.split
-              and (e.world_size or 1) > 1 and (e.rank or 0) == 0]
+              and (e.world_size or 1) > 1 and (args.ranks == "all" or (e.rank or 0) == 0)]
     for e in picked:
         src = trace_path(args.synth, e).resolve()
         dst = args.bases / src.name

@@ -58,6 +58,9 @@ RECIPES = {
     "win03": {"w_window": 0.3},
     "win1": {"w_window": 1.0},
     "winpat": {"w_window": 1.0, "w_window_pattern": 0.5},
+    "ssl150": {"pretrain_steps": 150},
+    "ssl300": {"pretrain_steps": 300},
+    "ssl600": {"pretrain_steps": 600},
     "seed1": {"seed": 1},
     "seed2": {"seed": 2},
 }
@@ -86,6 +89,11 @@ def main(argv=None) -> int:
     ap.add_argument("--extra-train", type=Path, action="append", default=[],
                     help="another dataset whose train split joins the real group (e.g. the DDP "
                          "stand-in built with `ddp_standin.py --split train`)")
+    ap.add_argument("--pretrain-on", type=Path, action="append", default=[],
+                    metavar="DATASET[:SPLIT,SPLIT]",
+                    help="unlabelled traces for the `ssl*` runs' self-supervised steps: the "
+                         "unmodified traces (no planted ones) of a dataset's splits (default: "
+                         "all splits); no label is read")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     ns = tuple(int(x) for x in args.windows.split(","))
@@ -102,9 +110,19 @@ def main(argv=None) -> int:
                  for x in more]
     val_real = load_split(args.real, "validation", (100,), base, args.cache, with_labels=True)
     val_synth = load_split(args.synth, "validation", (100,), base, args.cache, with_labels=True)
+    pool = []
+    for spec in args.pretrain_on:
+        path, _, splits = str(spec).partition(":")
+        keep = set(splits.split(",")) if splits else None
+        entries = [e for e in read_manifest(Path(path)) if e.source != "injected"
+                   and (keep is None or e.split in keep)]
+        pool += list(featurize_entries(Path(path), entries, all_ns, base, args.cache).values())
+    if pool:
+        print(f"{len(pool)} unlabelled traces for pretraining", flush=True)
     enc = TextEncoder()
     names = sorted({str(n) for xs in (synth, real, val_real, val_synth) for x in xs
-                    for f in x.feats.values() for n in f.names[1:]})
+                    for f in x.feats.values() for n in f.names[1:]}
+                   | {str(n) for p in pool for f in p.values() for n in f.names[1:]})
     table = enc.table(names)
     print(f"loaded {len(synth)} synth + {len(real)} real train, {len(val_real)} + "
           f"{len(val_synth)} validation traces, {len(names)} names in "
@@ -128,9 +146,11 @@ def main(argv=None) -> int:
         t1, c1 = time.perf_counter(), time.process_time()
         model, log = fit(examples, cfg, table, mix=mix, val=[val_real, val_synth],
                          val_windows=100, log=lambda m: print("  " + m, flush=True),
-                         steps_per_epoch=args.steps_per_epoch)
+                         steps_per_epoch=args.steps_per_epoch,
+                         pretrain_feats=pool if cfg.pretrain_steps else ())
         best = log.epochs[(log.best_epoch or len(log.epochs)) - 1]
         row = {"run": run, "best_epoch": log.best_epoch, "steps": log.steps,
+               "pretrain": log.pretrain, "pretrain_seconds": log.pretrain_seconds,
                "seconds": round(time.perf_counter() - t1, 1),
                "cpu_seconds": round(time.process_time() - c1, 1),
                "real_val": best["validation"][0], "synth_val": best["validation"][1],

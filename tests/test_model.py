@@ -400,3 +400,31 @@ def test_model_detector_flags_at_its_checkpoints_calibrated_threshold(tmp_path):
     scores = np.array([w.score for w in a.windows])
     assert [w.flagged for w in a.windows] == (scores >= low_t).tolist()
     assert (scores >= low_t).sum() > (scores >= shipped.threshold).sum()
+
+
+# -- self-supervised pretraining --------------------------------------------------------------
+def test_masked_window_pretraining_learns_to_pick_hidden_windows_out():
+    """On two real traces, the masked-window objective's loss falls from chance (ln N) and
+    hidden windows are picked out far above chance; the detector's layout is unchanged."""
+    from traceap.model.features import featurize
+    from traceap.model.net import TraceAPModel
+    from traceap.model.pretrain import MaskedWindows, pretrain
+    from .conftest import SAMPLE
+
+    cfg = replace(TINY, windows=(20,))
+    feats = [{20: featurize(Windows(load(p), 20), cfg)} for p in (CNN, SAMPLE)]
+    table = hashed_table(n for f in feats for n in f[20].names)
+    torch.manual_seed(0)
+    model = TraceAPModel(cfg, [f[20].platform for f in feats])
+    keys = set(model.state_dict())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    m = MaskedWindows(cfg.D).mask(8, 20, torch.Generator().manual_seed(0))
+    assert m.any(1).all() and (~m).any(1).all()       # hidden windows, never all of a trace
+    rows = pretrain(model, feats, 150, lambda fs, r: collate(fs, model, table, 0.0, r), (20,),
+                    batch_size=4, lr=3e-3, weight_decay=0.0, seed=0)
+    assert len(rows) == 6 and rows[0]["loss"] < np.log(20) + 0.5
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.5
+    assert rows[-1]["pick_acc"] > 0.3                  # chance: 1 in 20
+    assert set(model.state_dict()) == keys             # no extra weights in the checkpoint
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert pretrain(model, feats, 0, None, (20,), 4, 1e-3, 0.0, 0) == []

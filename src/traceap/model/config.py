@@ -14,7 +14,8 @@ ABLATIONS = ("no_event_adapter", "no_transformer", "no_relation", "names_masked"
 TRAINING_FIELDS = frozenset({
     "trace_pool", "topk_fraction", "s_pos", "s_neg", "w_trace", "w_svm", "w_cluster", "w_smooth",
     "w_pattern", "w_window", "w_window_pattern", "svm_c", "lr", "weight_decay", "batch_size",
-    "epochs", "windows", "platform_dropout", "pair_same_base", "seed", "name_dropout"})
+    "epochs", "windows", "platform_dropout", "pair_same_base", "seed", "name_dropout",
+    "pretrain_steps", "pretrain_mask"})
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class ModelConfig:
     pair_same_base: float = 0.0   # chance that a planted trace is paired with its own unmodified
     #                               base (same trace without the anomaly) as the good partner
     seed: int = 0
+    pretrain_steps: int = 0       # beyond the paper: self-supervised steps on unlabelled traces
+    #                               before training (`traceap.model.pretrain`: masked windows)
+    pretrain_mask: float = 0.15   # share of a trace's windows hidden in each pretraining step
 
     @property
     def window_supervised(self) -> bool:

@@ -36,6 +36,7 @@ from .checkpoint import save_model
 from .config import ModelConfig, preset
 from .features import FeatureWork, TraceFeatures, featurize_trace
 from .losses import total_loss, trace_score
+from .pretrain import pretrain
 from .net import TraceAPModel, collate
 from .text import TextEncoder, cache_dir
 
@@ -164,6 +165,9 @@ class TrainLog:
     n_bad: int = 0
     steps: int = 0
     best_epoch: int | None = None
+    #: self-supervised pretraining (`traceap.model.pretrain`): a row per 25 steps, and its time
+    pretrain: list[dict] = field(default_factory=list)
+    pretrain_seconds: float = 0.0
 
 
 def _auc(y: np.ndarray, s: np.ndarray) -> float | None:
@@ -219,6 +223,7 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
         val: Sequence[Sequence[Example]] = (), val_windows: int = 100,
         val_text_table: dict[str, np.ndarray] | None = None,
         steps_per_epoch: int | None = None,
+        pretrain_feats: Sequence[dict[int, TraceFeatures]] = (),
         ) -> tuple[TraceAPModel, TrainLog]:
     """Train a fresh model on examples (each with features at every N in cfg.windows).
 
@@ -227,7 +232,9 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     window labels), scored after every epoch at `val_windows`; the best epoch (mean
     `validation_metrics` score over the lists) is the model returned.  An epoch is
     `steps_per_epoch` steps (default: enough pairs to show every bad trace, or every good one,
-    once).  `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint)."""
+    once).  `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint).
+    `pretrain_feats`: features of unlabelled traces (per trace, N -> features) for
+    `cfg.pretrain_steps` self-supervised steps before training (`traceap.model.pretrain`)."""
     goods = [i for i, x in enumerate(examples) if x.label == 0]
     bads = [i for i, x in enumerate(examples) if x.label == 1]
     if not goods or not bads:
@@ -244,7 +251,13 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     platforms = sorted({f.platform for x in examples for f in x.feats.values()})
+    platforms = sorted(set(platforms) | {f.platform for x in pretrain_feats for f in x.values()})
     model = TraceAPModel(cfg, platforms)
+    t_pre = time.perf_counter()
+    pre_rows = pretrain(model, list(pretrain_feats), cfg.pretrain_steps,
+                        lambda fs, r: collate(fs, model, text_table, cfg.platform_dropout, r),
+                        cfg.windows, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed,
+                        cfg.pretrain_mask, log)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     pairs = cfg.batch_size // 2
@@ -258,7 +271,8 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     bad_iter = {g: _cycler(len(bad_by[g]), rng) for g in groups}
     good_iter = {g: _cycler(len(good_by[g]), rng) for g in groups if good_by[g]}
     any_good = _cycler(len(goods), rng)
-    train_log = TrainLog(n_good=len(goods), n_bad=len(bads))
+    train_log = TrainLog(n_good=len(goods), n_bad=len(bads), pretrain=pre_rows,
+                         pretrain_seconds=round(time.perf_counter() - t_pre, 1) if pre_rows else 0.0)
     t0, c0 = time.perf_counter(), time.process_time()
     best: tuple[float, dict] | None = None
     step = 0
