@@ -25,26 +25,24 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from traceap.idle import intersect  # noqa: E402
+from traceap.idle import intersect, queued_intervals  # noqa: E402
 from traceap.load import load  # noqa: E402
 from traceap.manifest import read_manifest, trace_path, window_patterns  # noqa: E402
-from traceap.measures.signals import compute_rows, nccl_rows, union_in  # noqa: E402
+from traceap.measures.signals import busy_rows, nccl_rows, union_in  # noqa: E402
 from traceap.trace import merged_intervals  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
 
 
 def queued_share(w: Windows) -> tuple[np.ndarray, np.ndarray]:
-    """Per window: exposed NCCL time, and the share of it with compute launched and waiting."""
+    """Per window: exposed NCCL time, and the share of it with compute launched and waiting
+    (the idle account's `queued_intervals` and busy work, as `host_late_under_nccl` reads them)."""
     t = w.trace
-    comp, nc = compute_rows(t), nccl_rows(t)
-    if not len(nc) or not len(comp):
+    busy, nc = busy_rows(t), nccl_rows(t)
+    if not len(nc) or not len(busy):
         return np.zeros(w.n), np.ones(w.n)
     n = (t.ts[nc], t.end[nc])
-    c = (t.ts[comp], t.end[comp])
-    launch = t.launch[comp]
-    ok = launch >= 0
-    ps, pe = t.ts[launch[ok]], t.ts[comp[ok]]
-    nq = intersect(*n, ps[pe > ps], pe[pe > ps])
+    c = (t.ts[busy], t.end[busy])
+    nq = intersect(*n, *queued_intervals(t))
     exposed = union_in(w, *merged_intervals(*n)) - union_in(w, *intersect(*n, *c))
     waiting = union_in(w, *nq) - union_in(w, *intersect(*nq, *c))
     return exposed, np.where(exposed > 0, np.clip(waiting / np.maximum(exposed, 1e-9), 0, 1), 1.0)
