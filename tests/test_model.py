@@ -428,3 +428,36 @@ def test_masked_window_pretraining_learns_to_pick_hidden_windows_out():
     assert set(model.state_dict()) == keys             # no extra weights in the checkpoint
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert pretrain(model, feats, 0, None, (20,), 4, 1e-3, 0.0, 0) == []
+
+
+def test_cli_train_pretrains_on_a_folder_of_a_users_traces(tiny_dataset, tmp_path, monkeypatch,
+                                                           capsys):
+    """`traceap train --pretrain-on FOLDER`: the bundled real traces, unlabelled, pretrain the
+    encoders first; the checkpoint records it.  Without traces to pretrain on, pretrain_steps
+    is a one-line error, not a silent no-op; a missing folder too."""
+    from traceap.cli import main
+    from .conftest import REPO
+
+    def run(*extra):
+        monkeypatch.setattr(sys, "argv", [
+            "traceap", "train", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "m.pt"),
+            "--epochs", "1", "--steps-per-epoch", "2", "--windows", "20",
+            "--cache", str(tmp_path / "cache"), "--set", "d=16", "--set", "layers=1", *extra])
+        try:
+            main()
+            return 0
+        except SystemExit as exc:
+            return exc.code
+
+    assert run("--pretrain-on", str(REPO / "examples"), "--pretrain-steps", "4") in (0, None)
+    out = capsys.readouterr().out
+    assert "2 unlabelled traces to pretrain on" in out and "pretrained 4 steps" in out
+    meta = load_model(tmp_path / "m.pt").meta
+    assert meta["pretrain"]["traces"] == 2 and meta["pretrain"]["steps"] == 4
+    assert load_model(tmp_path / "m.pt").config.pretrain_steps == 4
+    assert run("--set", "pretrain_steps=10") == 2
+    err = capsys.readouterr().err
+    assert "needs --pretrain-on" in err and len(err.strip().splitlines()) == 1
+    assert run("--pretrain-on", str(tmp_path / "nowhere")) == 2
+    err = capsys.readouterr().err
+    assert "no such file or folder" in err and len(err.strip().splitlines()) == 1

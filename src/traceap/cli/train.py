@@ -48,6 +48,13 @@ def train(
     cache: Path = typer.Option(None, "--cache", help="Feature cache folder (default ~/.cache/traceap)."),
     limit: int = typer.Option(0, "--limit", min=0, help="Train on at most this many traces (half good, half bad)."),
     seed: int = typer.Option(None, "--seed", help="Random seed (default: the config's)."),
+    pretrain_on: list[Path] = typer.Option([], "--pretrain-on",
+                                           help="Unlabelled traces to pretrain the encoders on "
+                                                "first (masked windows): a traceap dataset (its "
+                                                "traces not planted, any split) or trace files / "
+                                                "folders, e.g. your own; repeatable."),
+    pretrain_steps: int = typer.Option(300, "--pretrain-steps", min=1,
+                                       help="Self-supervised steps with --pretrain-on."),
 ) -> None:
     """Train the learned detector on a dataset's train split on CPU (trace labels; window labels
     too with --set w_window=... / w_window_pattern=...)."""
@@ -73,6 +80,10 @@ def train(
             cfg = cfg.with_ablations(ablation)
         if setting:
             cfg = cfg.with_overrides(setting)
+        if pretrain_on:
+            cfg = cfg.with_overrides([f"pretrain_steps={pretrain_steps}"])
+        elif cfg.pretrain_steps:
+            raise ValueError("pretrain_steps needs --pretrain-on (the unlabelled traces)")
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     if threads:
@@ -80,9 +91,14 @@ def train(
     _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs,
                        cache=str(cache) if cache else None, workers=execution.workers,
                        limit=limit or None, seed=seed, log=typer.echo, mix=weights, val=val,
-                       val_windows=val_windows, steps_per_epoch=steps_per_epoch, ray=execution.ray)
+                       val_windows=val_windows, steps_per_epoch=steps_per_epoch, ray=execution.ray,
+                       pretrain_on=pretrain_on)
     last = log.epochs[-1] if log.epochs else {}
     best = f"; best epoch on validation {log.best_epoch}" if log.best_epoch else ""
+    if log.pretrain:
+        typer.echo(f"pretrained {cfg.pretrain_steps} steps in {log.pretrain_seconds:.0f} s: hidden "
+                   f"windows picked out {100 * log.pretrain[-1]['pick_acc']:.0f}% of the time at "
+                   f"the end (loss {log.pretrain[-1]['loss']:.3f})")
     typer.echo(f"trained on {log.n_good} good + {log.n_bad} bad traces, {log.steps} steps in "
                f"{log.seconds:.0f} s wall / {log.cpu_seconds:.0f} s CPU (+{log.featurize_seconds:.0f} s "
                f"featurising); final loss {last.get('total', float('nan')):.4f}{best}; wrote {out}")

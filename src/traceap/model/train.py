@@ -250,6 +250,9 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     weights /= weights.sum()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
+    if cfg.pretrain_steps > 0 and not pretrain_feats:
+        raise DatasetError("pretrain_steps needs unlabelled traces to pretrain on "
+                           "(traceap train --pretrain-on DATASET|TRACES)")
     platforms = sorted({f.platform for x in examples for f in x.feats.values()})
     platforms = sorted(set(platforms) | {f.platform for x in pretrain_feats for f in x.values()})
     model = TraceAPModel(cfg, platforms)
@@ -370,6 +373,33 @@ def _window_targets(batch: Sequence[Example], n: int
             torch.from_numpy(patterns))
 
 
+def pretrain_pool(paths: Sequence[str | os.PathLike], ns: Sequence[int], cfg: ModelConfig,
+                  cache: Path | None = None, workers: int = 1, ray: str | None = None
+                  ) -> list[dict[int, TraceFeatures]]:
+    """Features of unlabelled traces for `cfg.pretrain_steps`: of a traceap dataset, every
+    trace not planted by `traceap inject` (any split: no label is read); or trace files and
+    folders of them (searched recursively: a user's own traces).  Traces with no GPU event in
+    any window are left out (nothing to learn from)."""
+    from ..inject.dataset import find_traces
+
+    out: list[dict[int, TraceFeatures]] = []
+    for item in paths:
+        p = Path(item)
+        if (p / "manifest.jsonl").is_file():
+            root, entries = p, [e for e in read_manifest(p) if e.source != "injected"]
+        else:
+            root = Path.cwd()
+            entries = [Entry(id=f"pretrain:{f.resolve()}", path=str(f.resolve()), split="pretrain",
+                             task="other", model=f.name, platform="", world_size=1, rank=0,
+                             label="good") for f in find_traces([p])]
+        feats = featurize_entries(root, entries, ns, cfg, cache, workers, ray)
+        out += [f for f in feats.values() if any(x.mask.any() for x in f.values())]
+    if not out:
+        raise DatasetError("no trace with GPU events to pretrain on in "
+                           + ", ".join(map(str, paths)))
+    return out
+
+
 def _limit(entries: list[Entry], limit: int, seed: int) -> list[Entry]:
     """At most `limit` entries, half good and half bad, drawn with a seed."""
     rng = np.random.default_rng(seed)
@@ -388,11 +418,13 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
           log: Callable[[str], None] | None = None, mix: Sequence[float] | None = None,
           val: Sequence[str | os.PathLike] = (), val_windows: int = 100,
           steps_per_epoch: int | None = None, ray: str | None = None,
+          pretrain_on: Sequence[str | os.PathLike] = (),
           ) -> tuple[TraceAPModel, TrainLog]:
     """Train on the `train` split of one or more datasets (docs/FORMATS.md), choose the epoch on
     the `validation` split of the `val` datasets (if any), and optionally save a checkpoint.
     `steps_per_epoch`: as `fit` (default: one pass over the bad traces).  Featurising (the part
-    that reads traces) runs `workers` at a time or on Ray (`ray`)."""
+    that reads traces) runs `workers` at a time or on Ray (`ray`).  `pretrain_on`: unlabelled
+    traces for `cfg.pretrain_steps` self-supervised steps first (`pretrain_pool`)."""
     datasets = [Path(dataset)] if isinstance(dataset, (str, os.PathLike)) else \
         [Path(d) for d in dataset]
     cfg = preset(config) if isinstance(config, str) else config
@@ -431,7 +463,10 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         feats = featurize_entries(Path(ds), entries, (val_windows,), cfg,
                                   Path(cache) if cache else None, workers, ray)
         val_sets.append(examples_from(entries, feats, with_window_labels=True))
-    names = sorted({str(n) for x in examples for f in x.feats.values() for n in f.names[1:]})
+    pool = pretrain_pool(pretrain_on, cfg.windows, cfg, Path(cache) if cache else None,
+                         workers, ray) if pretrain_on and cfg.pretrain_steps > 0 else []
+    names = sorted({str(n) for x in examples for f in x.feats.values() for n in f.names[1:]}
+                   | {str(n) for f in pool for x in f.values() for n in x.names[1:]})
     encoder = TextEncoder()
     text_table = encoder.table(names)
     val_names = sorted({str(n) for v in val_sets for x in v for f in x.feats.values()
@@ -442,6 +477,7 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         log(f"featurised {sum(n_train)} train traces ({' + '.join(map(str, n_train))}) "
             f"at N = {', '.join(map(str, cfg.windows))} ({len(names)} unique event names)"
             + (f" and {sum(map(len, val_sets))} validation traces" if val_sets else "")
+            + (f", {len(pool)} unlabelled traces to pretrain on" if pool else "")
             + f" in {feat_s:.0f} s")
 
     def save(model: TraceAPModel, train_log: TrainLog) -> None:
@@ -455,17 +491,22 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
             "train_seconds": round(train_log.seconds, 1),
             "train_cpu_seconds": round(train_log.cpu_seconds, 1),
             "featurize_seconds": round(feat_s, 1), "history": train_log.epochs,
+            **({"pretrain": {"on": [str(p) for p in pretrain_on], "traces": len(pool),
+                             "steps": cfg.pretrain_steps,
+                             "seconds": train_log.pretrain_seconds, "log": train_log.pretrain}}
+               if pool else {}),
         }, encoder_id=encoder.encoder_id)
 
     model, train_log = fit(examples, cfg, text_table, log=log,
                            on_epoch=save if out is not None and not val_sets else None,
                            mix=mix, val=val_sets, val_windows=val_windows,
-                           val_text_table=val_table, steps_per_epoch=steps_per_epoch)
+                           val_text_table=val_table, steps_per_epoch=steps_per_epoch,
+                           pretrain_feats=pool)
     train_log.featurize_seconds = feat_s
     if out is not None and val_sets:
         save(model, train_log)   # the best epoch on validation
     return model, train_log
 
 
-__all__ = ["Example", "TrainLog", "examples_from", "featurize_entries", "fit", "score_examples",
-           "train", "validation_metrics", "window_labels_of", "window_patterns_of"]
+__all__ = ["Example", "TrainLog", "examples_from", "featurize_entries", "fit", "pretrain_pool",
+           "score_examples", "train", "validation_metrics", "window_labels_of", "window_patterns_of"]
