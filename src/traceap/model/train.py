@@ -253,8 +253,8 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     if cfg.pretrain_steps > 0 and not pretrain_feats:
         raise DatasetError("pretrain_steps needs unlabelled traces to pretrain on "
                            "(traceap train --pretrain-on DATASET|TRACES)")
-    platforms = sorted({f.platform for x in examples for f in x.feats.values()})
-    platforms = sorted(set(platforms) | {f.platform for x in pretrain_feats for f in x.values()})
+    platforms = sorted({f.platform for x in examples for f in x.feats.values()}
+                       | {f.platform for x in pretrain_feats for f in x.values()})
     model = TraceAPModel(cfg, platforms)
     t_pre = time.perf_counter()
     pre_rows = pretrain(model, list(pretrain_feats), cfg.pretrain_steps,
@@ -463,8 +463,10 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         feats = featurize_entries(Path(ds), entries, (val_windows,), cfg,
                                   Path(cache) if cache else None, workers, ray)
         val_sets.append(examples_from(entries, feats, with_window_labels=True))
+    if pretrain_on and cfg.pretrain_steps <= 0:
+        raise DatasetError("pretrain_on needs pretrain_steps > 0 in the config")
     pool = pretrain_pool(pretrain_on, cfg.windows, cfg, Path(cache) if cache else None,
-                         workers, ray) if pretrain_on and cfg.pretrain_steps > 0 else []
+                         workers, ray) if pretrain_on else []
     names = sorted({str(n) for x in examples for f in x.feats.values() for n in f.names[1:]}
                    | {str(n) for f in pool for x in f.values() for n in x.names[1:]})
     encoder = TextEncoder()
