@@ -449,9 +449,17 @@ def test_cli_train_pretrains_on_a_folder_of_a_users_traces(tiny_dataset, tmp_pat
         except SystemExit as exc:
             return exc.code
 
-    assert run("--pretrain-on", str(REPO / "examples"), "--pretrain-steps", "4") in (0, None)
+    import shutil
+    own = tmp_path / "mine"      # a user's folder: two GPU traces, a CPU-only one, a stray JSON
+    (own / "sub").mkdir(parents=True)
+    shutil.copy(CNN, own / CNN.name)
+    shutil.copy(REPO / "examples" / "dlrm_a100_rank3.json.gz", own / "sub" / "dlrm.json.gz")
+    shutil.copy(REPO / "tests" / "data" / "cpu_only_zoology.json.gz", own / "cpu.json.gz")
+    (own / "notes.json").write_text('{"not": "a trace"}')
+    assert run("--pretrain-on", str(own), "--pretrain-steps", "4") in (0, None)
     out = capsys.readouterr().out
     assert "2 unlabelled traces to pretrain on" in out and "pretrained 4 steps" in out
+    assert "skipped (cannot featurise)" in out and "notes.json" in out
     meta = load_model(tmp_path / "m.pt").meta
     assert meta["pretrain"]["traces"] == 2 and meta["pretrain"]["steps"] == 4
     assert load_model(tmp_path / "m.pt").config.pretrain_steps == 4

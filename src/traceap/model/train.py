@@ -76,11 +76,13 @@ def _feature_key(path: Path, n: int, cfg: ModelConfig) -> str:
 
 def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int],
                       cfg: ModelConfig, cache: Path | None = None, workers: int = 1,
-                      ray: str | None = None) -> dict[str, dict[int, TraceFeatures]]:
+                      ray: str | None = None, on_error: Callable[[str], None] | None = None
+                      ) -> dict[str, dict[int, TraceFeatures]]:
     """Features of every entry at every N (cached on disk); entry id -> N -> features.
 
     Traces not yet in the cache are featurised `workers` at a time in local processes, or as
-    Ray tasks (`ray`: "local", "auto" or an address; `traceap.parallel.Execution`)."""
+    Ray tasks (`ray`: "local", "auto" or an address; `traceap.parallel.Execution`).  A trace
+    that cannot be featurised is an error, or with `on_error` reported there and left out."""
     from ..parallel import Execution, run
 
     root = Path(cache or cache_dir()) / "features"
@@ -100,7 +102,11 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
                                    Execution(workers, ray), preload=("traceap.model.features",)),
                                "featurising traces", total=len(jobs)):
         if isinstance(res, str):
-            raise DatasetError(f"cannot featurise {res}")
+            if on_error is None:
+                raise DatasetError(f"cannot featurise {res}")
+            on_error(f"skipped (cannot featurise) {res}")
+            del files[key]
+            continue
         for n, feats in res.items():
             feats.save(files[key][n])
     return {key: {n: TraceFeatures.load(f) for n, f in per_n.items()}
@@ -374,12 +380,13 @@ def _window_targets(batch: Sequence[Example], n: int
 
 
 def pretrain_pool(paths: Sequence[str | os.PathLike], ns: Sequence[int], cfg: ModelConfig,
-                  cache: Path | None = None, workers: int = 1, ray: str | None = None
-                  ) -> list[dict[int, TraceFeatures]]:
+                  cache: Path | None = None, workers: int = 1, ray: str | None = None,
+                  log: Callable[[str], None] | None = None) -> list[dict[int, TraceFeatures]]:
     """Features of unlabelled traces for `cfg.pretrain_steps`: of a traceap dataset, every
     trace not planted by `traceap inject` (any split: no label is read); or trace files and
     folders of them (searched recursively: a user's own traces).  Traces with no GPU event in
-    any window are left out (nothing to learn from)."""
+    any window are left out (nothing to learn from), and so are files that are not readable
+    traces (each said through `log`); none left is an error."""
     from ..inject.dataset import find_traces
 
     out: list[dict[int, TraceFeatures]] = []
@@ -392,7 +399,8 @@ def pretrain_pool(paths: Sequence[str | os.PathLike], ns: Sequence[int], cfg: Mo
             entries = [Entry(id=f"pretrain:{f.resolve()}", path=str(f.resolve()), split="pretrain",
                              task="other", model=f.name, platform="", world_size=1, rank=0,
                              label="good") for f in find_traces([p])]
-        feats = featurize_entries(root, entries, ns, cfg, cache, workers, ray)
+        feats = featurize_entries(root, entries, ns, cfg, cache, workers, ray,
+                                  on_error=log or (lambda _: None))
         out += [f for f in feats.values() if any(x.mask.any() for x in f.values())]
     if not out:
         raise DatasetError("no trace with GPU events to pretrain on in "
@@ -466,7 +474,7 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
     if pretrain_on and cfg.pretrain_steps <= 0:
         raise DatasetError("pretrain_on needs pretrain_steps > 0 in the config")
     pool = pretrain_pool(pretrain_on, cfg.windows, cfg, Path(cache) if cache else None,
-                         workers, ray) if pretrain_on else []
+                         workers, ray, log) if pretrain_on else []
     names = sorted({str(n) for x in examples for f in x.feats.values() for n in f.names[1:]}
                    | {str(n) for f in pool for x in f.values() for n in x.names[1:]})
     encoder = TextEncoder()
