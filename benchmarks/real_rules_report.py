@@ -77,7 +77,8 @@ def run(dataset: Path, split: str, detectors: list[str], n: int, findings: bool,
         t = load(trace_path(dataset, e))
         w = Windows(t, n)
         rec = {"id": e.id, "base": e.base or e.id, "bad": e.is_bad, "healthy": healthy(e),
-               "planted": planted_pattern(e),
+               # the pattern planted into an injected trace comes first (inject.dataset)
+               "planted": e.patterns[0] if e.source == "injected" and e.patterns else None,
                "labels": window_labels(e, w), "patterns": window_patterns(e, w),
                "sets": window_pattern_sets(e, w),
                "scores": {}, "flagged": {}, "calls": {}, "serious": {}, "findings": {}}
@@ -98,14 +99,6 @@ def run(dataset: Path, split: str, detectors: list[str], n: int, findings: bool,
         if k % 25 == 0 or k == len(entries):
             print(f"  {k}/{len(entries)} traces ({time.time() - t0:.0f} s)", file=sys.stderr)
     return {"records": recs, "detectors": detectors}
-
-
-def planted_pattern(e) -> str | None:
-    """The pattern `traceap inject` planted into an injected trace (its id ends `__p__cK`)."""
-    if e.source != "injected" or "__" not in e.id:
-        return None
-    parts = e.id.split("__")
-    return parts[-2] if len(parts) >= 3 and parts[-2] in PATTERNS else None
 
 
 def auc(y, s) -> float | None:
@@ -132,11 +125,13 @@ def summarise(recs: list[dict], name: str, planted_only: bool = False) -> dict:
     for r in recs:
         idx = np.flatnonzero(r["labels"])
         calls = r["calls"].get(name, [None] * len(idx))
-        keep = [not planted_only or r["patterns"][i] == r["planted"] for i in idx]
-        truth += [r["patterns"][i] for i, k in zip(idx, keep) if k]
-        pred += [c for c, k in zip(calls, keep) if k]
-        flg += [bool(r["flagged"][name][i]) for i, k in zip(idx, keep) if k]
-        any_ok += [c in r["sets"][i] for i, c, k in zip(idx, calls, keep) if k]
+        if planted_only:
+            sel = [j for j, i in enumerate(idx) if r["patterns"][i] == r["planted"]]
+            idx, calls = idx[sel], [calls[j] for j in sel]
+        truth += [r["patterns"][i] for i in idx]
+        pred += calls
+        flg += [bool(r["flagged"][name][i]) for i in idx]
+        any_ok += [c in r["sets"][i] for i, c in zip(idx, calls)]
     truth, pred = np.array(truth, dtype=object), np.array(pred, dtype=object)
     flg, any_ok = np.array(flg, dtype=bool), np.array(any_ok, dtype=bool)
     ok = truth == pred

@@ -29,7 +29,7 @@ import torch
 from traceap.manifest import read_manifest
 from traceap.model.config import preset
 from traceap.model.text import TextEncoder
-from traceap.model.train import examples_from, featurize_entries, fit
+from traceap.model.train import examples_from, featurize_entries, fit, pretrain_pool
 
 #: Config changes by name; a run applies them left to right.
 RECIPES = {
@@ -113,10 +113,8 @@ def main(argv=None) -> int:
     pool = []
     for spec in args.pretrain_on:
         path, _, splits = str(spec).partition(":")
-        keep = set(splits.split(",")) if splits else None
-        entries = [e for e in read_manifest(Path(path)) if e.source != "injected"
-                   and (keep is None or e.split in keep)]
-        pool += list(featurize_entries(Path(path), entries, all_ns, base, args.cache).values())
+        pool += pretrain_pool([path], all_ns, base, args.cache,
+                              splits=splits.split(",") if splits else None)
     if pool:
         print(f"{len(pool)} unlabelled traces for pretraining", flush=True)
     enc = TextEncoder()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -81,7 +82,7 @@ def train(
         if setting:
             cfg = cfg.with_overrides(setting)
         if pretrain_on:
-            cfg = cfg.with_overrides([f"pretrain_steps={pretrain_steps}"])
+            cfg = replace(cfg, pretrain_steps=pretrain_steps)
         elif cfg.pretrain_steps:
             raise ValueError("pretrain_steps needs --pretrain-on (the unlabelled traces)")
     except ValueError as exc:

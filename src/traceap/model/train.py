@@ -381,10 +381,11 @@ def _window_targets(batch: Sequence[Example], n: int
 
 def pretrain_pool(paths: Sequence[str | os.PathLike], ns: Sequence[int], cfg: ModelConfig,
                   cache: Path | None = None, workers: int = 1, ray: str | None = None,
-                  log: Callable[[str], None] | None = None) -> list[dict[int, TraceFeatures]]:
+                  log: Callable[[str], None] | None = None,
+                  splits: Sequence[str] | None = None) -> list[dict[int, TraceFeatures]]:
     """Features of unlabelled traces for `cfg.pretrain_steps`: of a traceap dataset, every
-    trace not planted by `traceap inject` (any split: no label is read); or trace files and
-    folders of them (searched recursively: a user's own traces).  Traces with no GPU event in
+    trace not planted by `traceap inject` (any split, or those of `splits`: no label is read);
+    or trace files and folders of them (searched recursively: a user's own traces).  Traces with no GPU event in
     any window are left out (nothing to learn from), and so are files that are not readable
     traces (each said through `log`); none left is an error."""
     from ..inject.dataset import find_traces
@@ -393,7 +394,8 @@ def pretrain_pool(paths: Sequence[str | os.PathLike], ns: Sequence[int], cfg: Mo
     for item in paths:
         p = Path(item)
         if (p / "manifest.jsonl").is_file():
-            root, entries = p, [e for e in read_manifest(p) if e.source != "injected"]
+            root, entries = p, [e for e in read_manifest(p) if e.source != "injected"
+                                 and (splits is None or e.split in splits)]
         else:
             root = Path.cwd()
             entries = [Entry(id=f"pretrain:{f.resolve()}", path=str(f.resolve()), split="pretrain",
