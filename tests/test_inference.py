@@ -89,14 +89,19 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
     from traceap.model.ops import sigmoid
 
     windows = Windows(load(CNN), 100)
-    obj = torch.load(bundled_model_path(), weights_only=True)
+    # the bundled checkpoint's first member alone (the bundled one may itself be an ensemble)
+    obj = {k: v for k, v in torch.load(bundled_model_path(), weights_only=True).items()
+           if k != "members"}
+    base = tmp_path / "base.pt"
+    torch.save(obj, base)
+    assert len(load_model(base).states) == 1
     gen = torch.Generator().manual_seed(0)
     other = {**obj, "config": {**obj["config"], "seed": obj["config"]["seed"] + 1},  # a seed
              "state_dict": {k: v + 0.05 * torch.randn(v.shape, generator=gen)
                             if v.is_floating_point() else v
                             for k, v in obj["state_dict"].items()}}
     torch.save(other, tmp_path / "other.pt")
-    ens = add_members(bundled_model_path(), [tmp_path / "other.pt"], out=tmp_path / "ens.pt")
+    ens = add_members(base, [tmp_path / "other.pt"], out=tmp_path / "ens.pt")
     assert len(load_model(ens).states) == 2
 
     def raw(path):
@@ -107,7 +112,7 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
         out = p.net(batch)
         return out["logits"][0], out["pattern_logits"][0]
 
-    (l1, p1), (l2, p2) = raw(bundled_model_path()), raw(tmp_path / "other.pt")
+    (l1, p1), (l2, p2) = raw(base), raw(tmp_path / "other.pt")
     assert np.abs(l1 - l2).max() > 0.05          # the second member really differs
     got = Predictor(ens).predict(windows)
     assert np.abs(got.scores - sigmoid((l1 + l2) / 2)).max() < 1e-5
@@ -115,14 +120,14 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
     torch_got = Predictor(ens, engine="torch").predict(windows)
     assert np.abs(torch_got.scores - got.scores).max() < 1e-5
 
-    twice = add_members(bundled_model_path(), [bundled_model_path()], out=tmp_path / "twice.pt")
-    single = Predictor().predict(windows)
+    twice = add_members(base, [base], out=tmp_path / "twice.pt")
+    single = Predictor(base).predict(windows)
     assert np.abs(Predictor(twice).predict(windows).scores - single.scores).max() < 1e-6
 
     torch.save({**obj, "config": {**obj["config"], "d": obj["config"]["d"] * 2}},
                tmp_path / "wide.pt")
     with pytest.raises(ModelError, match="config differs"):
-        add_members(bundled_model_path(), [tmp_path / "wide.pt"], out=tmp_path / "no.pt")
+        add_members(base, [tmp_path / "wide.pt"], out=tmp_path / "no.pt")
 
 
 def test_checkpoints_read_without_torch_exactly(tmp_path):
