@@ -469,3 +469,44 @@ def test_cli_train_pretrains_on_a_folder_of_a_users_traces(tiny_dataset, tmp_pat
     assert run("--pretrain-on", str(tmp_path / "nowhere")) == 2
     err = capsys.readouterr().err
     assert "no such file or folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_trace_that_cannot_be_featurised_is_read_once(tmp_path, monkeypatch):
+    """A stray file in a user's folder fails once: the reason is cached under the file's key
+    and said again on the next run without reading it; rewriting the file tries it again."""
+    import os
+    import shutil
+
+    import traceap.model.train as train_mod
+    from traceap.model.train import pretrain_pool
+
+    own = tmp_path / "mine"
+    own.mkdir()
+    shutil.copy(CNN, own / CNN.name)
+    stray = own / "notes.json"
+    stray.write_text('{"not": "a trace"}')
+    read = []
+    real = train_mod.featurize_trace
+
+    def counting(work, job):
+        read.append(os.path.basename(job[1]))
+        return real(work, job)
+
+    monkeypatch.setattr(train_mod, "featurize_trace", counting)
+    cfg = replace(preset("small"), d=16, layers=1)
+
+    def pool():
+        said = []
+        feats = pretrain_pool([own], (20,), cfg, cache=tmp_path / "cache", log=said.append)
+        return len(feats), said
+
+    n, said = pool()
+    assert n == 1 and sorted(read) == [CNN.name, "notes.json"]
+    assert len(said) == 1 and "notes.json" in said[0] and "traceEvents" in said[0]
+    assert len(list((tmp_path / "cache" / "features").glob("*.failed"))) == 1
+    read.clear()
+    n, again = pool()
+    assert n == 1 and read == [] and again == said       # neither file read again
+    shutil.copy(CNN, stray)                                # the file rewritten: tried again
+    n, said = pool()
+    assert n == 2 and read == ["notes.json"] and said == []

@@ -82,18 +82,33 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
 
     Traces not yet in the cache are featurised `workers` at a time in local processes, or as
     Ray tasks (`ray`: "local", "auto" or an address; `traceap.parallel.Execution`).  A trace
-    that cannot be featurised is an error, or with `on_error` reported there and left out."""
+    that cannot be featurised is an error, or with `on_error` reported there and left out.
+    Failures are cached too (a `.failed` file with the reason, under the same key: a trace
+    that is rewritten or touched is tried again), so a stray file in a folder of traces is
+    read once, not on every run."""
     from ..parallel import Execution, run
 
     root = Path(cache or cache_dir()) / "features"
     root.mkdir(parents=True, exist_ok=True)
     files: dict[str, dict[int, Path]] = {}
+    failed: dict[str, Path] = {}
     jobs = []
+
+    def fail(key: str, why: str) -> None:
+        if on_error is None:
+            raise DatasetError(f"cannot featurise {why}")
+        on_error(f"skipped (cannot featurise) {why}")
+        del files[key]
+
     for e in entries:
         p = trace_path(dataset, e)
         if not p.is_file():
             raise DatasetError(f"{p}: trace file listed in the manifest is missing")
         files[e.id] = {n: root / f"{_feature_key(p, n, cfg)}.npz" for n in ns}
+        failed[e.id] = root / f"{_feature_key(p, 0, cfg)}.failed"
+        if failed[e.id].exists():
+            fail(e.id, failed[e.id].read_text())
+            continue
         missing = tuple(n for n, f in files[e.id].items() if not f.exists())
         if missing:
             jobs.append((e.id, str(p), missing))
@@ -102,10 +117,8 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
                                    Execution(workers, ray), preload=("traceap.model.features",)),
                                "featurising traces", total=len(jobs)):
         if isinstance(res, str):
-            if on_error is None:
-                raise DatasetError(f"cannot featurise {res}")
-            on_error(f"skipped (cannot featurise) {res}")
-            del files[key]
+            failed[key].write_text(res)
+            fail(key, res)
             continue
         for n, feats in res.items():
             feats.save(files[key][n])
