@@ -83,9 +83,9 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
     Traces not yet in the cache are featurised `workers` at a time in local processes, or as
     Ray tasks (`ray`: "local", "auto" or an address; `traceap.parallel.Execution`).  A trace
     that cannot be featurised is an error, or with `on_error` reported there and left out.
-    Failures are cached too (a `.failed` file with the reason, under the same key: a trace
-    that is rewritten or touched is tried again), so a stray file in a folder of traces is
-    read once, not on every run."""
+    Failures are cached too (a `.failed` file with the reason, under the same key and the
+    file's change time: a trace that is rewritten, touched or given other permissions is tried
+    again), so a stray file in a folder of traces is read once, not on every run."""
     from ..parallel import Execution, run
 
     root = Path(cache or cache_dir()) / "features"
@@ -105,7 +105,8 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
         if not p.is_file():
             raise DatasetError(f"{p}: trace file listed in the manifest is missing")
         files[e.id] = {n: root / f"{_feature_key(p, n, cfg)}.npz" for n in ns}
-        failed[e.id] = root / f"{_feature_key(p, 0, cfg)}.failed"
+        # also keyed by the inode's change time: a file made readable again (chmod) is retried
+        failed[e.id] = root / f"{_feature_key(p, 0, cfg)}-{p.stat().st_ctime_ns}.failed"
         if failed[e.id].exists():
             fail(e.id, failed[e.id].read_text())
             continue
