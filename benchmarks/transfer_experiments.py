@@ -63,6 +63,7 @@ RECIPES = {
     "ssl600": {"pretrain_steps": 600},
     "seed1": {"seed": 1},
     "seed2": {"seed": 2},
+    "seed3": {"seed": 3},
 }
 DATA = ("synth_only", "real_only", "mix", "mix_real2", "mix_real3")
 
