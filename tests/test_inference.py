@@ -103,6 +103,12 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
     torch.save(other, tmp_path / "other.pt")
     ens = add_members(base, [tmp_path / "other.pt"], out=tmp_path / "ens.pt")
     assert len(load_model(ens).states) == 2
+    runs = load_model(ens).meta["member_runs"]    # how each member was trained, in order
+    assert [r["config"]["seed"] for r in runs] == [obj["config"]["seed"], obj["config"]["seed"] + 1]
+    assert all("log" not in r.get("pretrain", {}) for r in runs)
+    trio = add_members(ens, [base], out=tmp_path / "trio.pt")   # an ensemble joined again
+    seed = obj["config"]["seed"]
+    assert [r["config"]["seed"] for r in load_model(trio).meta["member_runs"]] == [seed, seed + 1, seed]
 
     def raw(path):
         p = Predictor(path)

@@ -118,6 +118,7 @@ def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
     obj = torch.load(path, weights_only=True)
     names = dict(zip(obj["names"], obj["name_embeddings"]))
     extra = list(obj.get("members", []))
+    runs = member_runs(obj)
     for m in members:
         other = torch.load(m, weights_only=True)
         for key in ("config", "platforms", "encoder_id"):
@@ -128,10 +129,11 @@ def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
             if theirs != mine:
                 raise ModelError(f"{m}: cannot join {path} in an ensemble (its {key} differs)")
         extra += [other["state_dict"], *other.get("members", [])]
+        runs += member_runs(other)
         for n, e in zip(other["names"], other["name_embeddings"]):
             names.setdefault(n, e)
     obj["members"] = extra
-    obj["meta"] = {**obj.get("meta", {}), **(meta or {})}
+    obj["meta"] = {**obj.get("meta", {}), **(meta or {}), "member_runs": runs}
     obj["names"] = sorted(names)
     obj["name_embeddings"] = (torch.stack([names[n] for n in obj["names"]]) if names
                               else obj["name_embeddings"])
@@ -140,6 +142,31 @@ def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
     torch.save(obj, tmp)
     os.replace(tmp, out)
     return out
+
+
+#: What `member_runs` keeps of each member's training record.
+RUN_KEYS = ("run", "command", "dataset", "n_train", "best_epoch", "epochs", "steps",
+            "train_seconds")
+
+
+def member_runs(obj: dict) -> list[dict]:
+    """How each set of weights in a checkpoint object was trained, in the order of its
+    states: its training settings (the config's `TRAINING_FIELDS`: seed, losses, schedule,
+    pretraining) and the main keys of its training record.  An ensemble keeps those of its
+    members (`meta["member_runs"]`); a single checkpoint gives one."""
+    n = 1 + len(obj.get("members", []))
+    meta = obj.get("meta", {})
+    kept = meta.get("member_runs")
+    if kept and len(kept) == n:
+        return list(kept)
+    # no record per member (or one that no longer matches the weights): the config and the
+    # record describe the first set of weights; further ones are unknown
+    pre = meta.get("pretrain")
+    first = {"config": {k: v for k, v in obj.get("config", {}).items() if k in TRAINING_FIELDS},
+             **{k: meta[k] for k in RUN_KEYS if k in meta},
+             **({"pretrain": {k: v for k, v in pre.items() if k != "log"}}
+                if isinstance(pre, dict) else {})}
+    return [first] + [{} for _ in range(n - 1)]
 
 
 # torch's storage classes -> numpy dtypes (bfloat16 is widened to float32 on reading)
