@@ -265,5 +265,5 @@ def load_model(path: str | os.PathLike | None = None) -> Checkpoint:
     return ckpt
 
 
-__all__ = ["Checkpoint", "FORMAT", "add_members", "bundled_model_path", "load_model",
+__all__ = ["Checkpoint", "FORMAT", "add_members", "bundled_model_path", "load_model", "member_runs",
            "read_checkpoint", "save_model"]
