@@ -108,7 +108,8 @@ def test_an_ensemble_averages_its_members_logits(tmp_path):
     assert all("log" not in r.get("pretrain", {}) for r in runs)
     trio = add_members(ens, [base], out=tmp_path / "trio.pt")   # an ensemble joined again
     seed = obj["config"]["seed"]
-    assert [r["config"]["seed"] for r in load_model(trio).meta["member_runs"]] == [seed, seed + 1, seed]
+    trio_runs = load_model(trio).meta["member_runs"]
+    assert [r["config"]["seed"] for r in trio_runs] == [seed, seed + 1, seed]
 
     def raw(path):
         p = Predictor(path)
