@@ -29,7 +29,7 @@ import torch
 from traceap.manifest import read_manifest
 from traceap.model.config import preset
 from traceap.model.text import TextEncoder
-from traceap.model.train import examples_from, featurize_entries, fit, pretrain_pool
+from traceap.model.train import event_names, examples_from, featurize_entries, fit, pretrain_pool
 
 #: Config changes by name; a run applies them left to right.
 RECIPES = {
@@ -119,9 +119,9 @@ def main(argv=None) -> int:
     if pool:
         print(f"{len(pool)} unlabelled traces for pretraining", flush=True)
     enc = TextEncoder()
-    names = sorted({str(n) for xs in (synth, real, val_real, val_synth) for x in xs
-                    for f in x.feats.values() for n in f.names[1:]}
-                   | {str(n) for p in pool for f in p.values() for n in f.names[1:]})
+    names = sorted(event_names(f for xs in (synth, real, val_real, val_synth) for x in xs
+                               for f in x.feats.values())
+                   | event_names(f for per_n in pool for f in per_n.values()))
     table = enc.table(names)
     print(f"loaded {len(synth)} synth + {len(real)} real train, {len(val_real)} + "
           f"{len(val_synth)} validation traces, {len(names)} names in "

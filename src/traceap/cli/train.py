@@ -81,10 +81,8 @@ def train(
             cfg = cfg.with_ablations(ablation)
         if setting:
             cfg = cfg.with_overrides(setting)
-        if pretrain_on:
+        if pretrain_on:   # without it, run_train refuses pretrain_steps from --set
             cfg = replace(cfg, pretrain_steps=pretrain_steps)
-        elif cfg.pretrain_steps:
-            raise ValueError("pretrain_steps needs --pretrain-on (the unlabelled traces)")
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     if threads:

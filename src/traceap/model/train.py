@@ -22,7 +22,7 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -67,11 +67,17 @@ class Example:
     labels_known: bool = False
 
 
-def _feature_key(path: Path, n: int, cfg: ModelConfig) -> str:
+def _feature_keys(path: Path, ns: Sequence[int], cfg: ModelConfig) -> tuple[dict[int, str], str]:
+    """Cache keys of a trace file's features at each N (its path, size and mtime, N and the
+    featuriser's settings), and of the record of its failure (also its change time, so that a
+    file made readable again by chmod is retried); the file is looked at once."""
     st = path.stat()
-    raw = (f"v{FEATURE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{n}|"
-           f"{cfg.max_events}|{cfg.event_sampling}|{cfg.max_streams}")
-    return hashlib.sha1(raw.encode()).hexdigest()
+    head = f"v{FEATURE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    tail = f"{cfg.max_events}|{cfg.event_sampling}|{cfg.max_streams}"
+
+    def key(n: int) -> str:
+        return hashlib.sha1(f"{head}|{n}|{tail}".encode()).hexdigest()
+    return {n: key(n) for n in ns}, f"{key(0)}-{st.st_ctime_ns}"
 
 
 def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int],
@@ -104,9 +110,9 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
         p = trace_path(dataset, e)
         if not p.is_file():
             raise DatasetError(f"{p}: trace file listed in the manifest is missing")
-        files[e.id] = {n: root / f"{_feature_key(p, n, cfg)}.npz" for n in ns}
-        # also keyed by the inode's change time: a file made readable again (chmod) is retried
-        failed[e.id] = root / f"{_feature_key(p, 0, cfg)}-{p.stat().st_ctime_ns}.failed"
+        keys, fail_key = _feature_keys(p, ns, cfg)
+        files[e.id] = {n: root / f"{k}.npz" for n, k in keys.items()}
+        failed[e.id] = root / f"{fail_key}.failed"
         if failed[e.id].exists():
             fail(e.id, failed[e.id].read_text())
             continue
@@ -125,6 +131,12 @@ def featurize_entries(dataset: Path, entries: Sequence[Entry], ns: Sequence[int]
             feats.save(files[key][n])
     return {key: {n: TraceFeatures.load(f) for n, f in per_n.items()}
             for key, per_n in files.items()}
+
+
+def event_names(feature_sets: Iterable[TraceFeatures]) -> set[str]:
+    """The event names a set of features reads (each name table without its padding entry 0):
+    the vocabulary the text encoder embeds before training."""
+    return {str(n) for f in feature_sets for n in f.names[1:]}
 
 
 def window_labels_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
@@ -462,6 +474,10 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         cfg = replace(cfg, epochs=epochs)
     if mix is not None and len(mix) != len(datasets):
         raise DatasetError(f"--mix gives {len(mix)} weights for {len(datasets)} datasets")
+    if cfg.pretrain_steps > 0 and not pretrain_on:
+        raise DatasetError("pretrain_steps needs --pretrain-on (pretrain_on: the unlabelled traces)")
+    if pretrain_on and cfg.pretrain_steps <= 0:
+        raise DatasetError("pretrain_on needs pretrain_steps > 0 in the config")
     t0 = time.perf_counter()
     examples: list[Example] = []
     n_train = []
@@ -487,16 +503,14 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         feats = featurize_entries(Path(ds), entries, (val_windows,), cfg,
                                   Path(cache) if cache else None, workers, ray)
         val_sets.append(examples_from(entries, feats, with_window_labels=True))
-    if pretrain_on and cfg.pretrain_steps <= 0:
-        raise DatasetError("pretrain_on needs pretrain_steps > 0 in the config")
     pool = pretrain_pool(pretrain_on, cfg.windows, cfg, Path(cache) if cache else None,
                          workers, ray, log) if pretrain_on else []
-    names = sorted({str(n) for x in examples for f in x.feats.values() for n in f.names[1:]}
-                   | {str(n) for f in pool for x in f.values() for n in x.names[1:]})
+    names = sorted(event_names(f for x in examples for f in x.feats.values())
+                   | event_names(f for per_n in pool for f in per_n.values()))
     encoder = TextEncoder()
     text_table = encoder.table(names)
-    val_names = sorted({str(n) for v in val_sets for x in v for f in x.feats.values()
-                        for n in f.names[1:]} - set(names))
+    val_names = sorted(event_names(f for v in val_sets for x in v for f in x.feats.values())
+                       - set(names))
     val_table = {**text_table, **encoder.table(val_names)} if val_names else text_table
     feat_s = time.perf_counter() - t0
     if log:
@@ -534,5 +548,6 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
     return model, train_log
 
 
-__all__ = ["Example", "TrainLog", "examples_from", "featurize_entries", "fit", "pretrain_pool",
-           "score_examples", "train", "validation_metrics", "window_labels_of", "window_patterns_of"]
+__all__ = ["Example", "TrainLog", "event_names", "examples_from", "featurize_entries", "fit",
+           "pretrain_pool", "score_examples", "train", "validation_metrics", "window_labels_of",
+           "window_patterns_of"]
