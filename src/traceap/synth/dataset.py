@@ -17,6 +17,7 @@ for the earlier simulator whose healthy runs were mostly large-batch training.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,6 @@ import orjson
 
 from ..manifest import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write_manifest
 from ..errors import DatasetError
-from ..parallel import Execution, run
 from ..progress import track
 from . import ops
 from . import switches
@@ -220,11 +220,6 @@ def run_config(job: JobPlan, rank: int, strength: float = 1.0) -> RunConfig:
     return cfg
 
 
-def _simulate_into(out: str, job: JobPlan) -> list[tuple[Entry, int]]:
-    """`simulate_job` as a `traceap.parallel.run` task (the output folder is the shared part)."""
-    return simulate_job((job, out))
-
-
 def simulate_job(args: tuple[JobPlan, str]) -> list[tuple[Entry, int]]:
     """Simulate and write every rank of a job; returns (manifest entry, bytes written) per rank."""
     job, out = args
@@ -382,17 +377,26 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
     # Written first, so an interrupted run is still recognised as ours; it lists the previous
     # run's files too until the new manifest is in place.
     _write_stamp(out, cfg, sorted(set(files) | previous))
+    work = [(j, str(out)) for j in jobs]
     # big jobs first so the pool does not end on a straggler
-    work = sorted(jobs, key=lambda j: -j.world_size)
+    work.sort(key=lambda w: -w[0].world_size)
     entries: list[Entry] = []
     total = 0
-    # traceap.parallel's local workers (a forkserver, never a fork of this process, whose
-    # threads may hold locks: a caller running Ray or torch would deadlock a forked worker)
-    for _, res in track(run(_simulate_into, work, str(out), Execution(cfg.jobs),
-                            preload=("traceap.synth.dataset",)), "synth", total=len(work)):
-        for e, n in res:
-            entries.append(e)
-            total += n
+    if cfg.jobs > 1:
+        # workers start from a forkserver, never as a fork of this process: its threads (Ray,
+        # torch, BLAS pools of the caller) may hold locks that a forked child would wait on
+        ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods()
+                             else None)
+        with ctx.Pool(cfg.jobs) as pool:
+            for res in track(pool.imap_unordered(simulate_job, work), "synth", total=len(work)):
+                for e, n in res:
+                    entries.append(e)
+                    total += n
+    else:
+        for w in track(work, "synth"):
+            for e, n in simulate_job(w):
+                entries.append(e)
+                total += n
     order = {sp: i for i, sp in enumerate(SPLIT_ORDER)}
     entries.sort(key=lambda e: (order[e.split], e.id))
     write_manifest(out, entries)
