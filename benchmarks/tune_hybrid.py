@@ -53,14 +53,15 @@ def collect(dataset: Path, split: str, windows, model: Path | None, workers_note
              "scores": {k: v.tolist() for k, v in r.scores.items()}} for r in result.records]
 
 
-def merge_scores(paths: list[Path], splits) -> dict[tuple, dict]:
-    """(trace id, N) -> record of `traceap eval --out` scores.jsonl lines in the splits, the
-    detectors' scores of several files (e.g. one run per detector) merged into one record."""
+def merge_scores(paths: list[Path], splits=(), ids=None) -> dict[tuple, dict]:
+    """(trace id, N) -> record of `traceap eval --out` scores.jsonl lines in the splits (or of
+    the trace ids `ids`, whatever split their scoring run called them), the detectors' scores of
+    several files (e.g. one run per detector) merged into one record."""
     merged: dict[tuple, dict] = {}
     for path in paths:
         for line in path.read_text().splitlines():
             r = json.loads(line) if line.strip() else None
-            if r is None or r["split"] not in splits:
+            if r is None or (r["split"] not in splits if ids is None else r["id"] not in ids):
                 continue
             key = (r["id"], r["n_windows"])
             if key in merged:
@@ -70,16 +71,19 @@ def merge_scores(paths: list[Path], splits) -> dict[tuple, dict]:
     return merged
 
 
-def read_scores(paths: list[Path], dataset: Path, split: str) -> list[dict]:
-    """Records of `traceap eval --out` scores.jsonl files for the split (source from the
-    manifest); the detectors' scores of several files (e.g. one run per detector) are merged
-    per trace and N."""
+def read_scores(paths: list[Path], dataset: Path, split: str,
+                oof: tuple[str, ...] = ()) -> list[dict]:
+    """Records of `traceap eval --out` scores.jsonl files for the traces of the split and of
+    the `oof` splits (which traces: the dataset's manifest; source and split from it too), the
+    detectors' scores of several files (e.g. one run per detector, or one run per fold of
+    out-of-fold models) merged per trace and N."""
     from traceap.manifest import read_manifest
-    source = {e.id: e.source for e in read_manifest(dataset)}
-    rows = [r for r in merge_scores(paths, (split,)).values()
+    entries = {e.id: e for e in read_manifest(dataset) if e.split in (split, *oof)}
+    rows = [r for r in merge_scores(paths, ids=entries).values()
             if {"model", "expert"} <= set(r["scores"])]
     for r in rows:
-        r["source"] = source.get(r["id"])
+        r["source"] = entries[r["id"]].source
+        r["split"] = entries[r["id"]].split
     return rows
 
 
@@ -117,7 +121,7 @@ def report(rows: list[dict], score) -> dict:
     }
 
 
-def flag_bias(params: HybridParams, rows: list[dict], ns, warm) -> HybridParams:
+def flag_bias(params: HybridParams, rows: list[dict], ns, warm, say=print) -> HybridParams:
     """The stack with its bias raised, in 0.05 steps up to +1, as long as no N's healthy
     flagged share (windows >= 0.5 on good traces) grows; prints the flag's TPR / FPR per N."""
     def at(c: float) -> HybridParams:
@@ -142,10 +146,54 @@ def flag_bias(params: HybridParams, rows: list[dict], ns, warm) -> HybridParams:
             break
         best = at(float(c))
     for label, p in (("fitted", params), ("raised", best)):
-        print(f"flag at 0.5, bias {p.bias:+.3f} ({label}): " + "; ".join(
+        say(f"flag at 0.5, bias {p.bias:+.3f} ({label}): " + "; ".join(
             f"N={n} TPR {t:.3f} FPR {f:.3f} J {t - f:.3f} healthy {100 * h:.2f}%"
             for n, (t, f, h) in zip(ns, flags(p))))
     return best
+
+
+def fit_stack(rows: list[dict], ns, grid: list[float] | None = None, bias: bool = False,
+              warmup: bool = False, say=lambda *_: None) -> HybridParams:
+    """The stack's (a, b, c[, d]) fitted on the rows' pooled window labels: one logistic fit of
+    both weights, or with `grid` the model/expert ratio of the best window AUC + trace AUC
+    (max) among the grid's, calibrated by a logistic fit; with `bias` the flag's bias raised
+    (`flag_bias`); with `warmup` the windows' warm-up shares (`add_warmup`) weighed too."""
+    eps = HybridParams().eps
+    logit = HybridParams().logit     # the stack's own transform
+    warm = (lambda q: q["warmup"]) if warmup else (lambda q: None)
+    # columns: logit(model), logit(expert) and, with warm-up, the warm-up share
+    x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"])]
+                                 + ([r["warmup"]] if warmup else []), 1) for r in rows])
+    y = np.concatenate([r["labels"] for r in rows]).astype(int)
+    lr = LogisticRegression(C=1.0).fit(x, y)
+    (a, b, *d), c = lr.coef_[0], lr.intercept_[0]
+    params = HybridParams(float(a), float(b), float(c), eps, warmup_coef=float(d[0]) if d else 0.0)
+    if grid:
+        # The log-loss fit weighs windows only, and a model that ranks traces better than
+        # windows gets little weight; the ranking of windows and of traces depends mostly on
+        # the ratio a / b, so pick it on window AUC + trace AUC (max), calibrating the scale,
+        # bias (and warm-up weight) of the combined logit by a logistic fit for each ratio.
+        def fit(r):
+            z = np.column_stack([r * x[:, 0] + x[:, 1], x[:, 2:]])
+            one = LogisticRegression(C=1.0).fit(z, y)
+            k, *dd = (float(v) for v in one.coef_[0])
+            return HybridParams(r * k, k, float(one.intercept_[0]), eps,
+                                warmup_coef=dd[0] if dd else 0.0)
+
+        def quality(p):
+            z = [p.combine(q["scores"]["model"], q["scores"]["expert"], warm(q)) for q in rows]
+            win = _auc(y, np.concatenate(z))
+            tr = _auc([q["label"] == "bad" for q in rows], [float(np.max(v)) for v in z])
+            return (win or 0) + (tr or 0), win, tr
+        fits = {r: fit(r) for r in grid}
+        scored = {r: quality(p) for r, p in fits.items()}
+        for r, (qsum, win, tr) in scored.items():
+            say(f"ratio a/b {r:g}: window AUC {win:.4f}, trace AUC (max) {tr:.4f}"
+                + (f", warm-up weight {fits[r].warmup_coef:.3f}" if warmup else ""))
+        params = fits[max(grid, key=lambda k: scored[k][0])]
+    if bias:
+        params = flag_bias(params, rows, ns, warm, say)
+    return params
 
 
 def commit() -> str | None:
@@ -160,6 +208,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", type=Path, required=True)
     ap.add_argument("--split", default="validation")
+    ap.add_argument("--oof", action="append", default=[], metavar="SPLIT",
+                    help="the traces of this split of the dataset join the fit too, with the "
+                         "model scores of --scores files from models that never trained on "
+                         "them (out of fold: benchmarks/crossfit_folds.py); repeatable")
     ap.add_argument("--windows", default="50,100,200")
     ap.add_argument("--model", type=Path, help="checkpoint (default: the bundled one)")
     ap.add_argument("--scores", type=Path, action="append",
@@ -179,53 +231,23 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="store the fit in traceap/data/hybrid.json")
     ap.add_argument("--out", type=Path, help="write the parameters here instead")
     args = ap.parse_args(argv)
-    if args.split.startswith("test"):
+    if any(x.startswith("test") for x in (args.split, *args.oof)):
         raise SystemExit("tune on a validation split, never on a test split")
+    if args.oof and not args.scores:
+        raise SystemExit("--oof needs --scores: out-of-fold model scores come from fold models")
     ns = [int(x) for x in args.windows.split(",")]
-    rows = read_scores(args.scores, args.dataset, args.split) if args.scores else \
+    rows = read_scores(args.scores, args.dataset, args.split, tuple(args.oof)) if args.scores else \
         collect(args.dataset, args.split, ns, args.model)
     rows = [r for r in rows if r["n_windows"] in ns]
     if not rows:
         raise SystemExit("no scored traces")
     eps = HybridParams().eps
-    logit = HybridParams().logit     # the stack's own transform
     if args.warmup:
         add_warmup(rows, args.dataset)
     warm = (lambda q: q["warmup"]) if args.warmup else (lambda q: None)
 
-    # columns: logit(model), logit(expert) and, with --warmup, the warm-up share
-    x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"])]
-                                 + ([r["warmup"]] if args.warmup else []), 1) for r in rows])
-    y = np.concatenate([r["labels"] for r in rows]).astype(int)
-    lr = LogisticRegression(C=1.0).fit(x, y)
-    (a, b, *d), c = lr.coef_[0], lr.intercept_[0]
-    params = HybridParams(float(a), float(b), float(c), eps, warmup_coef=float(d[0]) if d else 0.0)
-    if args.ratio_grid:
-        # The log-loss fit weighs windows only, and a model that ranks traces better than
-        # windows gets little weight; the ranking of windows and of traces depends mostly on
-        # the ratio a / b, so pick it on window AUC + trace AUC (max), calibrating the scale,
-        # bias (and warm-up weight) of the combined logit by a logistic fit for each ratio.
-        def fit(r):
-            z = np.column_stack([r * x[:, 0] + x[:, 1], x[:, 2:]])
-            one = LogisticRegression(C=1.0).fit(z, y)
-            k, *dd = (float(v) for v in one.coef_[0])
-            return HybridParams(r * k, k, float(one.intercept_[0]), eps,
-                                warmup_coef=dd[0] if dd else 0.0)
-
-        def quality(p):
-            z = [p.combine(q["scores"]["model"], q["scores"]["expert"], warm(q)) for q in rows]
-            win = _auc(y, np.concatenate(z))
-            tr = _auc([q["label"] == "bad" for q in rows], [float(np.max(v)) for v in z])
-            return (win or 0) + (tr or 0), win, tr
-        grid = [float(r) for r in args.ratio_grid.split(",")]
-        fits = {r: fit(r) for r in grid}
-        scored = {r: quality(p) for r, p in fits.items()}
-        for r, (qsum, win, tr) in scored.items():
-            print(f"ratio a/b {r:g}: window AUC {win:.4f}, trace AUC (max) {tr:.4f}"
-                  + (f", warm-up weight {fits[r].warmup_coef:.3f}" if args.warmup else ""))
-        params = fits[max(grid, key=lambda k: scored[k][0])]
-    if args.flag_bias:
-        params = flag_bias(params, rows, ns, warm)
+    grid = [float(r) for r in args.ratio_grid.split(",")] if args.ratio_grid else None
+    params = fit_stack(rows, ns, grid, args.flag_bias, args.warmup, say=print)
     a, b, c = params.model_coef, params.expert_coef, params.bias
     candidates = {
         "model": lambda r: np.asarray(r["scores"]["model"]),
@@ -233,28 +255,33 @@ def main(argv=None) -> int:
         "mean": lambda r: (np.asarray(r["scores"]["model"]) + np.asarray(r["scores"]["expert"])) / 2,
         "stack": lambda r: params.combine(r["scores"]["model"], r["scores"]["expert"], warm(r)),
     }
-    numbers = {}
-    for n in ns:
-        sub = [r for r in rows if r["n_windows"] == n]
-        numbers[str(n)] = {k: report(sub, f) for k, f in candidates.items()}
-    print(f"fitted on {len(rows)} trace-N pairs of {args.dataset} [{args.split}]: "
-          f"a = {a:.4f} (model), b = {b:.4f} (expert), c = {c:.4f}, "
+    def table(group: list[dict]) -> dict:
+        return {str(n): {k: report([r for r in group if r["n_windows"] == n], f)
+                         for k, f in candidates.items()} for n in ns}
+    # with --oof: the numbers of each split apart (the fit is pooled over them)
+    groups = {args.split: [r for r in rows if r.get("split", args.split) == args.split]}
+    groups.update({o: [r for r in rows if r.get("split") == o] for o in args.oof})
+    numbers = {g: table(sub) for g, sub in groups.items()}
+    print(f"fitted on {len(rows)} trace-N pairs of {args.dataset} "
+          f"[{', '.join(groups)}]: a = {a:.4f} (model), b = {b:.4f} (expert), c = {c:.4f}, "
           f"d = {params.warmup_coef:.4f} (warm-up share)")
-    print("| N | combination | window AUC | natural AUC | trace AUC (max) | healthy flagged |")
-    print("|---:|---|---:|---:|---:|---:|")
-    for n, per in numbers.items():
-        for k, m in per.items():
-            cells = [f"{100 * v:.2f}" if v is not None else "–" for v in
-                     (m["window_auc"], m["natural_auc"], m["trace_auc_max"], m["healthy_flagged"])]
-            print(f"| {n} | {k} | " + " | ".join(cells) + " |")
+    for g, per_n in numbers.items():
+        print(f"| {g}: N | combination | window AUC | natural AUC | trace AUC (max) | healthy flagged |")
+        print("|---:|---|---:|---:|---:|---:|")
+        for n, per in per_n.items():
+            for k, m in per.items():
+                cells = [f"{100 * v:.2f}" if v is not None else "–" for v in
+                         (m["window_auc"], m["natural_auc"], m["trace_auc_max"], m["healthy_flagged"])]
+                print(f"| {n} | {k} | " + " | ".join(cells) + " |")
     out = args.out or (bundled_params_path() if args.write else None)
     if out is not None:
         tuned = HybridParams(params.model_coef, params.expert_coef, params.bias, eps, {
             "dataset": str(args.dataset), "split": args.split, "windows": ns,
+            **({"oof": {o: numbers[o] for o in args.oof}} if args.oof else {}),
             "model": str(args.model) if args.model else "bundled", "commit": commit(),
             "date": datetime.date.today().isoformat(),
             "command": "python benchmarks/tune_hybrid.py " + " ".join(argv or sys.argv[1:]),
-            "validation": numbers}, warmup_coef=params.warmup_coef)
+            "validation": numbers[args.split]}, warmup_coef=params.warmup_coef)
         Path(out).write_text(json.dumps(tuned.to_json(), indent=1) + "\n")
         print(f"wrote {out}")
     return 0

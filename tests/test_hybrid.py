@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 import traceap
@@ -58,7 +60,6 @@ def test_the_stack_weighs_the_warm_up_share_of_each_window(tmp_path):
     warm-up weight d the stacked logit drops by d x the window's warm-up share (windows with
     none keep their score), a file without `warmup_coef` reads as d = 0 (the stack of earlier
     releases), and the weight is never applied without the shares."""
-    import json
 
     from traceap.idle import warmup_share
     from traceap.load import load
@@ -84,14 +85,18 @@ def test_the_stack_weighs_the_warm_up_share_of_each_window(tmp_path):
         warm.combine(np.full(3, 0.5), np.full(3, 0.5))
 
 
-def _tune_hybrid():
+def _script(name: str):
     import importlib.util
 
     from .conftest import REPO
-    spec = importlib.util.spec_from_file_location("tune_hybrid", REPO / "benchmarks" / "tune_hybrid.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _tune_hybrid():
+    return _script("tune_hybrid")
 
 
 def test_flag_bias_raises_the_bias_only_while_healthy_windows_stay_unflagged():
@@ -120,3 +125,80 @@ def test_flag_bias_raises_the_bias_only_while_healthy_windows_stay_unflagged():
     recall = lambda p: np.mean(np.concatenate([p.combine(r["scores"]["model"], r["scores"]["expert"])
                                                [r["labels"] == 1] >= 0.5 for r in bad]))
     assert recall(raised) > recall(fitted)
+
+
+def _manifest_rows() -> list[dict]:
+    """A dataset manifest: two train families, one validation and one test base."""
+    rows = []
+    for split, base in (("train", "gemm__a.json.gz"), ("train", "gemm__b.json.gz"),
+                        ("train", "moe__c.json.gz"), ("validation", "val__d.json.gz"),
+                        ("test_unseen", "hta__e.json.gz")):
+        stem = base.split(".")[0]
+        common = {"split": split, "task": "other", "model": stem, "platform": "NVIDIA H100",
+                  "world_size": 1, "rank": 0, "base": base}
+        rows.append({"id": stem, "path": f"traces/{stem}.json.gz", "label": "good",
+                     "source": "natural", **common})
+        rows.append({"id": f"{stem}__cpu_bound__c0", "path": f"traces/{stem}__c0.json.gz",
+                     "label": "bad", "source": "injected", "patterns": ["cpu_bound"], **common})
+    return rows
+
+
+def _write_dataset(path, rows):
+    path.mkdir()
+    (path / "traces").mkdir()
+    (path / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_crossfit_folds_hold_out_whole_families_and_keep_validation(tmp_path):
+    """crossfit_folds.py: fold K's train view lacks exactly its families' train traces and keeps
+    every validation and test entry; its holdout view holds them alone, as split validation;
+    a base no fold claims is refused."""
+    folds = _script("crossfit_folds")
+    data = tmp_path / "real"
+    _write_dataset(data, _manifest_rows())
+    out = tmp_path / "folds"
+    assert folds.main(["--dataset", str(data), "--out", str(out), "--folds", "gemm;moe"]) == 0
+
+    def ids(view, split=None):
+        rows = [json.loads(x) for x in (out / view / "manifest.jsonl").read_text().splitlines()]
+        return {r["id"] for r in rows if split is None or r["split"] == split}
+    assert ids("fold1/train", "train") == {"moe__c", "moe__c__cpu_bound__c0"}
+    assert ids("fold1/holdout") == ids("fold1/holdout", "validation") == {
+        "gemm__a", "gemm__a__cpu_bound__c0", "gemm__b", "gemm__b__cpu_bound__c0"}
+    assert ids("fold2/holdout") == {"moe__c", "moe__c__cpu_bound__c0"}
+    for k in ("fold1", "fold2"):
+        assert ids(f"{k}/train", "validation") == {"val__d", "val__d__cpu_bound__c0"}
+        assert ids(f"{k}/train", "test_unseen") == {"hta__e", "hta__e__cpu_bound__c0"}
+        assert (out / k / "holdout" / "traces").resolve() == (data / "traces").resolve()
+    with pytest.raises(SystemExit, match="matches 0 folds"):
+        folds.main(["--dataset", str(data), "--out", str(tmp_path / "f2"), "--folds", "gemm"])
+
+
+def test_tune_hybrid_pools_out_of_fold_scores_by_the_manifest_split(tmp_path):
+    """tune_hybrid --oof train: the train traces join the fit with the fold runs' scores, matched
+    by trace id whatever split the fold's own view called them; test traces never join, and
+    --oof test_* is refused."""
+    tune = _tune_hybrid()
+    data = tmp_path / "real"
+    rows = _manifest_rows()
+    _write_dataset(data, rows)
+
+    def rec(r, split, det, n=4):
+        return json.dumps({"id": r["id"], "split": split, "n_windows": n, "label": r["label"],
+                           "labels": [0, 0, 1, 1] if r["label"] == "bad" else [0] * 4,
+                           "scores": {det: [0.1, 0.2, 0.7, 0.9]}}) + "\n"
+    by_split = {s: [r for r in rows if r["split"] == s] for s in ("train", "validation", "test_unseen")}
+    expert = tmp_path / "expert.jsonl"
+    expert.write_text("".join(rec(r, r["split"], "expert") for r in rows))
+    val_model = tmp_path / "val_model.jsonl"
+    val_model.write_text("".join(rec(r, "validation", "model") for r in by_split["validation"]))
+    fold = tmp_path / "fold_model.jsonl"     # a fold's holdout view: its train traces as validation
+    fold.write_text("".join(rec(r, "validation", "model") for r in by_split["train"] + by_split["test_unseen"]))
+    got = tune.read_scores([expert, val_model, fold], data, "validation", ("train",))
+    assert {(r["id"], r["split"]) for r in got} == {(r["id"], r["split"]) for r in
+                                                    by_split["train"] + by_split["validation"]}
+    assert all(set(r["scores"]) == {"model", "expert"} for r in got)
+    only_val = tune.read_scores([expert, val_model, fold], data, "validation")
+    assert {r["id"] for r in only_val} == {r["id"] for r in by_split["validation"]}
+    with pytest.raises(SystemExit, match="never on a test split"):
+        tune.main(["--dataset", str(data), "--scores", str(expert), "--oof", "test_unseen"])
