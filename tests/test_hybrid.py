@@ -200,5 +200,11 @@ def test_tune_hybrid_pools_out_of_fold_scores_by_the_manifest_split(tmp_path):
     assert all(set(r["scores"]) == {"model", "expert"} for r in got)
     only_val = tune.read_scores([expert, val_model, fold], data, "validation")
     assert {r["id"] for r in only_val} == {r["id"] for r in by_split["validation"]}
+    out = tmp_path / "hybrid.json"
+    assert tune.main(["--dataset", str(data), "--windows", "4", "--scores", str(expert),
+                      "--scores", str(val_model), "--scores", str(fold), "--oof", "train",
+                      "--out", str(out)]) == 0
+    tuned = json.loads(out.read_text())["tuned_on"]
+    assert set(tuned["oof"]) == {"train"} and set(tuned["validation"]) == {"4"}
     with pytest.raises(SystemExit, match="never on a test split"):
         tune.main(["--dataset", str(data), "--scores", str(expert), "--oof", "test_unseen"])
