@@ -255,6 +255,7 @@ def main(argv=None) -> int:
         "mean": lambda r: (np.asarray(r["scores"]["model"]) + np.asarray(r["scores"]["expert"])) / 2,
         "stack": lambda r: params.combine(r["scores"]["model"], r["scores"]["expert"], warm(r)),
     }
+
     def table(group: list[dict]) -> dict:
         return {str(n): {k: report([r for r in group if r["n_windows"] == n], f)
                          for k, f in candidates.items()} for n in ns}
