@@ -24,11 +24,14 @@ with the dataset itself as `--dataset`.  Every train base must match exactly one
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections import Counter
 from pathlib import Path
+
+import msgspec
+
+from traceap.manifest import Entry, read_manifest, write_manifest
 
 
 def fold_of(base: str, folds: list[list[str]]) -> int:
@@ -40,12 +43,12 @@ def fold_of(base: str, folds: list[list[str]]) -> int:
     return hits[0]
 
 
-def write_view(path: Path, rows: list[dict], traces: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
+def write_view(path: Path, entries: list[Entry], traces: Path) -> None:
+    """A dataset folder: its manifest and a link to the traces (no copies)."""
+    write_manifest(path, entries)
     link = path / "traces"
     if not link.is_symlink():
         os.symlink(traces.resolve(), link)
-    (path / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def main(argv=None) -> int:
@@ -57,17 +60,16 @@ def main(argv=None) -> int:
                     help="base-name prefixes per fold: 'a,b;c;d,e' (folds split by ';')")
     args = ap.parse_args(argv)
     folds = [[p.strip() for p in f.split(",") if p.strip()] for f in args.folds.split(";")]
-    lines = (args.dataset / "manifest.jsonl").read_text().splitlines()
-    rows = [json.loads(x) for x in lines if x.strip()]
-    fold = {i: fold_of(r.get("base") or r["id"], folds)
-            for i, r in enumerate(rows) if r["split"] == "train"}
+    entries = read_manifest(args.dataset)
+    fold = {e.id: fold_of(e.base or e.id, folds) for e in entries if e.split == "train"}
     counts = Counter(fold.values())
     for k in range(len(folds)):
-        keep = [r for i, r in enumerate(rows) if fold.get(i, -1) != k]
-        held = [dict(r, split="validation") for i, r in enumerate(rows) if fold.get(i) == k]
+        keep = [e for e in entries if fold.get(e.id, -1) != k]
+        held = [msgspec.structs.replace(e, split="validation") for e in entries
+                if fold.get(e.id) == k]
         write_view(args.out / f"fold{k + 1}" / "train", keep, args.dataset / "traces")
         write_view(args.out / f"fold{k + 1}" / "holdout", held, args.dataset / "traces")
-        bases = sorted({r.get("base") or r["id"] for r in held})
+        bases = {e.base or e.id for e in held}
         print(f"fold{k + 1}: {counts[k]} train traces held out, {len(bases)} bases "
               f"({', '.join(folds[k])})")
     return 0

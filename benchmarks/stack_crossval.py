@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_hybrid import fit_stack, read_scores, report  # noqa: E402  (a sibling benchmark script)
+from tune_hybrid import cells, fit_stack, read_scores, report  # noqa: E402  (a sibling benchmark script)
 
 
 def main(argv=None) -> int:
@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     grid = [float(r) for r in args.ratio_grid.split(",")] if args.ratio_grid else None
     val_only = fit_stack(val, ns, grid, args.flag_bias)
     folds = sorted({fold_of[r["id"]] for r in oof})
-    scored: dict[str, list[tuple[dict, np.ndarray]]] = {k: [] for k in
-                                                       ("model", "expert", "stack_val", "stack_pooled")}
+    # per kind of score, the held-out rows with that score under "s"
+    scored: dict[str, list[dict]] = {k: [] for k in ("model", "expert", "stack_val", "stack_pooled")}
     print(f"stack on {args.split} alone: a {val_only.model_coef:.3f} b {val_only.expert_coef:.3f} "
           f"c {val_only.bias:+.3f}")
     for k in folds:
@@ -64,20 +64,15 @@ def main(argv=None) -> int:
               f"other folds: a {pooled.model_coef:.3f} b {pooled.expert_coef:.3f} c {pooled.bias:+.3f}")
         for r in held:
             m, e = np.asarray(r["scores"]["model"]), np.asarray(r["scores"]["expert"])
-            scored["model"].append((r, m))
-            scored["expert"].append((r, e))
-            scored["stack_val"].append((r, val_only.combine(m, e)))
-            scored["stack_pooled"].append((r, pooled.combine(m, e)))
-    print(f"| N | scores | window AUC | natural AUC | trace AUC (max) | healthy flagged |")
+            for name, s in (("model", m), ("expert", e), ("stack_val", val_only.combine(m, e)),
+                            ("stack_pooled", pooled.combine(m, e))):
+                scored[name].append(dict(r, s=s))
+    print("| N | scores | window AUC | natural AUC | trace AUC (max) | healthy flagged |")
     print("|---:|---|---:|---:|---:|---:|")
     for n in ns:
-        for name, pairs in scored.items():
-            sub = [(r, s) for r, s in pairs if r["n_windows"] == n]
-            lookup = {id(r): s for r, s in sub}
-            m = report([r for r, _ in sub], lambda r: lookup[id(r)])
-            cells = [f"{100 * v:.2f}" if v is not None else "–" for v in
-                     (m["window_auc"], m["natural_auc"], m["trace_auc_max"], m["healthy_flagged"])]
-            print(f"| {n} | {name} | " + " | ".join(cells) + " |")
+        for name, rs in scored.items():
+            m = report([r for r in rs if r["n_windows"] == n], lambda r: r["s"])
+            print(f"| {n} | {name} | " + " | ".join(cells(m)) + " |")
     return 0
 
 

@@ -57,11 +57,13 @@ def merge_scores(paths: list[Path], splits=(), ids=None) -> dict[tuple, dict]:
     """(trace id, N) -> record of `traceap eval --out` scores.jsonl lines in the splits (or of
     the trace ids `ids`, whatever split their scoring run called them), the detectors' scores of
     several files (e.g. one run per detector) merged into one record."""
+    def wanted(r: dict) -> bool:
+        return r["split"] in splits if ids is None else r["id"] in ids
     merged: dict[tuple, dict] = {}
     for path in paths:
         for line in path.read_text().splitlines():
             r = json.loads(line) if line.strip() else None
-            if r is None or (r["split"] not in splits if ids is None else r["id"] not in ids):
+            if r is None or not wanted(r):
                 continue
             key = (r["id"], r["n_windows"])
             if key in merged:
@@ -152,6 +154,18 @@ def flag_bias(params: HybridParams, rows: list[dict], ns, warm, say=print) -> Hy
     return best
 
 
+def warm_of(warmup: bool):
+    """Row -> its windows' warm-up shares (`add_warmup`), or None when the stack has no
+    warm-up term."""
+    return (lambda q: q["warmup"]) if warmup else (lambda q: None)
+
+
+def cells(m: dict) -> list[str]:
+    """A `report` as table cells (percent, "–" where undefined)."""
+    return [f"{100 * v:.2f}" if v is not None else "–" for v in
+            (m["window_auc"], m["natural_auc"], m["trace_auc_max"], m["healthy_flagged"])]
+
+
 def fit_stack(rows: list[dict], ns, grid: list[float] | None = None, bias: bool = False,
               warmup: bool = False, say=lambda *_: None) -> HybridParams:
     """The stack's (a, b, c[, d]) fitted on the rows' pooled window labels: one logistic fit of
@@ -160,7 +174,7 @@ def fit_stack(rows: list[dict], ns, grid: list[float] | None = None, bias: bool 
     (`flag_bias`); with `warmup` the windows' warm-up shares (`add_warmup`) weighed too."""
     eps = HybridParams().eps
     logit = HybridParams().logit     # the stack's own transform
-    warm = (lambda q: q["warmup"]) if warmup else (lambda q: None)
+    warm = warm_of(warmup)
     # columns: logit(model), logit(expert) and, with warm-up, the warm-up share
     x = np.concatenate([np.stack([logit(r["scores"]["model"]), logit(r["scores"]["expert"])]
                                  + ([r["warmup"]] if warmup else []), 1) for r in rows])
@@ -244,7 +258,7 @@ def main(argv=None) -> int:
     eps = HybridParams().eps
     if args.warmup:
         add_warmup(rows, args.dataset)
-    warm = (lambda q: q["warmup"]) if args.warmup else (lambda q: None)
+    warm = warm_of(args.warmup)
 
     grid = [float(r) for r in args.ratio_grid.split(",")] if args.ratio_grid else None
     params = fit_stack(rows, ns, grid, args.flag_bias, args.warmup, say=print)
@@ -271,9 +285,7 @@ def main(argv=None) -> int:
         print("|---:|---|---:|---:|---:|---:|")
         for n, per in per_n.items():
             for k, m in per.items():
-                cells = [f"{100 * v:.2f}" if v is not None else "–" for v in
-                         (m["window_auc"], m["natural_auc"], m["trace_auc_max"], m["healthy_flagged"])]
-                print(f"| {n} | {k} | " + " | ".join(cells) + " |")
+                print(f"| {n} | {k} | " + " | ".join(cells(m)) + " |")
     out = args.out or (bundled_params_path() if args.write else None)
     if out is not None:
         tuned = HybridParams(params.model_coef, params.expert_coef, params.bias, eps, {
