@@ -243,13 +243,30 @@ def test_bad_input_is_one_clear_line(tmp_path, args, message):
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-def test_an_output_folder_with_old_traces_is_refused_unless_overwrite(tmp_path):
+def test_overwrite_replaces_only_what_an_earlier_profile_run_wrote(tmp_path):
+    """Issue #32 item 2: --overwrite used to delete every trace in --out, the user's too."""
     out = tmp_path / "o"
     out.mkdir()
-    shutil.copy(REPO / "tests" / "data" / "kineto2021_v100.json.gz",
-                out / "old.pt.trace.json.gz")
+    user = out / "old.pt.trace.json.gz"
+    shutil.copy(REPO / "tests" / "data" / "kineto2021_v100.json.gz", user)
     p = _cli("--out", str(out), "--", "true")
-    assert p.returncode == 2 and "already holds 1 trace(s)" in p.stderr
+    assert p.returncode == 2 and "1 trace(s) traceap profile did not write" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
     p = _cli("--out", str(out), "--overwrite", "--", "true")
-    assert p.returncode == 0 and not list(out.glob("*.pt.trace.json.gz"))
-    assert "no Python process of the command imported torch" in p.stderr
+    assert p.returncode == 0 and user.is_file()           # the user's trace stays
+    assert "kept 1 trace(s) traceap profile did not write" in p.stderr
+    # a real earlier run: its trace is replaced on --overwrite, and only it
+    run = out / "run"
+    args = ("--skip", "1", "--steps", "1", "--no-analysis", "--", sys.executable, str(TRAIN),
+            *TINY)
+    assert _cli("--out", str(run), *args).returncode == 0
+    first = [q.name for q in run.glob("*.pt.trace.json.gz")]
+    assert len(first) == 1
+    shutil.copy(user, run / "theirs.pt.trace.json.gz")
+    p = _cli("--out", str(run), *args)
+    assert p.returncode == 2 and "holds 1 trace of an earlier traceap profile run" in p.stderr
+    p = _cli("--out", str(run), "--overwrite", *args)
+    assert p.returncode == 0, p.stderr
+    assert "replaced 1 trace of an earlier profile run" in p.stderr
+    now = {q.name for q in run.glob("*.pt.trace.json.gz")}
+    assert "theirs.pt.trace.json.gz" in now and first[0] not in now and len(now) == 2

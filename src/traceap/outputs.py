@@ -168,7 +168,7 @@ def claim(out: str | os.PathLike, owner: Owner, config: dict | None = None,
         result.notes.append(f"the {rel} that was in {out} is kept as {keep.name}")
     foreign = sum(1 for p in out.rglob("*") if p.is_file()
                   and p.relative_to(out).as_posix() not in mine)
-    if foreign and stamp is None and result.previous == set():
+    if foreign and stamp is None and not result.previous and not owner.foreign_ok:
         result.notes.append(f"the {foreign} file(s) already in {out} are kept")
     return result
 

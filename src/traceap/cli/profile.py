@@ -26,7 +26,7 @@ def profile(
     exit_after: bool = typer.Option(False, "--exit-after", help="Stop the run once the trace is written (exit code 0 from each stopped process)."),
     period: float = typer.Option(1.0, "--period", help="Seconds per step when the script never steps (no optimizer step, no DataLoader): a time-based schedule."),
     windows: int = typer.Option(100, "--windows", "-w", help="Windows for the analysis (as traceap analyze)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace traces already in --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the traces and report of an earlier profile run in --out (only those), or record beside traces profile did not write (never deleting them)."),
     no_analysis: bool = typer.Option(False, "--no-analysis", help="Record only; do not analyse."),
 ) -> None:
     """Run a command with torch.profiler on from outside; record steps S+1..S+K; analyse them.
@@ -57,7 +57,7 @@ def profile(
     r = run(command, cfg, on_start=lambda: console.print(
         f"[bold]traceap profile[/bold]: recording steps {skip + 1}-{skip + steps} of "
         f"`{escape(_quote(command))}` -> {escape(str(cfg.out))}", highlight=False,
-        soft_wrap=True))
+        soft_wrap=True), reports=("report.html",) if html else ())
     how = ("stopped after its trace (--exit-after)" if r.stopped_by_traceap and r.exit_code == 0
            else f"exited with code {r.exit_code}")
     console.print(f"[bold]traceap profile[/bold]: the command {how} after {r.seconds:.1f} s; "
@@ -115,6 +115,7 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
         from ..report.html import write_html
         path = write_html(result, Path(cfg.out) / "report.html",
                           loaded if len(r.traces) > 1 else traces[0])
+        r.owned.add(["report.html"])
         console.print(f"  HTML report: {path}", style="dim", markup=False, highlight=False,
                       soft_wrap=True)
     console.print(f"  compare with another run: traceap diff {cfg.out} OTHER_DIR", style="dim",
