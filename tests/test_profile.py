@@ -270,3 +270,50 @@ def test_overwrite_replaces_only_what_an_earlier_profile_run_wrote(tmp_path):
     assert "replaced 1 trace of an earlier profile run" in p.stderr
     now = {q.name for q in run.glob("*.pt.trace.json.gz")}
     assert "theirs.pt.trace.json.gz" in now and first[0] not in now and len(now) == 2
+
+
+def test_a_stop_ends_the_run_without_analysis_and_keeps_only_complete_traces(tmp_path):
+    """Issue #32 item 12: SIGTERM to the whole group (`timeout`) while the command runs: the
+    command is stopped, its complete trace kept, no analysis after the deadline, one line,
+    exit 143."""
+    import os
+    import signal
+    import time
+    out = tmp_path / "o"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "traceap", "profile", "--skip", "1",
+                             "--steps", "1", "--out", str(out), "--", sys.executable,
+                             str(TRAIN), *TINY[2:], "--steps", "100000"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*.pt.trace.json.gz")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == (f"traceap: interrupted (SIGTERM); 1 complete "
+                                            f"trace(s) kept in {out}, not analysed (traceap "
+                                            f"analyze {out})"), err
+    assert "no anti-pattern" not in err and "Traceback" not in err
+
+
+def test_a_trace_cut_short_by_a_killed_process_is_not_kept(tmp_path):
+    """A process killed while writing its trace leaves a truncated file and no record: it is
+    removed, with a line, rather than passed to the analysis as a trace."""
+    import gzip
+    out = tmp_path / "o"
+    script = _script(tmp_path, """
+        import gzip, json, os
+        out = json.loads(os.environ["TRACEAP_PROFILE"])["out"]
+        data = gzip.compress(b'{"traceEvents": []}' * 1000)
+        open(os.path.join(out, "host_1.1.pt.trace.json.gz"), "wb").write(data[: len(data) // 2])
+        open(os.path.join(out, "host_2.2.pt.trace.json.gz"), "wb").write(data)
+    """)
+    p = _cli("--out", str(out), "--no-analysis", "--", sys.executable, str(script))
+    assert p.returncode == 0, p.stderr
+    assert "removed 1 trace(s) a process was killed while writing (incomplete): " \
+           "host_1.1.pt.trace.json.gz" in p.stderr
+    assert sorted(q.name for q in out.glob("*.pt.trace.json.gz")) == ["host_2.2.pt.trace.json.gz"]
+    assert gzip.decompress((out / "host_2.2.pt.trace.json.gz").read_bytes())

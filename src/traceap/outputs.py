@@ -36,8 +36,10 @@ class Owner:
     """A command that writes a folder, and how it treats what is already there."""
 
     command: str                  # "inject": said in messages ("an earlier inject run")
-    stamp: str                    # the stamp file's name in the folder
-    schema: str                   # the stamp's "schema"
+    #: the stamp file's name in the folder; None for a command whose own files say that they
+    #: are its own (collect: its manifest lines), found by `claim`'s `legacy`
+    stamp: str | None
+    schema: str | None            # the stamp's "schema"
     rerun: str = "same_config"    # one of RERUN_POLICIES
     #: False: a folder holding files another command (or the user) wrote needs --overwrite,
     #: and the new files go beside them; True: such a folder is fine (eval --out into a
@@ -93,13 +95,15 @@ class Claim:
 
     def _stamp(self, files: set[str]) -> None:
         data = {"schema": self.owner.schema, "config": self.config, "files": sorted(files)}
-        tmp = self.out / (self.owner.stamp + ".tmp")
+        tmp = self.out / f"{self.owner.stamp}.{os.getpid()}.tmp"   # ranks may write at once
         tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
         os.replace(tmp, self.out / self.owner.stamp)
 
 
 def read_stamp(out: Path, owner: Owner) -> dict | None:
     """The owner's stamp in `out`, or None when there is none (or it is not the owner's)."""
+    if owner.stamp is None:
+        return None
     try:
         stamp = orjson.loads((Path(out) / owner.stamp).read_bytes())
     except (OSError, orjson.JSONDecodeError):
@@ -122,10 +126,12 @@ def claim(out: str | os.PathLike, owner: Owner, config: dict | None = None,
     files may be replaced; files the owner did not write never are."""
     out = Path(out)
     cmd = owner.command
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder")
+    check_folder(out)
     result = Claim(out, owner, config)
-    if not out.exists() or not any(out.iterdir()):
+    # The stamp alone (or its temporary file, while another process writes it: the ranks of
+    # a torchrun job) is an empty folder that the owner is starting to write.
+    if not out.exists() or all(owner.stamp and p.name.startswith(owner.stamp)
+                               for p in out.iterdir()):
         return result
     stamp = read_stamp(out, owner)
     if stamp is not None:
@@ -153,7 +159,7 @@ def claim(out: str | os.PathLike, owner: Owner, config: dict | None = None,
             raise OutputError(f"{out}: not empty ({n} files) and not written by traceap {cmd}; "
                               f"nothing written: give a new or empty --out (--overwrite writes "
                               f"beside the files there, keeping every one)")
-    mine = result.previous | {owner.stamp}
+    mine = result.previous | ({owner.stamp} if owner.stamp else set())
     clash = [f for f in sorted(set(planned)) if f not in mine and (out / f).exists()]
     moved = [f for f in clash if f in owner.aside]
     clash = [f for f in clash if f not in owner.aside]
@@ -214,10 +220,27 @@ def check_writable(path: str | os.PathLike, what: str) -> None:
         if not os.access(path, os.W_OK) or _pseudo(path):
             raise OutputError(f"{what} {path}: cannot be written (not writable)")
         return
+    _creatable(path, what)
+
+
+def check_folder(path: str | os.PathLike, what: str = "--out") -> None:
+    """Raise OutputError (one line) when files cannot be written in the folder `path` (it
+    exists and is a writable folder, or can be created)."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise OutputError(f"{what} {path}: exists and is not a folder")
+        if _pseudo(path) or not os.access(path, os.W_OK | os.X_OK):
+            raise OutputError(f"{what} {path}: cannot be written (no permission to create "
+                              f"files in it)")
+        return
+    _creatable(path, what)
+
+
+def _creatable(path: Path, what: str) -> None:
+    """`path` does not exist: its nearest existing ancestor must be a writable folder."""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
-        if parent.is_symlink():
-            break
         parent = parent.parent
     if not parent.is_dir():
         raise OutputError(f"{what} {path}: cannot be written ({parent} is not a folder)")
@@ -259,5 +282,6 @@ class failing_write:
         return False
 
 
-__all__ = ["Claim", "OutputError", "Owner", "RERUN_POLICIES", "check_writable", "claim",
+__all__ = ["Claim", "OutputError", "Owner", "RERUN_POLICIES", "check_folder", "check_writable",
+           "claim",
            "failing_write", "read_stamp", "write_bytes"]

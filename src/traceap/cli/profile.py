@@ -65,6 +65,14 @@ def profile(
                   soft_wrap=True)
     for line in describe(r, cfg):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    if r.stopped_by is not None:
+        # a stop (Ctrl-C, `timeout`) ends the run here: no analysis after the deadline
+        import signal
+        console.print(f"traceap: interrupted ({signal.Signals(r.stopped_by).name}); "
+                      f"{len(r.traces)} complete trace(s) kept in {cfg.out}, not analysed "
+                      f"(traceap analyze {cfg.out})", markup=False, highlight=False,
+                      soft_wrap=True)
+        raise typer.Exit(128 + r.stopped_by)
     if r.traces and not no_analysis:
         try:
             _analyse(r, cfg, windows, html, console)

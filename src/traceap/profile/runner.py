@@ -90,6 +90,8 @@ class ProfileRun:
     notes: list[str] = field(default_factory=list)
     #: the output folder's stamp: `owned.add([...])` records files written after the run
     owned: Claim | None = None
+    #: the signal (SIGINT, SIGTERM) that asked traceap to stop while the command ran, or None
+    stopped_by: int | None = None
 
     @property
     def sources(self) -> set[str]:
@@ -175,7 +177,7 @@ def run(command: list[str], cfg: ProfileConfig, on_start=None,
     state = Path(tempfile.mkdtemp(prefix="traceap-profile-"))
     try:
         t0 = time.perf_counter()
-        code = _wait(command, child_env(cfg, state))
+        code, stop = _wait(command, child_env(cfg, state))
         seconds = time.perf_counter() - t0
         records = _read_records(state)
     finally:
@@ -184,29 +186,67 @@ def run(command: list[str], cfg: ProfileConfig, on_start=None,
     known = {p.name for p in traces}
     # A process killed before its record was written still leaves its trace: keep it.
     stray = [p for p in sorted(out.glob(TRACE_GLOB)) if p.name not in known | before]
+    # ... unless it was killed while writing it: a truncated file is not left as a trace.
+    cut = [p for p in stray if not p.name.endswith(".gz") or not complete_gzip(p)]
+    for p in cut:
+        p.unlink(missing_ok=True)
+    stray = [p for p in stray if p not in cut]
     traces += stray
     # Only now go the traces of an earlier run (--overwrite): this run's are in place.
     notes = owned.finish(p.name for p in traces)
     if stray:
         notes.append(f"{len(stray)} trace(s) without a process record (the process was killed "
                      f"before it could report): {', '.join(p.name for p in stray)}")
-    return ProfileRun(list(command), code, out, traces, records, seconds, notes, owned)
+    if cut:
+        notes.append(f"removed {len(cut)} trace(s) a process was killed while writing "
+                     f"(incomplete): {', '.join(p.name for p in cut)}")
+    return ProfileRun(list(command), code, out, traces, records, seconds, notes, owned, stop)
 
 
-def _wait(command: list[str], env: dict) -> int:
-    """Run the command in the foreground; Ctrl-C reaches it (same process group), not us."""
+def _wait(command: list[str], env: dict) -> tuple[int, int | None]:
+    """Run the command in the foreground; return (its exit code, the stop signal traceap got).
+
+    Ctrl-C reaches the command itself (same process group); traceap only notes it.  SIGTERM
+    (`timeout`, a batch system, `kill`) is passed on to the command.  Either way traceap waits
+    for the command to end, so that what it wrote can be gathered and checked."""
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
         raise TraceapError(f"{command[0]}: cannot run: {exc.strerror or exc}") from None
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, lambda s, f: proc.send_signal(s))
+    got: list[int] = []
+
+    def on_int(signum, frame) -> None:
+        got.append(signum)
+
+    def on_term(signum, frame) -> None:
+        got.append(signum)
+        proc.send_signal(signum)
+
+    old_int = signal.signal(signal.SIGINT, on_int)
+    old_term = signal.signal(signal.SIGTERM, on_term)
     try:
         code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
-    return 128 - code if code < 0 else code
+    return (128 - code if code < 0 else code), (got[0] if got else None)
+
+
+def complete_gzip(path: Path) -> bool:
+    """True when `path` is a whole gzip stream (a process killed while writing its trace
+    leaves a truncated one)."""
+    import zlib
+
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                d.decompress(chunk, 0)
+                if d.eof:
+                    break
+    except (OSError, zlib.error):
+        return False
+    return d.eof
 
 
 def _read_records(state: Path) -> list[dict]:
