@@ -56,11 +56,14 @@ def train(
                                                 "folders, e.g. your own; repeatable."),
     pretrain_steps: int = typer.Option(300, "--pretrain-steps", min=1,
                                        help="Self-supervised steps with --pretrain-on."),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace a checkpoint an earlier train run wrote at --out (a file that is not a traceap checkpoint is never replaced)."),
 ) -> None:
     """Train the learned detector on a dataset's train split on CPU (trace labels; window labels
     too with --set w_window=... / w_window_pattern=...)."""
     import torch
 
+    from ..model.checkpoint import prepare_out
     from ..model.config import preset
     from ..model.train import train as run_train
     from ..parallel import Execution
@@ -85,6 +88,8 @@ def train(
             cfg = replace(cfg, pretrain_steps=pretrain_steps)
     except ValueError as exc:
         raise ModelError(str(exc)) from None
+    # before the featurising and the training: hours of work must not end in a refused write
+    replaced = prepare_out(out, overwrite)
     if threads:
         torch.set_num_threads(threads)
     _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs,
@@ -101,3 +106,5 @@ def train(
     typer.echo(f"trained on {log.n_good} good + {log.n_bad} bad traces, {log.steps} steps in "
                f"{log.seconds:.0f} s wall / {log.cpu_seconds:.0f} s CPU (+{log.featurize_seconds:.0f} s "
                f"featurising); final loss {last.get('total', float('nan')):.4f}{best}; wrote {out}")
+    if replaced:
+        typer.echo(f"traceap: {replaced}", err=True)
