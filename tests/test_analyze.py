@@ -205,6 +205,17 @@ def test_an_output_that_cannot_be_written_is_one_line_before_the_trace_is_read(t
         assert len(p.stderr.strip().splitlines()) == 1 and option in p.stderr
 
 
+def test_an_output_on_the_input_trace_is_refused(tmp_path):
+    import shutil
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(CNN, trace)
+    for option in ("--json", "--html", "--annotate"):
+        p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(trace), option,
+                            str(trace)], capture_output=True, text=True)
+        assert p.returncode == 2 and "is the trace being analysed" in p.stderr, p.stderr
+    assert trace.read_bytes() == CNN.read_bytes()
+
+
 def test_a_write_that_fails_is_one_line():
     """/dev/full takes the open and fails the write: one line, exit 2, no traceback."""
     for option in ("--json", "--html"):

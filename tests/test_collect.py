@@ -16,7 +16,7 @@ import traceap
 from traceap.collect import MARKER_PREFIX, CollectConfig, collect, load_plan, run_plan
 from traceap.collect.markers import extract
 from traceap.manifest import read_manifest
-from traceap.errors import DatasetError
+from traceap.errors import DatasetError, OutputError
 
 from .conftest import CNN
 
@@ -129,6 +129,20 @@ def test_a_folder_collect_did_not_write_is_refused_and_never_overwritten(tmp_pat
     assert theirs.read_bytes() == b"user bytes"
     kept = [p.read_text() for p in out.glob("manifest*.jsonl")]
     assert kept == [line]                  # theirs, in place or kept under another name
+
+
+def test_what_a_killed_recording_leaves_does_not_make_the_folder_foreign(tmp_path):
+    """SIGKILL leaves an empty traces/ and a .collect-tmp/ with the profiler's raw file: the
+    rerun records there (only a file collect did not write makes a folder foreign)."""
+    from traceap.collect.runner import prepare_out
+    out = tmp_path / "ds"
+    (out / "traces").mkdir(parents=True)
+    (out / ".collect-tmp" / "x").mkdir(parents=True)
+    (out / ".collect-tmp" / "x" / "raw.pt.trace.json.gz").write_bytes(b"half")
+    assert prepare_out(out) == []
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="not written by traceap collect"):
+        prepare_out(out)
 
 
 def test_plan_records_clean_and_graph_break_then_resumes(tmp_path):

@@ -128,12 +128,13 @@ def claim(out: str | os.PathLike, owner: Owner, config: dict | None = None,
     cmd = owner.command
     check_folder(out)
     result = Claim(out, owner, config)
-    # The stamp alone (or its temporary file, while another process writes it: the ranks of
-    # a torchrun job) is an empty folder that the owner is starting to write.
-    if not out.exists() or all(owner.stamp and p.name.startswith(owner.stamp)
-                               for p in out.iterdir()):
+    # A folder without files is new: empty folders left by a stopped run, or the stamp alone
+    # (or its temporary file, while another rank of a torchrun job writes it).
+    if not out.exists() or not any(p.is_file() and not (owner.stamp and p.name.startswith(
+            owner.stamp)) for p in out.rglob("*")):
         return result
     stamp = read_stamp(out, owner)
+    ours = None
     if stamp is not None:
         result.previous = {str(f) for f in stamp.get("files") or ()}
         old = stamp.get("config")
@@ -172,10 +173,11 @@ def claim(out: str | os.PathLike, owner: Owner, config: dict | None = None,
         keep = _aside_name(out / rel, cmd)
         os.replace(out / rel, keep)
         result.notes.append(f"the {rel} that was in {out} is kept as {keep.name}")
-    foreign = sum(1 for p in out.rglob("*") if p.is_file()
-                  and p.relative_to(out).as_posix() not in mine)
-    if foreign and stamp is None and not result.previous and not owner.foreign_ok:
-        result.notes.append(f"the {foreign} file(s) already in {out} are kept")
+    if stamp is None and ours is None and not owner.foreign_ok:
+        foreign = sum(1 for p in out.rglob("*") if p.is_file()
+                      and p.relative_to(out).as_posix() not in mine)
+        if foreign:
+            result.notes.append(f"the {foreign} file(s) already in {out} are kept")
     return result
 
 

@@ -127,6 +127,9 @@ def _check_options(trace: Path, windows: int, threshold: float | None, detector:
             check_writable(path / "rank.json.gz", what)
         else:
             check_writable(path, what)
+            if str(path) != "-" and path.exists() and path.resolve() == trace.resolve():
+                raise TraceapError(f"{what} {path}: is the trace being analysed; give another "
+                                   f"file name (traceap never overwrites its input)")
 
 
 def _stages(detector: str | None, model: Path | None, classifier: str, llm_url: str | None,

@@ -195,7 +195,11 @@ def _collected(out: Path) -> set[str]:
 
 
 def _collect_files(out: Path) -> set[str] | None:
-    """The files of a collect dataset (a manifest of collected traces only), else None."""
+    """The files of a collect dataset (a manifest of collected traces only), else None.  A
+    folder holding nothing but a killed recording's `.collect-tmp/` is one too."""
+    if not (out / MANIFEST).exists():
+        files = [p.relative_to(out).parts[0] for p in out.rglob("*") if p.is_file()]
+        return set() if files and set(files) == {".collect-tmp"} else None
     try:
         entries = read_manifest(out)
     except DatasetError:
