@@ -112,6 +112,7 @@ def test_output_has_no_kineto_usdt_line_and_fits_100_columns(tmp_path, monkeypat
     # Run from tmp_path (short relative paths in the output) with the traceap under test.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(Path(traceap.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("COLUMNS", "100")
     script = _script(tmp_path, """
         import sys, torch
         model = torch.nn.Linear(8, 2)

@@ -67,6 +67,26 @@ def wrap_words(text: str, width: int, indent: str = "", subsequent: str | None =
                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
 
 
+def wrap_text(text: Text, width: int, subsequent: str = "") -> Text:
+    """Styled `text` broken between words like `wrap_words` (its own leading spaces and the
+    spaces between words on a line kept, so columns stay aligned), continuation lines starting
+    with `subsequent`."""
+    words = [m.span() for m in re.finditer(r"\S+", text.plain)]
+    if not words:
+        return text
+    out = text[:words[0][0]]
+    for i, (start, end) in enumerate(words):
+        if i:
+            gap = text[words[i - 1][1]:start]
+            column = len(out.plain) - out.plain.rfind("\n") - 1
+            if column + len(gap) + end - start > width:
+                out.append("\n" + subsequent)
+            else:
+                out.append_text(gap)
+        out.append_text(text[start:end])
+    return out
+
+
 def wrap_fields(fields: Sequence[str], width: int, indent: str = "  ", sep: str = "   ") -> list[str]:
     """Fields joined by `sep`, a new line (at `indent`) before a field that would not fit."""
     lines: list[str] = []
