@@ -72,18 +72,13 @@ def wrap_text(text: Text, width: int, subsequent: str = "") -> Text:
     spaces between words on a line kept, so columns stay aligned), continuation lines starting
     with `subsequent`."""
     words = [m.span() for m in re.finditer(r"\S+", text.plain)]
-    if not words:
-        return text
-    out = text[:words[0][0]]
-    for i, (start, end) in enumerate(words):
-        if i:
-            gap = text[words[i - 1][1]:start]
-            column = len(out.plain) - out.plain.rfind("\n") - 1
-            if column + len(gap) + end - start > width:
-                out.append("\n" + subsequent)
-            else:
-                out.append_text(gap)
-        out.append_text(text[start:end])
+    out, taken, line_start = text[:0], 0, 0   # line_start: where column 0 of this line falls
+    for (_, gap), (start, end) in zip(words, words[1:]):
+        if end - line_start > width:
+            out.append_text(text[taken:gap])
+            out.append("\n" + subsequent)
+            taken, line_start = start, start - len(subsequent)
+    out.append_text(text[taken:])
     return out
 
 
