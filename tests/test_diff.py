@@ -88,6 +88,19 @@ def test_fail_if_slower_gates_on_the_step_time():
     assert p.returncode == 2 and "step time is unknown" in p.stderr.splitlines()[-1]
 
 
+@pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["table", "quiet"])
+def test_every_line_fits_100_columns_and_keeps_the_whole_verdict(quiet, monkeypatch):
+    """The findings lines and the verdict were printed on one line each (up to 123 columns for
+    this pair); they now break between words at the console's width."""
+    monkeypatch.setenv("COLUMNS", "100")
+    p = _diff(str(CNN), str(SAMPLE), *quiet)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 100, max(lines, key=len)
+    verdict = compare(CNN, SAMPLE).verdict
+    assert len(verdict) > 100 and " ".join(verdict.split()) in " ".join(p.stdout.split())
+
+
 def test_same_recording_twice_is_no_change():
     d = compare(CNN, CNN)
     assert d.step_pct == 0 and "no significant change" in d.verdict

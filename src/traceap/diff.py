@@ -473,8 +473,13 @@ def render(d: Diff, console=None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
+
+    from .report.terminal import console_width, wrap_text
 
     console = console or Console()
+    # the lines below the table break between words at the console's width (80 in a pipe)
+    width = console_width(console)
     b, a = d.before, d.after
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("")
@@ -512,14 +517,16 @@ def render(d: Diff, console=None) -> None:
             continue
         style = {"fixed": "green", "better": "green", "new": "red", "worse": "red"}[c.status]
         where = f" (rank {c.rank})" if c.rank is not None else ""
-        console.print(f"  [{style}]{c.status:6s}[/{style}] {escape(c.pattern)}{where}: "
-                      f"{escape(c.title)}", soft_wrap=True)
+        line = Text.from_markup(f"  [{style}]{c.status:6s}[/{style}] {escape(c.pattern)}{where}: "
+                                f"{escape(c.title)}")
+        console.print(wrap_text(line, width, " " * 9), soft_wrap=True)
     for n in dict.fromkeys(b.notes + a.notes):
         where = ("both" if n in b.notes and n in a.notes else
                  "before" if n in b.notes else "after")
-        console.print(f"  [dim]{where}: {escape(n)}[/dim]", soft_wrap=True)
+        console.print(wrap_text(Text.from_markup(f"  [dim]{where}: {escape(n)}[/dim]"), width,
+                                "    "), soft_wrap=True)
     style = "bold red" if d.slower else "bold"
-    console.print(f"[{style}]{escape(d.verdict)}[/{style}]", soft_wrap=True)
+    console.print(wrap_text(Text(d.verdict, style=style), width, "  "), soft_wrap=True)
 
 
 def _short(path: str, limit: int = 40) -> str:

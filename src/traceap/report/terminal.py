@@ -67,6 +67,21 @@ def wrap_words(text: str, width: int, indent: str = "", subsequent: str | None =
                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
 
 
+def wrap_text(text: Text, width: int, subsequent: str = "") -> Text:
+    """Styled `text` broken between words like `wrap_words` (its own leading spaces and the
+    spaces between words on a line kept, so columns stay aligned), continuation lines starting
+    with `subsequent`."""
+    words = [m.span() for m in re.finditer(r"\S+", text.plain)]
+    out, taken, line_start = text[:0], 0, 0   # line_start: where column 0 of this line falls
+    for (_, gap), (start, end) in zip(words, words[1:]):
+        if end - line_start > width:
+            out.append_text(text[taken:gap])
+            out.append("\n" + subsequent)
+            taken, line_start = start, start - len(subsequent)
+    out.append_text(text[taken:])
+    return out
+
+
 def wrap_fields(fields: Sequence[str], width: int, indent: str = "  ", sep: str = "   ") -> list[str]:
     """Fields joined by `sep`, a new line (at `indent`) before a field that would not fit."""
     lines: list[str] = []
