@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from .. import idle as idle_mod
-from ..findings import cost_sentence
+from ..findings import cost_sentence, finding_order
 from ..measures.signals import outer_cpu_ops
 from ..patterns.proof import Proof, longest_gpu_events, merge_spans
 from ..trace import Kind, Trace
@@ -528,8 +528,7 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
 
 def _cards(findings: list, prefix: str, details: TraceDetails | None,
            rank_index: int | None = None) -> str:
-    order = sorted(range(len(findings)),
-                   key=lambda k: -float(getattr(findings[k], "time_lost_us", 0.0) or 0.0))
+    order = sorted(range(len(findings)), key=lambda k: finding_order(findings[k]))
     parts = ['<div class="cards">']
     t0 = details.t0 if details is not None else None
     for k in order:

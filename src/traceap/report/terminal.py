@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from ..findings import cost_sentence
+from ..findings import cost_sentence, finding_order
 from ..units import fmt_us, plural
 from .colors import TERMINAL_CAUSE_COLORS, TERMINAL_COLORS
 
@@ -462,7 +462,7 @@ def render_job(job, console: Console | None = None) -> None:
     if job.findings:
         console.print("\n[bold]across ranks[/bold]")
         span = max((a.span_us[1] - a.span_us[0]) for a in job.ranks)
-        for f in job.findings:
+        for f in sorted(job.findings, key=finding_order):
             render_finding(console, f, span)
     shown: set[str] = set()
     for a in job.ranks:
