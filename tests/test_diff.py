@@ -182,3 +182,23 @@ def test_two_analysis_jsons_of_cpu_recordings_keep_their_steps_and_gate(pair, tm
     # One of the two orders is slower by more than 0%: a real verdict, exit 3.
     codes = {_diff(*o, "--fail-if-slower", "0", "-q").returncode for o in (jsons, jsons[::-1])}
     assert EXIT_SLOWER in codes or d.step_pct == 0
+
+
+def test_the_html_report_of_a_cpu_recording_shows_its_step_time_and_data_loading(pair, tmp_path):
+    """Issue #32: on a CPU-only recording the step time and the DataLoader time per step are the
+    only meaningful numbers; the HTML report (as `traceap profile --html` writes it) shows the
+    ones `traceap diff` compares."""
+    from traceap.units import fmt_us
+
+    out = tmp_path / "r.html"
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(pair[0]), "-q",
+                        "--html", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    html = out.read_text()
+    m = measure_trace(traceap.load(pair[0]))
+    assert (f'<div class="k">Step time (median)</div><div class="v">{fmt_us(m["step_us"])} '
+            f'(3 steady steps)</div>') in html
+    share = 100 * m["dataloader_us_per_step"] / m["step_us"]
+    assert (f'<div class="k">Data loading</div><div class="v">'
+            f'{fmt_us(m["dataloader_us_per_step"])} per step ({share:.0f}% of the step, on the '
+            f'host)</div>') in html

@@ -232,3 +232,15 @@ def test_the_readme_states_the_shipped_checkpoints_flag_threshold():
                      readme)
     assert said and float(said.group(1)) == pytest.approx(meta["flag_threshold"], abs=5e-4)
     assert "0.991" not in readme
+
+
+@pytest.mark.parametrize("trace", [SAMPLE, CNN, DATA / "amd_mi250_train.json.gz"],
+                         ids=lambda p: p.name)
+def test_the_terminal_prints_the_steps_the_analysis_json_counts(trace, tmp_path):
+    """Item 10: 'steps N' is the JSON's step_basis.n_steps (the steady steps); a warm-up first
+    step (the MI250 toy run's) is said apart instead of counted in."""
+    text = _cli("analyze", str(trace), "--json", str(tmp_path / "a.json"))
+    j = orjson.loads((tmp_path / "a.json").read_bytes())
+    m = re.search(r"\bsteps (\d+)( \+ (\d+) warm-up)?", text)
+    assert int(m.group(1)) == j["step_basis"]["n_steps"] == j["gpu_idle"]["steady_steps"]
+    assert int(m.group(3) or 0) == len(j["gpu_idle"]["warmup_steps"])
