@@ -244,3 +244,11 @@ def test_the_terminal_prints_the_steps_the_analysis_json_counts(trace, tmp_path)
     m = re.search(r"\bsteps (\d+)( \+ (\d+) warm-up)?", text)
     assert int(m.group(1)) == j["step_basis"]["n_steps"] == j["gpu_idle"]["steady_steps"]
     assert int(m.group(3) or 0) == len(j["gpu_idle"]["warmup_steps"])
+
+
+def test_the_cpu_bound_waiting_time_is_the_launch_bound_idle_as_a_share_of_the_gpu_span(sample):
+    g = sample["json"]["gpu_idle"]
+    span = g["gpu_span_us"][1] - g["gpu_span_us"][0]
+    lb = g["by_cause"]["launch_bound"]
+    assert (f"the GPU waited for the host {fmt_us(lb)} ({round(100 * lb / span)}% of the GPU "
+            f"span)") in _flat(sample["terminal"])
