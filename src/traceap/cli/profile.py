@@ -73,7 +73,7 @@ def profile(
 def _analyse(r, cfg, windows: int, html: bool, console) -> None:
     from ..analysis import analyze
     from ..job import analyze_job
-    from ..diff import measure_trace
+    from ..info import step_numbers
     from ..load import load, load_job
     from ..progress import status
     from ..report.terminal import render, render_job
@@ -91,7 +91,7 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
     console.print()
     (render_job if len(r.traces) > 1 else render)(result, console)
     for t in traces:
-        m = measure_trace(t)
+        m = step_numbers(t)
         who = f"rank {t.meta.rank}: " if len(traces) > 1 else ""
         if not m["step_us"]:
             continue
