@@ -100,10 +100,11 @@ def _print(console: Console, s: dict) -> None:
         sizes = [max(len(h), *(len(r[i]) for r in numbers)) for i, h in enumerate(heads)]
         for col, size in zip(heads, sizes):
             table.add_column(col, justify="right", no_wrap=True, min_width=size)
-        # Long C++ names, one line each, cut in the middle so two kernels never read the same.
+        # Long C++ names cut in the middle so two kernels never read the same; a name no cut
+        # tells apart wraps (the kernel column is the only one that may: the numbers stay whole).
         room = max(20, width - sum(size + 3 for size in sizes) - 2)
         names = shorten_names([k["name"] for k in s["top_kernels"]], room)
-        table.add_column("kernel", no_wrap=True, overflow="fold",
+        table.add_column("kernel", overflow="fold",
                          min_width=min(room, max(len(n) for n in names)))
         for row, name in zip(numbers, names):
             table.add_row(*row, name)
