@@ -23,7 +23,7 @@ from . import idle as idle_mod
 from .classify.base import Classifier, PatternCall
 from .detectors.base import Detector, clip01
 from .errors import TraceapError
-from .findings import SEVERITY, Finding, SeverityConfig, StepBasis, judge
+from .findings import SEVERITY, Finding, SeverityConfig, StepBasis, finding_order, judge
 from .idle import IdleAccount
 from .info import summarize
 from .trace import Trace
@@ -331,7 +331,7 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
     for pid in set(groups) - set(registry):  # a classifier may name what the rules do not know
         dropped.append(f"{len(groups[pid])} window(s) named {pid!r} not reported: no rule "
                        f"measures its cost")
-    out.sort(key=lambda f: (-f.gain_pct, -f.time_lost_us))
+    out.sort(key=finding_order)
     for k, f in enumerate(out, 1):
         f.rank = k
     return out, dropped

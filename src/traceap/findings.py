@@ -135,6 +135,17 @@ def judge(time_lost_us: float, lost_in_steps_us: float | None, basis: StepBasis,
     return per_step, gain, pct, config.severity(pct)
 
 
+#: Severities, most severe first: the order findings are listed in.
+SEVERITY_ORDER = ("high", "medium", "low")
+
+
+def finding_order(f) -> tuple[int, float]:
+    """Sort key of a finding in every list (terminal, HTML, JSON): severity, then time lost."""
+    sev = str(getattr(f, "severity", "") or "").lower()
+    rank = SEVERITY_ORDER.index(sev) if sev in SEVERITY_ORDER else len(SEVERITY_ORDER)
+    return rank, -float(getattr(f, "time_lost_us", 0.0) or 0.0)
+
+
 def cost_sentence(f) -> str:
     """'time lost X in all, Y per step; fixing it gains about Z per step (W% of the step)': the
     one wording of a finding's numbers for the terminal and the HTML report."""
@@ -159,4 +170,5 @@ def _plain(v):
     return v
 
 
-__all__ = ["Finding", "SEVERITY", "SeverityConfig", "StepBasis", "cost_sentence", "judge"]
+__all__ = ["Finding", "SEVERITY", "SEVERITY_ORDER", "SeverityConfig", "StepBasis", "cost_sentence",
+           "finding_order", "judge"]
