@@ -26,7 +26,7 @@ HEXWORD = re.compile(r"\b[0-9a-f]{7,40}\b")
 # A command line as the results page writes it: indented (a code block) or in backticks,
 # optionally behind environment settings and `nice`.
 COMMAND = re.compile(
-    r"^(?: {4}|.*`)(?:[A-Z_]+=\S+ )*(?:nice )?(?:traceap|python3?|\.venv/bin/python|bash) \S")
+    r"^(?: {4}|.*`)(?:[A-Z_]+=\S+ )*(?:nice (?:-n \d+ )?)?(?:traceap|python3?|\.venv/bin/python|bash) \S")
 
 
 def prose_lines(text: str) -> list[str]:
