@@ -26,6 +26,7 @@ from traceap.inject.dataset import InjectConfig, build
 from traceap.inject.edit import Doc
 from traceap.inject.mechanisms import Base, Unusable
 from traceap.inject.natural import natural_anomalies
+from traceap.load import load_bytes
 from traceap.inject.validate import Columns, compare, describe, offenders, validate
 from traceap.trace import Kind, merged_intervals
 
@@ -413,6 +414,93 @@ def test_a_writer_that_rounds_each_event_alone_still_gets_every_plant(tmp_path):
     for k, pattern in enumerate(PATTERNS):
         out = inject_one(base, pattern, np.random.default_rng([0, 1, k]))   # raises if invalid
         assert out.anomalies, pattern
+
+
+# -- ns-resolution clocks ---------------------------------------------------------------------
+EPOCH_US = 1712190000000000  # April 2024 in us: 16 integer digits, as HTA's ns_resolution_trace
+
+
+def ns_resolution_copy(src: Path, dst: Path) -> Path:
+    """`src` on an epoch clock with ns decimals (16 + 3 digits: more than a double holds)."""
+    import gzip
+    import re
+    text = gzip.open(src, "rt").read()
+    text = re.sub(r'("ts":\s*)(\d+)(\.\d+)?',
+                  lambda m: f"{m.group(1)}{int(m.group(2)) + EPOCH_US}{m.group(3) or '.000'}", text)
+    dst.write_bytes(gzip.compress(text.encode()))
+    return dst
+
+
+def exact_order_breaks(data: bytes) -> tuple[int, int]:
+    """(GPU ops overlapping the one before on their stream, CPU ranges partly overlapping one
+    on their thread), read as exact decimals (integer ns), not as doubles."""
+    import json
+    from decimal import Decimal
+    doc = json.loads(data, parse_float=Decimal)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    ns = lambda x: int(Decimal(x) * 1000)  # noqa: E731
+    gpu, cpu = {}, {}
+    for e in events:
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        s, d = ns(e["ts"]), ns(e.get("dur", 0))
+        cat = str(e.get("cat", "")).lower()
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            gpu.setdefault((e.get("pid"), e.get("tid")), []).append((s, s + d))
+        elif cat in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"):
+            cpu.setdefault((e.get("pid"), e.get("tid")), []).append((s, -d))
+    overlaps = sum(b0 < a1 for v in gpu.values() for (_, a1), (b0, _) in zip(sorted(v), sorted(v)[1:]))
+    partial = 0
+    for v in cpu.values():
+        open_ends: list[int] = []
+        for s, nd in sorted(v):
+            while open_ends and open_ends[-1] <= s:
+                open_ends.pop()
+            partial += bool(open_ends and s - nd > open_ends[-1])
+            open_ends.append(s - nd)
+    return overlaps, partial
+
+
+def _ns_outputs_keep_order(path: Path):
+    import gzip
+    base = Base.of(Doc(path), path.name)
+    before = exact_order_breaks(gzip.decompress(path.read_bytes()))
+    written = 0
+    for k, p in enumerate(PATTERNS):
+        try:
+            o = inject_one(base, p, np.random.default_rng([7, k]))
+        except (Unusable, Invalid):
+            continue
+        written += 1
+        assert exact_order_breaks(o.data) == before, p
+        lo, hi = load_bytes(o.data, p).span  # labels are in the file's clock
+        assert o.anomalies and all(lo - 1 <= a < b <= hi + 1 for a, b in o.anomalies), p
+    assert written >= 6
+
+
+def test_ns_resolution_times_keep_their_order_exactly(tmp_path):
+    """A trace whose times need 19 digits (epoch us with ns decimals) is shifted in exact ns:
+    no kernel overlaps the one before on its stream and no CPU range half-overlaps another
+    where the base has none (before: 51-126 stream overlaps per output, float sums on a 0.25
+    us grid)."""
+    _ns_outputs_keep_order(ns_resolution_copy(CNN, tmp_path / "ns_cnn.json.gz"))
+
+
+def _shared_ns_trace() -> Path | None:
+    import json
+    from .conftest import SHARED_TRACES
+    catalog = SHARED_TRACES / "catalog.json"
+    if not catalog.is_file():
+        return None
+    for e in json.loads(catalog.read_text()):
+        if "ns_resolution_trace" in e.get("source_path", "") and (SHARED_TRACES / e["file"]).is_file():
+            return SHARED_TRACES / e["file"]
+    return None
+
+
+@pytest.mark.skipif(_shared_ns_trace() is None, reason="HTA's ns_resolution_trace is not in ../shared/traces")
+def test_hta_ns_resolution_trace_keeps_its_order():
+    _ns_outputs_keep_order(_shared_ns_trace())
 
 
 # -- natural labels ---------------------------------------------------------------------------
