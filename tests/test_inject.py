@@ -512,6 +512,48 @@ def test_natural_labels_from_the_traces_own_events():
     assert natural_anomalies(traceap.load(DATA / "cpu_only_zoology.json.gz")) == []
 
 
+DLRM_A100 = CNN.parent / "dlrm_a100_rank3.json.gz"
+
+
+@pytest.mark.parametrize("path", [CNN, DLRM_A100], ids=["ddp_cnn", "dlrm_a100"])
+def test_label_and_analyze_agree_by_one_cut(path):
+    """A trace is bad by `traceap label` exactly for the patterns `traceap analyze` reports at
+    medium or high: the same time lost, judged against the same cut (3% of the step). The DDP
+    CNN's 21 launch-bound windows (exposed-looking NCCL, post-sync idle, slow launches) cost
+    under 2% and are listed below the cut, not labelled (before: 21 anomalies, analyze none)."""
+    from traceap.analysis import analyze
+    from traceap.findings import SEVERITY
+    from traceap.inject.natural import natural_labels
+    tr = traceap.load(path)
+    lab = natural_labels(tr)
+    labelled = {p for _, _, p in lab.anomalies}
+    reported = {f.pattern: f for f in analyze(tr).findings}
+    assert labelled == {p for p, f in reported.items() if f.gain_pct >= SEVERITY.medium_pct}
+    for p in labelled:  # one measure: the label's cost is the finding's gain
+        assert lab.gain_pct[p] == pytest.approx(reported[p].gain_pct, abs=1e-3)
+    assert all(lab.gain_pct[p] < lab.cut_pct for _, _, p in lab.below_cut)
+    if path == CNN:
+        assert not lab.anomalies and not reported and len(lab.below_cut) == 21
+
+
+def test_inject_marks_a_base_bad_only_above_the_cut(tmp_path):
+    """`traceap inject` writes the DDP CNN's unmodified copy as good; `traceap label` says so
+    and lists the sub-cut windows on a line of their own."""
+    import json
+    d = tmp_path / "in"
+    d.mkdir()
+    shutil.copy(CNN, d / CNN.name)
+    build([d], tmp_path / "ds", InjectConfig(patterns=("graph_break",)))
+    natural = [e for e in read_manifest(tmp_path / "ds") if e.source == "natural"]
+    assert [(e.label, e.anomalies) for e in natural] == [("good", [])]
+    p = subprocess.run([sys.executable, "-m", "traceap", "label", str(CNN)], capture_output=True, text=True)
+    assert p.returncode == 0 and "no natural anomaly" in p.stdout and "below the cut (3%" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "traceap", "label", "--json", str(CNN)],
+                       capture_output=True, text=True)
+    j = json.loads(p.stdout)
+    assert j["label"] == "good" and len(j["below_cut"]) == 21 and j["cut_pct"] == 3.0
+
+
 # -- the dataset writer and the CLI -----------------------------------------------------------
 def _digest(folder: Path) -> dict:
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
