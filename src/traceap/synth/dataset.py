@@ -184,7 +184,8 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
             jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,
                                 int(rng.integers(0, 2**31 - 1)), settings))
             left -= ws
-    return cover_every_pattern(jobs)
+    two_gpu = dict(zip(cfg.world_sizes, cfg.world_size_p)).get(2, 0.0) > 0
+    return cover_every_pattern(jobs, merge=two_gpu)
 
 
 #: The fewest traces for which `plan` puts every one of the eight patterns into the dataset
@@ -219,10 +220,11 @@ def _add_multi_gpu_train_job(jobs: list[JobPlan]) -> list[JobPlan]:
     return out
 
 
-def cover_every_pattern(jobs: list[JobPlan]) -> list[JobPlan]:
+def cover_every_pattern(jobs: list[JobPlan], merge: bool = True) -> list[JobPlan]:
     """The plan with every pattern in at least one job: each missing pattern goes to a job
     that can carry it (`_can_carry`), train split first, a healthy job before a one-pattern one;
-    an NCCL pattern no job can carry gets a 2-GPU training job made of two single-GPU ones.
+    an NCCL pattern no job can carry gets a 2-GPU training job made of two single-GPU ones
+    (when `merge`: the configuration draws 2-GPU jobs at all).
 
     Quota sampling per split (`_pick_patterns`) follows Table 2 but leaves the rare NCCL
     patterns out of small datasets (`--traces 48 --seed 11` had no nccl_blocks_compute_stream
@@ -235,7 +237,7 @@ def cover_every_pattern(jobs: list[JobPlan]) -> list[JobPlan]:
             break
         for p in todo:
             fits = [j for j in jobs if _can_carry(j, p)]
-            if not fits and p in switches.MULTI_GPU:
+            if not fits and p in switches.MULTI_GPU and merge:
                 jobs = _add_multi_gpu_train_job(jobs)
                 fits = [j for j in jobs if _can_carry(j, p)]
             if fits:
