@@ -130,7 +130,8 @@ class Doc:
     """One parsed trace: its events (structs), top-level keys (raw) and columns in file order.
 
     Columns (numpy, one entry per event in `events`): `ph` (PH_* code), `kind` (`Kind`, for
-    X and instant events), `ts`, `dur` (float64 us, NaN where absent), `name` (code into
+    X and instant events), `ts`, `dur` (float64 us, NaN where absent; `ts` counts from
+    `origin_us`, 0 but for ns-resolution epoch clocks: `_exact_clock`), `name` (code into
     `names`), `thread` (code of (pid, tid)), `gpu_stream` (code of (device, stream) for GPU
     events, -1 elsewhere), `correlation`, `external_id`, `flow_id` (code of (cat, id) for
     flow events), `bytes`.
