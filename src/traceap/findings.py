@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class SeverityConfig:
@@ -119,6 +121,15 @@ class StepBasis:
         return 100.0 * gain_us / base if base and base > 0 else 0.0
 
 
+def step_basis(trace, account) -> StepBasis:
+    """Gains are shares of the median steady profiler step of `account` (an idle account,
+    `traceap.idle.measure(trace)`), or of the trace span without steps."""
+    steady = account.steady_steps
+    lo, hi = trace.span
+    step = float(np.median([e - s for s, e, _ in steady])) if steady else None
+    return StepBasis(len(steady), step, float(hi - lo))
+
+
 def judge(time_lost_us: float, lost_in_steps_us: float | None, basis: StepBasis,
           gain_cap_us: float | None = None, config: SeverityConfig = SEVERITY
           ) -> tuple[float | None, float, float, str]:
@@ -171,4 +182,4 @@ def _plain(v):
 
 
 __all__ = ["Finding", "SEVERITY", "SEVERITY_ORDER", "SeverityConfig", "StepBasis", "cost_sentence",
-           "finding_order", "judge"]
+           "finding_order", "judge", "step_basis"]

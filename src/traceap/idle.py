@@ -96,19 +96,22 @@ CAUSE_TITLES = {
 
 
 class Mechanism(NamedTuple):
-    """One way the GPU ends up idle: its id, the cause it rolls up into, its pattern (or None)."""
+    """One way the GPU ends up idle: its id, the cause it rolls up into, its pattern (or None),
+    and whether a fix can only hide it under the compute there is (collectives: overlapping
+    them better cannot gain more than the compute they would overlap)."""
 
     id: str
     cause: str
     pattern: str | None
+    hides_under_compute: bool = False
 
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
     Mechanism("warmup", "warmup", None),
-    Mechanism("nccl_on_compute_stream", "communication", "nccl_blocks_compute_stream"),
+    Mechanism("nccl_on_compute_stream", "communication", "nccl_blocks_compute_stream", True),
     Mechanism("small_nccl", "communication", "small_nccl_kernels"),
-    Mechanism("nccl", "communication", "nccl_compute_no_overlap"),
+    Mechanism("nccl", "communication", "nccl_compute_no_overlap", True),
     Mechanism("compile_gaps", "compile_gaps", "graph_break"),
     Mechanism("data_loading", "data_loading", "single_process_dataloading"),
     Mechanism("pageable_copies", "host_copy_sync", "no_pin_memory"),
@@ -775,6 +778,19 @@ def warmup_share(windows: Windows) -> np.ndarray:
     return np.clip(per_window(windows)["warmup"] / max(windows.width_us, 1e-9), 0.0, 1.0)
 
 
+def compute_per_step(account: IdleAccount, n_steps: int) -> float:
+    """GPU busy (compute) time per steady step, or in total without steps: the most that
+    communication could hide under."""
+    return account.busy_in_steady_us / n_steps if n_steps else account.busy_us
+
+
+def gain_cap_us(account: IdleAccount, pattern: str, n_steps: int) -> float | None:
+    """The most fixing an anti-pattern can gain per step (in total without steps), where less
+    than its time lost (`Mechanism.hides_under_compute`); None where it is not capped."""
+    mech = next((m for m in MECHANISMS if m.pattern == pattern), None)
+    return compute_per_step(account, n_steps) if mech and mech.hides_under_compute else None
+
+
 def trace_costs(trace: Trace, pattern: str) -> float:
     """1.0 when an anti-pattern's mechanism costs any GPU idle time in the trace, else 0.0."""
     return float(measure(trace).by_pattern.get(pattern, 0.0) > 0.0)
@@ -881,8 +897,8 @@ def explained_share(account: IdleAccount) -> float:
 
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
            "MECHANISM_OF_PATTERN", "MECHANISM_TITLES", "Mechanism", "busy_fraction_of",
-           "busy_pct", "cause_split",
-           "busy_per_window", "busy_rows", "gpu_span",
+           "busy_pct", "cause_split", "busy_per_window", "busy_rows", "compute_per_step",
+           "gain_cap_us", "gpu_span",
            "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
            "launch_bound_note", "host_late_outside_collectives", "host_late_under_nccl",
            "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",

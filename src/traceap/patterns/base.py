@@ -108,8 +108,10 @@ class AntiPattern(ABC):
 
     def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
         """The most a fix can gain per step (in total without steps), where less than the
-        time lost: e.g. communication can only hide under the compute there is."""
-        return None
+        time lost: e.g. communication can only hide under the compute there is
+        (`traceap.idle.gain_cap_us`, the one definition `traceap label` judges by too)."""
+        from ..idle import gain_cap_us, measure
+        return gain_cap_us(measure(windows.trace), self.id, n_steps)
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """The events inside `runs` (a finding's merged windows) that show the mechanism, most

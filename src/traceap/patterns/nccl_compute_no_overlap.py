@@ -27,7 +27,6 @@ from ..measures.signals import (cached, compute_rows, count_in, fmt_us, nccl_row
 from ..trace import Kind, Trace, busy_union, merged_intervals
 from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .communication import compute_per_step
 from .proof import Proof, event_rows, in_runs
 
 
@@ -146,9 +145,6 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("comm_us", 0.0) > 0
-
-    def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
-        return compute_per_step(windows.trace, n_steps)
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """NCCL kernels by the time no compute kernel hides, most exposed first."""
