@@ -48,7 +48,7 @@ def analyze(
     trace: Path = typer.Argument(..., help="A trace (.json / .json.gz) or a folder of per-rank traces."),
     windows: int = typer.Option(100, "--windows", "-w", help=f"Number of equal time windows (1 to {MAX_WINDOWS})."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.analysis/v1 JSON (docs/FORMATS.md) here ('-' = stdout)."),
-    detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model and the expert rules, stacked; expert when no model is bundled). model alone ranks whole traces better than it places anomalies inside one (README)."),
+    detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model and the expert rules, stacked; expert when no model is bundled). model alone ranks whole traces better than it places anomalies inside one (docs/RESULTS.md)."),
     model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model unless --detector hybrid)."),
     classifier: str = typer.Option("offline", "--classifier", help="offline (expert rules) or llm."),
     llm_url: str | None = typer.Option(None, "--llm-url", rich_help_panel=_LLM, help="OpenAI-compatible server (else $TRACEAP_LLM_URL / $OPENAI_BASE_URL)."),
