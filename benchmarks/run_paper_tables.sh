@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce the README's "Benchmark results": the paper's Tables 3 and 4 (and 5 when the
+# Reproduce the paper tables kept in benchmarks/README.md ("The paper tables with the simulator-only checkpoint"): the paper's Tables 3 and 4 (and 5 when the
 # ablation checkpoints exist), trace-level AUC and false findings, ROC curves and timelines.
 #
 #   bash benchmarks/run_paper_tables.sh                # the default generated dataset

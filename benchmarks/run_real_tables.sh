@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "The learned detector on real traces": the model alone, the expert rules alone
+# docs/RESULTS.md, "Detection quality": the model alone, the expert rules alone
 # and the hybrid, on the real-based benchmark (by source: planted / natural / healthy) beside
 # the synthetic test splits, with the names-masked probe; then benchmarks/real_tables.py.
 #

@@ -1,6 +1,6 @@
 """Train model variants on cached features and score them on the validation splits: the
 ablations behind "why the model did not transfer to real traces" and the choice of the
-shipped configuration (docs: README "The learned detector on real traces").
+shipped configuration (docs/RESULTS.md; history: benchmarks/README.md).
 
     python benchmarks/transfer_experiments.py --real /work/datasets/real \
         --synth /work/datasets/synth_oldv --out benchmarks/out/transfer.jsonl \

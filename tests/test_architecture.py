@@ -47,7 +47,7 @@ ALLOWED_PACKAGE_IMPORTS: dict[tuple[str, str], str] = {}
 
 #: Pattern modules (named by a pattern id) that import another pattern module, with what
 #: removes each.  Shared measurements live in `traceap/measures/` (or, when they read the idle
-#: account, `patterns/communication.py`); a rule imports those, never another rule.
+#: account, `traceap.idle`); a rule imports those, never another rule.
 ALLOWED_PATTERN_IMPORTS: dict[tuple[str, str], str] = {}
 
 

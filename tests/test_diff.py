@@ -3,6 +3,7 @@ bundled real traces, a folder of ranks and analysis JSONs."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -88,6 +89,19 @@ def test_fail_if_slower_gates_on_the_step_time():
     assert p.returncode == 2 and "step time is unknown" in p.stderr.splitlines()[-1]
 
 
+@pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["table", "quiet"])
+def test_every_line_fits_100_columns_and_keeps_the_whole_verdict(quiet, monkeypatch):
+    """The findings lines and the verdict were printed on one line each (up to 123 columns for
+    this pair); they now break between words at the console's width."""
+    monkeypatch.setenv("COLUMNS", "100")
+    p = _diff(str(CNN), str(SAMPLE), *quiet)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 100, max(lines, key=len)
+    verdict = compare(CNN, SAMPLE).verdict
+    assert len(verdict) > 100 and " ".join(verdict.split()) in " ".join(p.stdout.split())
+
+
 def test_same_recording_twice_is_no_change():
     d = compare(CNN, CNN)
     assert d.step_pct == 0 and "no significant change" in d.verdict
@@ -154,3 +168,50 @@ def test_bad_inputs_are_one_clear_line(tmp_path):
     p = _diff(str(bad), str(CNN))
     assert p.returncode == 2 and "not valid JSON" in p.stderr.splitlines()[-1]
     assert "Traceback" not in p.stderr
+
+
+def test_two_analysis_jsons_of_cpu_recordings_keep_their_steps_and_gate(pair, tmp_path):
+    """Issue #32 item 10: the analysis JSON of a CPU-only recording records the steps its
+    terminal view prints, so a diff of two such JSONs (traces gone) has a step time to gate on."""
+    jsons = []
+    for name, trace in zip(("before", "after"), pair):
+        copy, out = tmp_path / f"{name}.pt.trace.json.gz", tmp_path / f"{name}.json"
+        shutil.copy(trace, copy)
+        p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(copy), "--json",
+                            str(out)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        basis = orjson.loads(out.read_bytes())["step_basis"]
+        assert re.search(r"\bsteps (\d+)\b", p.stdout).group(1) == str(basis["n_steps"]) == "3"
+        assert basis["step_us"] > 0 and basis["unit"] == "step"
+        copy.unlink()  # the JSON alone: its step_basis is all the diff has
+        jsons.append(str(out))
+    d = compare(*jsons)
+    assert (d.before.n_steps, d.after.n_steps) == (3, 3) and d.step_pct is not None
+    assert not any("no ProfilerStep" in n for n in d.before.notes + d.after.notes)
+    for pair_order in (jsons, jsons[::-1]):
+        p = _diff(*pair_order, "--fail-if-slower", "0", "-q")
+        assert p.returncode in (0, EXIT_SLOWER), p.stderr
+        assert p.stdout.startswith("step time ") and "unknown" not in p.stdout + p.stderr
+    # One of the two orders is slower by more than 0%: a real verdict, exit 3.
+    codes = {_diff(*o, "--fail-if-slower", "0", "-q").returncode for o in (jsons, jsons[::-1])}
+    assert EXIT_SLOWER in codes or d.step_pct == 0
+
+
+def test_the_html_report_of_a_cpu_recording_shows_its_step_time_and_data_loading(pair, tmp_path):
+    """Issue #32: on a CPU-only recording the step time and the DataLoader time per step are the
+    only meaningful numbers; the HTML report (as `traceap profile --html` writes it) shows the
+    ones `traceap diff` compares."""
+    from traceap.units import fmt_us
+
+    out = tmp_path / "r.html"
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(pair[0]), "-q",
+                        "--html", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    html = out.read_text()
+    m = measure_trace(traceap.load(pair[0]))
+    assert (f'<div class="k">Step time (median)</div><div class="v">{fmt_us(m["step_us"])} '
+            f'(3 steady steps)</div>') in html
+    share = 100 * m["dataloader_us_per_step"] / m["step_us"]
+    assert (f'<div class="k">Data loading</div><div class="v">'
+            f'{fmt_us(m["dataloader_us_per_step"])} per step ({share:.0f}% of the step, on the '
+            f'host)</div>') in html

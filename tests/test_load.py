@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,3 +238,18 @@ def test_info_on_a_job_folder():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert [x["rank"] for x in out["ranks"]] == [0, 1]
+
+
+def test_info_top_kernels_table_shows_every_count():
+    """A kernel name that no middle cut tells apart (DLRM's two CatArrayBatchedCopy variants)
+    wraps in its own column; the count column is never squeezed to nothing."""
+    dlrm = Path(__file__).parents[1] / "examples" / "dlrm_a100_rank3.json.gz"
+    s = summarize(traceap.load(dlrm), top=10)
+    for columns in ("80", "120"):
+        r = subprocess.run([sys.executable, "-m", "traceap", "info", str(dlrm)], capture_output=True,
+                           text=True, env={**os.environ, "COLUMNS": columns})
+        assert r.returncode == 0, r.stderr
+        header = next(line for line in r.stdout.splitlines() if "share" in line and "kernel" in line)
+        assert re.search(r"\bcount\b", header), header
+        rows = [line for line in r.stdout.splitlines() if re.match(r"\s*\d+\.\d%\s", line)]
+        assert [int(row.split("│")[2]) for row in rows] == [k["count"] for k in s["top_kernels"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import re
 import shutil
@@ -57,6 +58,11 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return p
 
 
+def _flat(text: str) -> str:
+    """Text with its line breaks undone: traceap profile wraps its messages to the console."""
+    return " ".join(text.split())
+
+
 def test_records_exactly_k_optimizer_steps_of_a_real_training_script(tmp_path, capfd):
     cfg = ProfileConfig(out=tmp_path / "prof", steps=3, skip=2)
     r = run([sys.executable, str(TRAIN), *TINY], cfg)
@@ -100,6 +106,56 @@ def test_command_output_arguments_and_exit_code_pass_through(tmp_path):
     assert "eight GPU" in p.stderr and (out / "report.html").stat().st_size > 10_000
 
 
+def test_output_has_no_kineto_usdt_line_and_fits_100_columns(tmp_path, monkeypatch):
+    """libkineto printed "USDT:... profiler_start" / "profiler_stop" on every run, and traceap's
+    own summary lines ran to 237 characters."""
+    # Run from tmp_path (short relative paths in the output) with the traceap under test.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(Path(traceap.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("COLUMNS", "100")
+    script = _script(tmp_path, """
+        import sys, torch
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(6):
+            loss = model(torch.randn(4, 8)).square().mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+            print(f"script line {i}", file=sys.stderr)
+    """)
+    p = _cli("--skip", "1", "--steps", "2", "--out", "prof", "--html", "--",
+             sys.executable, str(script), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert not [x for x in lines if "USDT" in x]
+    # the script's own stderr, steps 2-3 recorded in between, all there and in order
+    assert [x for x in lines if x.startswith("script line")] == [f"script line {i}"
+                                                                 for i in range(6)]
+    assert "CPU-only recording" in p.stderr and "compare with another run" in p.stderr
+    assert max(len(x) for x in lines) <= 100, max(lines, key=len)
+
+
+def _bootstrap_module():
+    spec = importlib.util.spec_from_file_location("_traceap_profile_child",
+                                                  BOOTSTRAP / "_traceap_profile_child.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_usdt_filter_drops_only_kinetos_usdt_lines(capfd):
+    """What libkineto writes to fd 2 during a profiler call: its USDT lines go, the rest
+    (an error, the script's output) reaches the user unchanged."""
+    child = _bootstrap_module()
+    with child._without_usdt_lines():
+        os.write(2, b"USDT:2026-12-02 17:56:35 13008:13008 "
+                    b"SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"ERROR:2026-12-02 17:56:35 13008:13008 CuptiActivityApi.cpp:1] failed\n")
+        os.write(2, b"USDT: a line of the script's own\n")
+    assert capfd.readouterr().err == ("ERROR:2026-12-02 17:56:35 13008:13008 "
+                                      "CuptiActivityApi.cpp:1] failed\n"
+                                      "USDT: a line of the script's own\n")
+
+
 def test_failing_script_reaches_the_user_with_its_exit_code_and_a_partial_trace(tmp_path):
     out = tmp_path / "prof"
     p = _cli("--skip", "2", "--steps", "3", "--out", str(out), "--no-analysis", "--",
@@ -107,7 +163,7 @@ def test_failing_script_reaches_the_user_with_its_exit_code_and_a_partial_trace(
     assert p.returncode == 1
     assert "RuntimeError: failing at step 5 as asked (--fail-at)" in p.stderr
     assert "Traceback" in p.stderr                       # the script's own traceback, as is
-    assert "the trace holds 2 complete step(s)" in p.stderr
+    assert "the trace holds 2 complete step(s)" in _flat(p.stderr)
     (trace,) = out.glob("*.pt.trace.json.gz")
     assert [s.number for s in traceap.load(trace).steps][:2] == [3, 4]
 
@@ -254,7 +310,7 @@ def test_overwrite_replaces_only_what_an_earlier_profile_run_wrote(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1
     p = _cli("--out", str(out), "--overwrite", "--", "true")
     assert p.returncode == 0 and user.is_file()           # the user's trace stays
-    assert "kept 1 trace(s) traceap profile did not write" in p.stderr
+    assert "kept 1 trace(s) traceap profile did not write" in _flat(p.stderr)
     # a real earlier run: its trace is replaced on --overwrite, and only it
     run = out / "run"
     args = ("--skip", "1", "--steps", "1", "--no-analysis", "--", sys.executable, str(TRAIN),
@@ -267,7 +323,7 @@ def test_overwrite_replaces_only_what_an_earlier_profile_run_wrote(tmp_path):
     assert p.returncode == 2 and "holds 1 trace of an earlier traceap profile run" in p.stderr
     p = _cli("--out", str(run), "--overwrite", *args)
     assert p.returncode == 0, p.stderr
-    assert "replaced 1 trace of an earlier profile run" in p.stderr
+    assert "replaced 1 trace of an earlier profile run" in _flat(p.stderr)
     now = {q.name for q in run.glob("*.pt.trace.json.gz")}
     assert "theirs.pt.trace.json.gz" in now and first[0] not in now and len(now) == 2
 
@@ -314,6 +370,6 @@ def test_a_trace_cut_short_by_a_killed_process_is_not_kept(tmp_path):
     p = _cli("--out", str(out), "--no-analysis", "--", sys.executable, str(script))
     assert p.returncode == 0, p.stderr
     assert "removed 1 trace(s) a process was killed while writing (incomplete): " \
-           "host_1.1.pt.trace.json.gz" in p.stderr
+           "host_1.1.pt.trace.json.gz" in _flat(p.stderr)
     assert sorted(q.name for q in out.glob("*.pt.trace.json.gz")) == ["host_2.2.pt.trace.json.gz"]
     assert gzip.decompress((out / "host_2.2.pt.trace.json.gz").read_bytes())

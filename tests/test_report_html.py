@@ -86,7 +86,9 @@ def test_header_shows_gpu_steps_utilisation_and_time_lost(trace, analysis):
     s = analysis.summary
     assert s["gpu_name"] in text
     assert f"{s['gpu_busy_fraction'] * 100:.0f}%" in text
-    assert f">{s['n_profiler_steps']} \u00b7 " in text  # "3 · 222.4 ms each"
+    from traceap.units import fmt_us
+    # "6 steady steps": the median steady step, the step time `traceap diff` compares.
+    assert f">{fmt_us(s['step_time']['median_us'])} ({s['n_profiler_steps']} steady steps)<" in text
     assert "Time lost per pattern" in text
     # Where the idle time goes, above the timeline, in the terminal's and the JSON's numbers.
     assert text.index("Where the GPU's idle time goes") < text.index('class="timeline"')

@@ -53,6 +53,43 @@ def test_default_plan_mixes_tasks_platforms_world_sizes_and_patterns():
                                                        for p in j.patterns))
 
 
+@pytest.mark.parametrize("n", [15, 16, 20, 24, 30, 40, 48, 60])
+def test_small_plans_hold_every_pattern(n):
+    """From MIN_TRACES_ALL_PATTERNS traces on, every seed's plan carries all eight patterns,
+    the NCCL ones on multi-GPU training jobs (before: `--traces 48 --seed 11` lacked
+    nccl_blocks_compute_stream and nccl_compute_no_overlap; 924 of 1,600 plans of 20-99
+    traces lacked one)."""
+    from traceap.synth.switches import MULTI_GPU
+    for seed in range(40):
+        jobs = plan(SynthConfig(traces=n, seed=seed))
+        assert sum(j.world_size for j in jobs) == n
+        assert {p for j in jobs for p in j.patterns} == set(PATTERNS), (n, seed)
+        assert all(len(j.patterns) <= 2 for j in jobs)
+        assert all(j.world_size > 1 and j.settings["mode"] == "train"
+                   for j in jobs if set(j.patterns) & MULTI_GPU)
+    from traceap.synth import MIN_TRACES_ALL_PATTERNS
+    assert n >= MIN_TRACES_ALL_PATTERNS
+
+
+def test_a_plan_that_holds_every_pattern_is_kept():
+    """Coverage is repaired only where a pattern is missing: a dataset that already held all
+    eight (`--traces 96 --seed 11`, the paper's 610) keeps its plan, hence its bytes."""
+    from traceap.synth.dataset import cover_every_pattern
+    for n, seed in [(96, 11), (610, 0)]:
+        jobs = plan(SynthConfig(traces=n, seed=seed))
+        before = [(j.index, j.split, j.world_size, j.patterns, j.seed) for j in jobs]
+        assert cover_every_pattern(jobs) is jobs
+        assert [(j.index, j.split, j.world_size, j.patterns, j.seed) for j in jobs] == before
+
+
+def test_a_small_dataset_labels_all_eight_patterns(tmp_path):
+    """The generated manifest, not only the plan: every pattern has labelled intervals."""
+    rep = generate(tmp_path / "ds", SynthConfig(traces=48, seed=11))
+    assert all(rep.pattern_counts[p] > 0 for p in PATTERNS), rep.pattern_counts
+    small = generate(tmp_path / "small", SynthConfig(traces=6, seed=1))
+    assert any("guaranteed from --traces 15" in n for n in small.notes)
+
+
 def test_dataset_is_valid_and_loads(tmp_path):
     rep = generate(tmp_path / "ds", SynthConfig(traces=8, seed=3))
     entries = read_manifest(tmp_path / "ds")

@@ -23,7 +23,8 @@ from . import idle as idle_mod
 from .classify.base import Classifier, PatternCall
 from .detectors.base import Detector, clip01
 from .errors import TraceapError
-from .findings import SEVERITY, Finding, SeverityConfig, StepBasis, judge
+from .findings import (SEVERITY, Finding, SeverityConfig, StepBasis, finding_order, judge,
+                       step_basis)
 from .idle import IdleAccount
 from .info import summarize
 from .trace import Trace
@@ -189,14 +190,6 @@ def _load(trace: Trace | str | os.PathLike) -> Trace:
 
 
 # -- one trace ----------------------------------------------------------------------------
-def step_basis(trace: Trace, account: IdleAccount) -> StepBasis:
-    """Gains are shares of the median steady profiler step, or of the span without steps."""
-    steady = account.steady_steps
-    lo, hi = trace.span
-    step = float(np.median([e - s for s, e, _ in steady])) if steady else None
-    return StepBasis(len(steady), step, float(hi - lo))
-
-
 def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
             detector: Detector | str | None = None, classifier: Classifier | str | None = None,
             threshold: float | None = None, severity: SeverityConfig = SEVERITY) -> Analysis:
@@ -331,7 +324,7 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
     for pid in set(groups) - set(registry):  # a classifier may name what the rules do not know
         dropped.append(f"{len(groups[pid])} window(s) named {pid!r} not reported: no rule "
                        f"measures its cost")
-    out.sort(key=lambda f: (-f.gain_pct, -f.time_lost_us))
+    out.sort(key=finding_order)
     for k, f in enumerate(out, 1):
         f.rank = k
     return out, dropped

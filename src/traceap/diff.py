@@ -8,7 +8,8 @@
 Each side is reduced to the same numbers, per profiler step so that recordings of different
 lengths compare.  The steps are the analysis' steady steps (`traceap.idle`: a warm-up first step
 left out; every profiler step of a CPU-only trace), so the step time here is the one the
-findings' gains are shares of: the median step time, the GPU busy fraction (`traceap info`'s), the
+findings' gains are shares of: the median step time, the GPU busy fraction (the idle account's, as
+`traceap analyze` and `traceap info` print it), the
 GPU idle time and its causes (when the analysis carries `gpu_idle`), the time each anti-pattern
 costs, and the host time spent in `DataLoader.__next__`, which is the one number a CPU-only
 recording can compare when no GPU pattern can be measured.  A trace or a folder is analysed
@@ -28,7 +29,10 @@ import numpy as np
 import orjson
 
 from .errors import TraceapError
-from .trace import Trace, busy_union
+from .idle import busy_fraction_of, busy_pct
+from .info import step_intervals  # noqa: F401 - part of this module's interface
+from .info import step_numbers as measure_trace
+from .trace import Trace
 from .units import fmt_us
 
 SCHEMA = "traceap.diff/v1"
@@ -123,43 +127,6 @@ def _per_step(total: float | None, n_steps: int | None, ranks: int) -> float | N
     return total / (n_steps / ranks)
 
 
-def step_intervals(trace: Trace) -> list[tuple[float, float]]:
-    """The steps per-step numbers are about: the GPU idle account's steady profiler steps (a
-    warm-up first step left out), or every profiler step when there are none (CPU-only)."""
-    if trace.has_gpu and trace.steps:
-        from .idle import measure
-        steady = measure(trace).steady_steps
-        if steady:
-            return [(float(s), float(e)) for s, e, _ in steady]
-    return [(s.start_us, s.end_us) for s in trace.steps]
-
-
-def measure_trace(trace: Trace) -> dict:
-    """The host-side numbers of one trace over `step_intervals`: the steps, their median
-    duration, and the time in `DataLoader.__next__` inside them (the union over threads, so
-    nested frames count once)."""
-    from .measures.signals import LOADER_NEXT, rows_named
-
-    steps = step_intervals(trace)
-    rows = rows_named(trace, LOADER_NEXT)
-    s, e = trace.ts[rows], trace.end[rows]
-    if steps:
-        lo = np.array([x[0] for x in steps])
-        hi = np.array([x[1] for x in steps])
-        # Every loader call clipped to every step, then the union.
-        ss = np.maximum(s[:, None], lo[None, :]).ravel()
-        ee = np.minimum(e[:, None], hi[None, :]).ravel()
-        keep = ee > ss
-        loader = busy_union(ss[keep], ee[keep]) if keep.any() else 0.0
-        step_us = float(np.median(hi - lo))
-    else:
-        loader = busy_union(s, e) if len(rows) else 0.0
-        step_us = None
-    return {"n_steps": len(steps), "step_us": step_us, "dataloader_us": float(loader),
-            "dataloader_us_per_step": float(loader) / len(steps) if steps else None,
-            "loader_calls": int(len(rows))}
-
-
 def _finding(d: dict, obj, n_steps: int | None, cross_rank: bool = False) -> FindingSummary:
     """A finding from its JSON (the keys in FINDING_NUMBERS when present), else the object."""
     known = {k for k in FINDING_NUMBERS if k in d or hasattr(obj, k)}
@@ -183,10 +150,12 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
     basis = data.get("step_basis") or {}
     n_steps = m["n_steps"] if m else basis.get("n_steps", summary.get("n_profiler_steps"))
     step_us = m["step_us"] if m else basis.get("step_us")
-    busy = summary.get("gpu_busy_fraction")
     idle = data.get("gpu_idle")
     if trace is not None and not trace.has_gpu:
         idle = None  # a CPU-only trace has no GPU to be idle
+    # GPU busy: the idle account's (busy + idle = its GPU span), read from the analysis' own
+    # gpu_idle so that an analysis JSON without its trace has it too.
+    busy = busy_fraction_of(idle)
     objs = list(getattr(obj, "findings", []) or [])
     findings = []
     for i, f in enumerate(data.get("findings", [])):
@@ -473,8 +442,13 @@ def render(d: Diff, console=None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
+
+    from .report.terminal import console_width, wrap_text
 
     console = console or Console()
+    # the lines below the table break between words at the console's width (80 in a pipe)
+    width = console_width(console)
     b, a = d.before, d.after
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("")
@@ -491,9 +465,10 @@ def render(d: Diff, console=None) -> None:
     row("step time (median)", b.step_us, a.step_us)
 
     def frac(x):
-        return "-" if x is None else f"{100 * x:.0f}%"
+        return "-" if x is None else f"{busy_pct(x)}%"
     busy_pts = (None if b.gpu_busy_fraction is None or a.gpu_busy_fraction is None
                 else 100 * (a.gpu_busy_fraction - b.gpu_busy_fraction))
+    # The same GPU busy as `traceap analyze` and `info` print: of the GPU span, idle the rest.
     t.add_row("GPU busy", frac(b.gpu_busy_fraction), frac(a.gpu_busy_fraction),
               "-" if busy_pts is None else f"{busy_pts:+.0f} pts")
     row("GPU idle per step", b.gpu_idle_per_step_us, a.gpu_idle_per_step_us)
@@ -512,14 +487,16 @@ def render(d: Diff, console=None) -> None:
             continue
         style = {"fixed": "green", "better": "green", "new": "red", "worse": "red"}[c.status]
         where = f" (rank {c.rank})" if c.rank is not None else ""
-        console.print(f"  [{style}]{c.status:6s}[/{style}] {escape(c.pattern)}{where}: "
-                      f"{escape(c.title)}", soft_wrap=True)
+        line = Text.from_markup(f"  [{style}]{c.status:6s}[/{style}] {escape(c.pattern)}{where}: "
+                                f"{escape(c.title)}")
+        console.print(wrap_text(line, width, " " * 9), soft_wrap=True)
     for n in dict.fromkeys(b.notes + a.notes):
         where = ("both" if n in b.notes and n in a.notes else
                  "before" if n in b.notes else "after")
-        console.print(f"  [dim]{where}: {escape(n)}[/dim]", soft_wrap=True)
+        console.print(wrap_text(Text.from_markup(f"  [dim]{where}: {escape(n)}[/dim]"), width,
+                                "    "), soft_wrap=True)
     style = "bold red" if d.slower else "bold"
-    console.print(f"[{style}]{escape(d.verdict)}[/{style}]", soft_wrap=True)
+    console.print(wrap_text(Text(d.verdict, style=style), width, "  "), soft_wrap=True)
 
 
 def _short(path: str, limit: int = 40) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class SeverityConfig:
@@ -119,6 +121,15 @@ class StepBasis:
         return 100.0 * gain_us / base if base and base > 0 else 0.0
 
 
+def step_basis(trace, account) -> StepBasis:
+    """Gains are shares of the median steady profiler step of `account` (an idle account,
+    `traceap.idle.measure(trace)`), or of the trace span without steps."""
+    steady = account.steady_steps
+    lo, hi = trace.span
+    step = float(np.median([e - s for s, e, _ in steady])) if steady else None
+    return StepBasis(len(steady), step, float(hi - lo))
+
+
 def judge(time_lost_us: float, lost_in_steps_us: float | None, basis: StepBasis,
           gain_cap_us: float | None = None, config: SeverityConfig = SEVERITY
           ) -> tuple[float | None, float, float, str]:
@@ -133,6 +144,17 @@ def judge(time_lost_us: float, lost_in_steps_us: float | None, basis: StepBasis,
         gain = min(gain, max(gain_cap_us, 0.0))
     pct = basis.gain_pct(gain)
     return per_step, gain, pct, config.severity(pct)
+
+
+#: Severities, most severe first: the order findings are listed in.
+SEVERITY_ORDER = ("high", "medium", "low")
+
+
+def finding_order(f) -> tuple[int, float]:
+    """Sort key of a finding in every list (terminal, HTML, JSON): severity, then time lost."""
+    sev = str(getattr(f, "severity", "") or "").lower()
+    rank = SEVERITY_ORDER.index(sev) if sev in SEVERITY_ORDER else len(SEVERITY_ORDER)
+    return rank, -float(getattr(f, "time_lost_us", 0.0) or 0.0)
 
 
 def cost_sentence(f) -> str:
@@ -159,4 +181,5 @@ def _plain(v):
     return v
 
 
-__all__ = ["Finding", "SEVERITY", "SeverityConfig", "StepBasis", "cost_sentence", "judge"]
+__all__ = ["Finding", "SEVERITY", "SEVERITY_ORDER", "SeverityConfig", "StepBasis", "cost_sentence",
+           "finding_order", "judge", "step_basis"]

@@ -96,19 +96,22 @@ CAUSE_TITLES = {
 
 
 class Mechanism(NamedTuple):
-    """One way the GPU ends up idle: its id, the cause it rolls up into, its pattern (or None)."""
+    """One way the GPU ends up idle: its id, the cause it rolls up into, its pattern (or None),
+    and whether a fix can only hide it under the compute there is (collectives: overlapping
+    them better cannot gain more than the compute they would overlap)."""
 
     id: str
     cause: str
     pattern: str | None
+    hides_under_compute: bool = False
 
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
     Mechanism("warmup", "warmup", None),
-    Mechanism("nccl_on_compute_stream", "communication", "nccl_blocks_compute_stream"),
+    Mechanism("nccl_on_compute_stream", "communication", "nccl_blocks_compute_stream", True),
     Mechanism("small_nccl", "communication", "small_nccl_kernels"),
-    Mechanism("nccl", "communication", "nccl_compute_no_overlap"),
+    Mechanism("nccl", "communication", "nccl_compute_no_overlap", True),
     Mechanism("compile_gaps", "compile_gaps", "graph_break"),
     Mechanism("data_loading", "data_loading", "single_process_dataloading"),
     Mechanism("pageable_copies", "host_copy_sync", "no_pin_memory"),
@@ -118,6 +121,22 @@ MECHANISMS = (
     Mechanism("python_host", "launch_bound", "cpu_bound"),
     Mechanism("launch_bound", "launch_bound", None),
 )
+#: What each mechanism is, for a sentence that splits a cause into its parts.
+MECHANISM_TITLES = {
+    "warmup": "one-off start-up",
+    "nccl_on_compute_stream": "collectives on a compute stream",
+    "small_nccl": "many small collectives",
+    "nccl": "exposed collectives",
+    "compile_gaps": "gaps between compiled regions",
+    "data_loading": "DataLoader.__next__ and the gaps it fills",
+    "pageable_copies": "pageable host<->device uploads",
+    "host_copies_syncs": "DtoH / small copies and host-blocking syncs",
+    "input_copies": "large pinned input uploads (no anti-pattern)",
+    "unrecorded_host": "host work the profiler did not record",
+    "python_host": "the user's Python between framework calls",
+    "launch_bound": "the framework's own dispatch and launch calls",
+    "not_explained": "not explained",
+}
 NOT_EXPLAINED = len(MECHANISMS)  # the code of idle time no mechanism covers
 MECHANISM_IDS = tuple(m.id for m in MECHANISMS) + ("not_explained",)
 MECHANISM_OF_PATTERN = {m.pattern: m.id for m in MECHANISMS if m.pattern}
@@ -213,6 +232,23 @@ class IdleAccount:
         return self.gpu_span[1] - self.gpu_span[0]
 
     @property
+    def busy_fraction(self) -> float | None:
+        """GPU busy time over the GPU span (None without GPU activity); idle is the rest."""
+        return self.busy_us / self.span_us if self.span_us > 0 else None
+
+    @property
+    def busy_pct(self) -> int | None:
+        """GPU busy in whole percent of the GPU span, as every report prints it."""
+        return busy_pct(self.busy_fraction)
+
+    @property
+    def idle_pct(self) -> int | None:
+        """GPU idle in whole percent of the GPU span: 100 - `busy_pct`, so the two printed
+        numbers always add up to the span."""
+        b = self.busy_pct
+        return None if b is None else 100 - b
+
+    @property
     def by_cause(self) -> dict[str, float]:
         """Idle time per cause (every cause present, in `CAUSES` order)."""
         out = {c: 0.0 for c in CAUSES}
@@ -241,6 +277,13 @@ class IdleAccount:
         fs, fe = f[:len(s)], f[len(s):]
         return float(np.sum(fe - fs))
 
+    def segments(self, mechanism: str) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the idle time assigned to one mechanism (an id of MECHANISM_IDS)."""
+        if not self.has_segments:
+            raise ValueError("this idle account keeps totals only; measure the trace again")
+        sel = self.seg_code == MECHANISM_IDS.index(mechanism)
+        return self.seg_start[sel], self.seg_end[sel]
+
     def in_steady_steps(self, mechanism: str) -> float | None:
         """A mechanism's idle time inside the steady profiler steps (None without steps)."""
         if not self.steady_steps:
@@ -259,6 +302,22 @@ class IdleAccount:
                 "by_pattern": {k: r(v) for k, v in self.by_pattern.items()},
                 "warmup_steps": list(self.warmup_steps),
                 "steady_steps": len(self.steady_steps)}
+
+
+def busy_pct(busy_fraction: float | None) -> int | None:
+    """A GPU busy fraction (of the GPU span) in whole percent: the one rounding every report
+    uses, so "GPU busy" and "GPU idle" (100 minus it) printed anywhere agree and add up."""
+    return None if busy_fraction is None else int(round(100.0 * busy_fraction))
+
+
+def busy_fraction_of(gpu_idle: dict | None) -> float | None:
+    """`IdleAccount.busy_fraction` read back from its JSON (`to_json`: busy_us over the span of
+    gpu_span_us); None without GPU activity."""
+    if not isinstance(gpu_idle, dict) or not gpu_idle.get("gpu_span_us"):
+        return None
+    lo, hi = gpu_idle["gpu_span_us"]
+    span = float(hi) - float(lo)
+    return float(gpu_idle.get("busy_us", 0.0)) / span if span > 0 else None
 
 
 # -- cause intervals ---------------------------------------------------------------------------
@@ -621,7 +680,12 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     zero = {m: 0.0 for m in MECHANISM_IDS}
     empty = np.zeros(0)
     if not t.has_gpu:
-        return IdleAccount((0.0, 0.0), 0.0, 0.0, zero, empty, empty, np.zeros(0, np.int16))
+        # No GPU to idle, and so no warm-up step to tell apart: every profiler step is steady
+        # (the steps the step basis, the analysis JSON and `traceap diff` count).
+        steps = [(s.start_us, s.end_us, s.number) for s in sorted(t.steps, key=lambda x: x.start_us)
+                 if s.end_us > s.start_us]
+        return IdleAccount((0.0, 0.0), 0.0, 0.0, zero, empty, empty, np.zeros(0, np.int16),
+                           steady_steps=steps)
     lo, hi = gpu_span(t)
     b = busy_rows(t)
     # Work relative to the span start: epoch-microsecond clocks lose precision in sums.
@@ -714,6 +778,19 @@ def warmup_share(windows: Windows) -> np.ndarray:
     return np.clip(per_window(windows)["warmup"] / max(windows.width_us, 1e-9), 0.0, 1.0)
 
 
+def compute_per_step(account: IdleAccount, n_steps: int) -> float:
+    """GPU busy (compute) time per steady step, or in total without steps: the most that
+    communication could hide under."""
+    return account.busy_in_steady_us / n_steps if n_steps else account.busy_us
+
+
+def gain_cap_us(account: IdleAccount, pattern: str, n_steps: int) -> float | None:
+    """The most fixing an anti-pattern can gain per step (in total without steps), where less
+    than its time lost (`Mechanism.hides_under_compute`); None where it is not capped."""
+    mech = next((m for m in MECHANISMS if m.pattern == pattern), None)
+    return compute_per_step(account, n_steps) if mech and mech.hides_under_compute else None
+
+
 def trace_costs(trace: Trace, pattern: str) -> float:
     """1.0 when an anti-pattern's mechanism costs any GPU idle time in the trace, else 0.0."""
     return float(measure(trace).by_pattern.get(pattern, 0.0) > 0.0)
@@ -762,7 +839,7 @@ def describe(account: IdleAccount, limit: int = 4) -> str:
     tot = account.total_us
     parts = [f"{CAUSE_TITLES[c]} {fmt_us(v)}" for c, v in named[:limit]]
     text = (f"GPU idle {fmt_us(tot)} of {fmt_us(account.span_us)} "
-            f"({100 * tot / account.span_us:.0f}% of the GPU span)")
+            f"({account.idle_pct}% of the GPU span)")
     if parts:
         text += ": " + ", ".join(parts)
     if by["not_explained"] > 0:
@@ -787,9 +864,28 @@ def launch_bound_note(account: IdleAccount) -> str | None:
         return None
     return (f"launch-bound run: {fmt_us(account.by_mechanism['launch_bound'])} "
             f"({100 * share:.0f}% of the idle time) the GPU waits for the framework to dispatch "
-            f"the next kernel, all through the run: the workload's steady state, not an anomaly "
+            f"the next kernel{cause_split(account, 'launch_bound')}, all through the run: the "
+            f"workload's steady state, not an anomaly "
             f"of some windows; fewer, bigger launches remove it (CUDA graphs with "
             f"torch.compile(model, mode=\"reduce-overhead\"), a larger batch, fused optimizers)")
+
+
+def cause_split(account: IdleAccount, mechanism: str) -> str:
+    """' (of the 24.2 ms host<->device copies and syncs: also large pinned input uploads (no
+    anti-pattern) 15.9 ms)': how a mechanism's idle time relates to its cause's total, the number
+    the idle summary prints, whenever the two print differently; '' otherwise.  Lets a
+    finding's time lost and the summary's cause read as one account."""
+    cause = next((m.cause for m in MECHANISMS if m.id == mechanism), "not_explained")
+    total = account.by_cause[cause]
+    others = [(m.id, account.by_mechanism[m.id]) for m in MECHANISMS
+              if m.cause == cause and m.id != mechanism and account.by_mechanism[m.id] > 0]
+    if cause == "not_explained" and mechanism != "not_explained":
+        others.append(("not_explained", account.by_mechanism["not_explained"]))
+    if total <= 0 or fmt_us(total) == fmt_us(account.by_mechanism[mechanism]):
+        return ""
+    parts = ", ".join(f"{MECHANISM_TITLES[k]} {fmt_us(v)}" for k, v in
+                      sorted(others, key=lambda kv: -kv[1]))
+    return f" (of the {fmt_us(total)} {CAUSE_TITLES[cause]}: also {parts})"
 
 
 def explained_share(account: IdleAccount) -> float:
@@ -800,7 +896,9 @@ def explained_share(account: IdleAccount) -> float:
 
 
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
-           "MECHANISM_OF_PATTERN", "Mechanism", "busy_per_window", "busy_rows", "gpu_span",
+           "MECHANISM_OF_PATTERN", "MECHANISM_TITLES", "Mechanism", "busy_fraction_of",
+           "busy_pct", "cause_split", "busy_per_window", "busy_rows", "compute_per_step",
+           "gain_cap_us", "gpu_span",
            "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
            "launch_bound_note", "host_late_outside_collectives", "host_late_under_nccl",
            "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",

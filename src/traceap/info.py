@@ -1,10 +1,11 @@
 """`traceap info`: what a user wants to know first about a trace (schema traceap.info/v1).
 
-GPU idle time and exposed communication come from `traceap.idle`, the same account every
-analysis report uses: `gpu_idle_us` is its total (no compute kernel, memset or on-device copy
-running in the GPU span), `gpu_idle` its split by cause, and `nccl.exposed_us` its
-`communication` cause.  `gpu_busy_fraction` keeps its docs/FORMATS.md meaning (any GPU activity over
-the span of GPU work), so busy + idle can exceed 100% by the communication- and copy-only time.
+GPU busy and idle come from `traceap.idle`, the same account every analysis report uses, over
+its GPU span: `gpu_busy_fraction` is its busy time (a compute kernel, memset or on-device copy
+running) over the span, `gpu_idle_us` the rest (so busy + idle = the span), `gpu_idle` its split
+by cause, and `nccl.exposed_us` its `communication` cause.  `gpu_active_fraction` is a second
+quantity with its own name: any GPU work (NCCL kernels and host<->device copies included) over
+the same span.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections import Counter
 import numpy as np
 
 from . import idle as idle_mod
+from .measures.copies import sync_rows
+from .measures.signals import LOADER_NEXT, rows_named
 from .trace import KIND_NAMES, LAUNCH_KINDS, CopyKind, Kind, MemKind, Trace, busy_union, merged_intervals
 
 SCHEMA = "traceap.info/v1"
@@ -38,13 +41,13 @@ def summarize(trace: Trace, top: int = 10) -> dict:
     gpu = trace.gpu_work_rows
     start, end = trace.span
 
-    gpu_busy = gpu_span = None
-    if len(gpu):
-        g0, g1 = float(trace.ts[gpu].min()), float(trace.end[gpu].max())
-        gpu_span = g1 - g0
-        busy = busy_union(trace.ts[gpu], trace.end[gpu])
-        gpu_busy = busy / gpu_span if gpu_span > 0 else 1.0
     account = idle_mod.measure(trace)
+    gpu_span = account.span_us if len(gpu) else None
+    active = None
+    if gpu_span:
+        # Any GPU work over the idle account's span: the same span as busy and idle.
+        g0, g1 = account.gpu_span
+        active = busy_union(np.clip(trace.ts[gpu], g0, g1), np.clip(trace.end[gpu], g0, g1)) / gpu_span
 
     out = {
         "schema": SCHEMA,
@@ -69,7 +72,8 @@ def summarize(trace: Trace, top: int = 10) -> dict:
         "rank": trace.meta.rank,
         "world_size": trace.meta.world_size,
         "backend": trace.meta.backend,
-        "gpu_busy_fraction": _f(gpu_busy),
+        "gpu_busy_fraction": _f(account.busy_fraction) if gpu_span else None,
+        "gpu_active_fraction": _f(active),
         "gpu_idle_us": _f(account.total_us) if gpu_span else None,
         "gpu_idle": ({**account.to_json(), "per_step": idle_mod.per_step(trace)}
                      if gpu_span else None),
@@ -77,9 +81,53 @@ def summarize(trace: Trace, top: int = 10) -> dict:
         "memcpy": _memcpy_summary(trace, memcpy),
         "nccl": _nccl_summary(trace, nccl, account),
         "launch": _launch_summary(trace, kernels),
+        "step_time": _step_time(trace),
         "warnings": list(trace.meta.warnings),
     }
     return out
+
+
+def step_intervals(trace: Trace) -> list[tuple[float, float]]:
+    """The steps per-step numbers are about: the GPU idle account's steady profiler steps (a
+    warm-up first step left out), or every profiler step when there are none (CPU-only)."""
+    steady = idle_mod.measure(trace).steady_steps
+    if steady:
+        return [(float(s), float(e)) for s, e, _ in steady]
+    return [(s.start_us, s.end_us) for s in trace.steps]
+
+
+def step_numbers(trace: Trace) -> dict:
+    """The host-side numbers of one trace over `step_intervals`: the steps, their median
+    duration, and the time in `DataLoader.__next__` inside them (the union over threads, so
+    nested frames count once).  The numbers `traceap diff` compares and the only ones a CPU-only
+    recording has."""
+
+    steps = step_intervals(trace)
+    rows = rows_named(trace, LOADER_NEXT)
+    s, e = trace.ts[rows], trace.end[rows]
+    if steps:
+        lo = np.array([x[0] for x in steps])
+        hi = np.array([x[1] for x in steps])
+        # Every loader call clipped to every step, then the union.
+        ss = np.maximum(s[:, None], lo[None, :]).ravel()
+        ee = np.minimum(e[:, None], hi[None, :]).ravel()
+        keep = ee > ss
+        loader = busy_union(ss[keep], ee[keep]) if keep.any() else 0.0
+        step_us = float(np.median(hi - lo))
+    else:
+        loader = busy_union(s, e) if len(rows) else 0.0
+        step_us = None
+    return {"n_steps": len(steps), "step_us": step_us, "dataloader_us": float(loader),
+            "dataloader_us_per_step": float(loader) / len(steps) if steps else None,
+            "loader_calls": int(len(rows))}
+
+
+def _step_time(trace: Trace) -> dict:
+    """The "step_time" object: `step_numbers` rounded."""
+    m = step_numbers(trace)
+    return {"n_steps": m["n_steps"], "median_us": _f(m["step_us"]),
+            "dataloader_us_per_step": _f(m["dataloader_us_per_step"]),
+            "loader_calls": m["loader_calls"]}
 
 
 def _top_kernels(trace: Trace, kernels: np.ndarray, top: int) -> list[dict]:
@@ -139,10 +187,15 @@ def _launch_summary(trace: Trace, kernels: np.ndarray) -> dict:
     rt = np.flatnonzero(np.isin(trace.kind, LAUNCH_KINDS))
     delay = trace.launch_delay[kernels] if len(kernels) else np.zeros(0)
     delay = delay[np.isfinite(delay)]
+    # Host-blocking syncs: the ones the excessive_memcpy finding counts (device-side waits such
+    # as cudaStreamWaitEvent are sync calls too, but the host does not wait in them).
+    blocking = sync_rows(trace)
     return {
         "runtime_time_us": _f(trace.dur[rt].sum()) if len(rt) else 0.0,
         "sync_calls": int(trace.is_sync.sum()),
         "sync_time_us": _f(trace.dur[trace.is_sync].sum()),
+        "host_blocking_syncs": int(len(blocking)),
+        "host_blocking_sync_time_us": _f(trace.dur[blocking].sum()) if len(blocking) else 0.0,
         "launch_delay_median_us": _f(np.median(delay)) if len(delay) else None,
         "launch_delay_p95_us": _f(np.percentile(delay, 95)) if len(delay) else None,
         "kernel_median_us": _f(np.median(trace.dur[kernels])) if len(kernels) else None,

@@ -24,6 +24,11 @@ def fmt_us(us: float | None, *, fine: bool = False) -> str:
     return f"{us:.{us_digits}f}{sep}us"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 finding', '3 findings' ('1 more place', '2 more places' with word='more place')."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def fmt_bytes(b: float) -> str:
     """A size in bytes."""
     for unit in ("B", "KB", "MB", "GB"):

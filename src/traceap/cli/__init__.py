@@ -14,29 +14,14 @@ import sys
 import typer
 
 from ..errors import TraceapError
+from . import _help
 
 # Libraries loaded on demand must not draw on stderr: the text encoder's weights load with a
 # "Loading weights" bar (transformers, through huggingface_hub's switch).
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def _flags_without_placeholder() -> None:
-    """Help shows `--quiet` rather than `--quiet <bool>`: recent typer prints the value type of
-    every option, flags included (which take no value), and `--help` itself."""
-    from typer.core import TyperOption
-
-    shown = getattr(TyperOption, "display_type_rich", None)
-    if shown is None or getattr(shown, "_traceap", False):
-        return
-
-    def display_type_rich(self, ctx):
-        return None if getattr(self, "is_flag", False) else shown(self, ctx)
-
-    display_type_rich._traceap = True
-    TyperOption.display_type_rich = display_type_rich
-
-
-_flags_without_placeholder()
+_help.install()
 
 app = typer.Typer(
     name="traceap",

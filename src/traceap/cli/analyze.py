@@ -41,23 +41,27 @@ def _make_parent(path: Path, what: str) -> None:
         typer.echo(f"traceap: created folder {path.parent} for {what}", err=True)
 
 
+#: Help panels for the options that only some runs need.
+_LLM, _RANKS = "LLM (--classifier llm, --detector llm)", "A folder of ranks"
+
+
 def analyze(
     trace: Path = typer.Argument(..., help="A trace (.json / .json.gz) or a folder of per-rank traces."),
     windows: int = typer.Option(100, "--windows", "-w", help=f"Number of equal time windows (1 to {MAX_WINDOWS})."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.analysis/v1 JSON (docs/FORMATS.md) here ('-' = stdout)."),
-    detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model and the expert rules, stacked; expert when no model is bundled). model alone ranks whole traces better than it places anomalies inside one (README)."),
+    detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model and the expert rules, stacked; expert when no model is bundled). model alone ranks whole traces better than it places anomalies inside one (docs/RESULTS.md)."),
     model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model unless --detector hybrid)."),
     classifier: str = typer.Option("offline", "--classifier", help="offline (expert rules) or llm."),
-    llm_url: str | None = typer.Option(None, "--llm-url", help="OpenAI-compatible server for --classifier/--detector llm (else $TRACEAP_LLM_URL / $OPENAI_BASE_URL)."),
-    llm_model: str | None = typer.Option(None, "--llm-model", help="Model name on that server; without a server, a fetched model (smollm2, qwen0.5b, qwen1.5b) or .gguf run in-process (else $TRACEAP_LLM_MODEL)."),
+    llm_url: str | None = typer.Option(None, "--llm-url", rich_help_panel=_LLM, help="OpenAI-compatible server (else $TRACEAP_LLM_URL / $OPENAI_BASE_URL)."),
+    llm_model: str | None = typer.Option(None, "--llm-model", rich_help_panel=_LLM, help="Model name on that server; without a server, a fetched model (smollm2, qwen0.5b, qwen1.5b) or .gguf run in-process (else $TRACEAP_LLM_MODEL)."),
     redetect: int = typer.Option(0, "--redetect", help="Rounds of finer re-detection (window width halved each round) for windows the classifier calls false alarms; 0 = off."),
     threshold: float | None = typer.Option(None, "--threshold", help="Flag windows scoring at least this (default: the detector's)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report."),
     annotate: Path | None = typer.Option(None, "--annotate", help="Also write the trace with a findings track (open in Perfetto); for a folder, a folder of them."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal summary."),
-    workers: int = typer.Option(1, "--workers", help="For a folder: analyse this many ranks at once, each in its own process (memory: about one rank's trace per worker)."),
-    ray: bool = typer.Option(False, "--ray", help="For a folder: analyse ranks as Ray tasks on a local Ray instance started for this command (--workers CPUs; default all); needs pip install traceap[ray]."),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="For a folder: analyse ranks as Ray tasks on this existing cluster ('auto' or HOST:PORT / ray://HOST:PORT; implies --ray). The folder must be readable at the same path on every node."),
+    workers: int = typer.Option(1, "--workers", rich_help_panel=_RANKS, help="Analyse this many ranks at once, each in its own process (memory: one rank's trace each)."),
+    ray: bool = typer.Option(False, "--ray", rich_help_panel=_RANKS, help="Analyse ranks on a local Ray instance (--workers CPUs; default all); needs pip install traceap[ray]."),
+    ray_address: str | None = typer.Option(None, "--ray-address", rich_help_panel=_RANKS, help="Analyse ranks on this Ray cluster ('auto', HOST:PORT or ray://HOST:PORT); the folder must be at the same path on every node."),
 ) -> None:
     """Find performance anti-patterns, window by window, with evidence and fixes."""
     # Every option is checked before the (possibly long) load of the trace.

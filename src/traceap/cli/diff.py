@@ -48,7 +48,9 @@ def diff(
             write_bytes(json_out, data, "--json")
     console = Console(stderr=str(json_out) == "-")
     if quiet:
-        console.print(d.verdict, markup=False, highlight=False, soft_wrap=True)
+        from ..report.terminal import console_width, wrap_words
+        console.print("\n".join(wrap_words(d.verdict, console_width(console), "", "  ")),
+                      markup=False, highlight=False, soft_wrap=True)
     else:
         render(d, console)
     if fail_if_slower is not None:

@@ -148,6 +148,10 @@ def commit_of() -> str | None:
         return None
 
 
+#: Help panel of the options that say where the scoring runs.
+_COMPUTE = "Compute"
+
+
 def eval_(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="A dataset folder with manifest.jsonl (docs/FORMATS.md)."),
     detectors: str = typer.Option(DEFAULT_DETECTORS, "--detectors",
@@ -169,14 +173,14 @@ def eval_(
     fit_limit: int | None = typer.Option(None, "--fit-limit", min=1,
                                          help="At most N train traces to fit rule/clustering on."),
     threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0,
-                                    help="Flagging threshold for detectors without their own."),
+                                    help="Flagging threshold (0 to 1) for detectors without their own."),
     model: Path | None = typer.Option(None, "--model", help="Checkpoint for the 'model' and 'hybrid' detectors and the offline+model classifier (default: the bundled one)."),
     plot_traces: str = typer.Option("", "--plot-traces",
                                     help="Trace ids for the score timelines (default: one bad trace per task)."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON summary instead of Markdown."),
-    workers: int = typer.Option(1, "--workers", help="Score this many test traces at once, each in its own process."),
-    ray: bool = typer.Option(False, "--ray", help="Score test traces as Ray tasks on a local Ray instance started for this command (needs pip install traceap[ray])."),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="Score test traces as Ray tasks on this existing cluster ('auto' or HOST:PORT; implies --ray); the dataset must be readable at the same path on every node."),
+    workers: int = typer.Option(1, "--workers", rich_help_panel=_COMPUTE, help="Score this many test traces at once, each in its own process."),
+    ray: bool = typer.Option(False, "--ray", rich_help_panel=_COMPUTE, help="Score test traces on a local Ray instance (pip install traceap[ray])."),
+    ray_address: str | None = typer.Option(None, "--ray-address", rich_help_panel=_COMPUTE, help="Score test traces on this Ray cluster ('auto' or HOST:PORT); the dataset must be at the same path on every node."),
 ) -> None:
     """Window AUC per task (Table 3), pattern accuracy (Table 4), ablation (Table 5), trace AUC."""
     from ..eval import EvalConfig, evaluate, plots, tables

@@ -38,6 +38,22 @@ def info(
         _print(console, s)
 
 
+def gpu_time_fields(s: dict) -> list[str]:
+    """'GPU busy 61%, idle 179.9 ms (39%) of the 465.2 ms GPU span; any GPU work incl. NCCL and
+    copies 84%' in fields: the idle account's busy and idle (they add up to the span), then the
+    second quantity under its own name."""
+    from ..idle import busy_pct
+
+    b = busy_pct(s.get("gpu_busy_fraction"))
+    if b is None:
+        return ["GPU busy -, idle -: no GPU activity"]
+    span = s["gpu_idle"]["gpu_span_us"]
+    active = busy_pct(s.get("gpu_active_fraction"))
+    return [f"GPU busy {b}%,", f"idle {_fmt_us(s['gpu_idle_us'])} ({100 - b}%)",
+            f"of the {_fmt_us(span[1] - span[0])} GPU span;",
+            f"any GPU work incl. NCCL and copies {'-' if active is None else f'{active}%'}"]
+
+
 def _print(console: Console, s: dict) -> None:
     from ..report.terminal import console_width, shorten_names, wrap_fields, wrap_words
 
@@ -49,16 +65,14 @@ def _print(console: Console, s: dict) -> None:
             console.print(Text(line), soft_wrap=True)
 
     console.print(Text(s["trace"], style="bold"), soft_wrap=True)
-    busy = s["gpu_busy_fraction"]
     rank = f"rank {s['rank']}/{s['world_size']}" if s["world_size"] else (
         f"rank {s['rank']}" if s["rank"] is not None else "single process")
     fields([f"span {_fmt_us(s['duration_us'])}", f"steps {s['n_profiler_steps']}",
             f"GPU {s['gpu_name'] or 'unknown'}", rank])
     kinds = [f"{k} {v}" for k, v in s["events_per_kind"].items()]
     fields([f"events {s['n_events']}:"] + [k + "," for k in kinds[:-1]] + kinds[-1:], sep=" ")
-    fields([f"kernels {s['n_kernels']} on streams {s['gpu_streams']}",
-            f"GPU busy {'-' if busy is None else f'{100 * busy:.1f}%'}",
-            f"idle {_fmt_us(s['gpu_idle_us'])}"])
+    fields([f"kernels {s['n_kernels']} on streams {s['gpu_streams']}"])
+    fields(gpu_time_fields(s), sep=" ")
     m = s["memcpy"]
     if m["count"]:
         parts = []
@@ -75,7 +89,9 @@ def _print(console: Console, s: dict) -> None:
     la = s["launch"]
     fields([f"launch delay median {_fmt_us(la['launch_delay_median_us'])},",
             f"p95 {_fmt_us(la['launch_delay_p95_us'])};",
-            f"sync calls {la['sync_calls']} ({_fmt_us(la['sync_time_us'])})"], sep=" ")
+            f"sync calls {la['sync_calls']}: {la['host_blocking_syncs']} host-blocking",
+            f"({_fmt_us(la['host_blocking_sync_time_us'])}),",
+            f"{la['sync_calls'] - la['host_blocking_syncs']} device-side waits"], sep=" ")
     if s["top_kernels"]:
         table = Table(title="top kernels by GPU time", show_edge=False, title_justify="left")
         numbers = [(f"{100 * k['share']:.1f}%", _fmt_us(k["total_us"]), str(k["count"]),
@@ -84,10 +100,11 @@ def _print(console: Console, s: dict) -> None:
         sizes = [max(len(h), *(len(r[i]) for r in numbers)) for i, h in enumerate(heads)]
         for col, size in zip(heads, sizes):
             table.add_column(col, justify="right", no_wrap=True, min_width=size)
-        # Long C++ names, one line each, cut in the middle so two kernels never read the same.
+        # Long C++ names cut in the middle so two kernels never read the same; a name no cut
+        # tells apart wraps (the kernel column is the only one that may: the numbers stay whole).
         room = max(20, width - sum(size + 3 for size in sizes) - 2)
         names = shorten_names([k["name"] for k in s["top_kernels"]], room)
-        table.add_column("kernel", no_wrap=True, overflow="fold",
+        table.add_column("kernel", overflow="fold",
                          min_width=min(room, max(len(n) for n in names)))
         for row, name in zip(numbers, names):
             table.add_row(*row, name)

@@ -61,13 +61,17 @@ def register(app: typer.Typer) -> None:
         patterns: str = typer.Option("all", "--patterns", help="Comma-separated pattern ids (default: all)."),
         json_out: bool = typer.Option(False, "--json", help="One JSON object per trace (anomalies in the manifest's form)."),
     ) -> None:
-        """Natural labels: anomaly intervals a real trace shows by itself (see docs/INJECT.md)."""
+        """Natural labels: anomaly intervals a real trace shows by itself (see docs/INJECT.md).
+
+        A pattern makes the trace bad when it costs at least the medium cut of `traceap
+        analyze` (3% of the step, the same measure and cut analyze reports by); windows of a
+        pattern costing less are listed apart, under "below the cut"."""
         import json
 
         from .. import load
         from ..manifest import PATTERNS
         from ..errors import DatasetError
-        from ..inject.natural import natural_anomalies
+        from ..inject.natural import natural_labels
 
         chosen = PATTERNS if patterns.strip() in ("", "all") else tuple(
             p.strip() for p in patterns.split(",") if p.strip())
@@ -76,17 +80,31 @@ def register(app: typer.Typer) -> None:
             raise DatasetError(f"unknown pattern {bad[0]!r}; choose from {', '.join(PATTERNS)}")
         for path in traces:
             tr = load(path)
-            found = natural_anomalies(tr, chosen)
+            lab = natural_labels(tr, chosen)
+            found = lab.anomalies
             if json_out:
                 typer.echo(json.dumps({"trace": str(path), "label": "bad" if found else "good",
                                        "patterns": sorted({p for _, _, p in found}),
                                        "anomalies": [{"start_us": a, "end_us": b, "pattern": p}
-                                                     for a, b, p in found]}))
-                continue
-            if not found:
-                typer.echo(f"{path}: no natural anomaly")
+                                                     for a, b, p in found],
+                                       "below_cut": [{"start_us": a, "end_us": b, "pattern": p}
+                                                     for a, b, p in lab.below_cut],
+                                       "gain_pct": lab.gain_pct, "cut_pct": lab.cut_pct}))
                 continue
             t0 = tr.span[0]
-            typer.echo(f"{path}: {len(found)} natural anomalies")
+            if found:
+                typer.echo(f"{path}: {len(found)} natural anomalies")
+            else:
+                typer.echo(f"{path}: no natural anomaly")
             for a, b, p in found:
                 typer.echo(f"  {p:28s} {a - t0:12.1f} .. {b - t0:12.1f} us from start ({b - a:.1f} us)")
+            if lab.below_cut:
+                per = {}
+                for _, _, p in lab.below_cut:
+                    per[p] = per.get(p, 0) + 1
+                typer.echo(f"  below the cut ({lab.cut_pct:g}% of the step, as traceap analyze "
+                           f"reports): " + ", ".join(
+                               f"{p} {n} interval(s), {lab.gain_pct[p]:.2f}%" for p, n in per.items()))
+            for p, pct in lab.gain_pct.items():
+                if any(q == p for _, _, q in found):
+                    typer.echo(f"  {p}: costs {pct:.1f}% of the step")

@@ -51,41 +51,37 @@ def profile(
                         activities=acts, with_stack=with_stack, exit_after=exit_after,
                         period_s=period, overwrite=overwrite)
     cfg.validate()
-    from rich.markup import escape
 
     console = _console()
-    r = run(command, cfg, on_start=lambda: console.print(
-        f"[bold]traceap profile[/bold]: recording steps {skip + 1}-{skip + steps} of "
-        f"`{escape(_quote(command))}` -> {escape(str(cfg.out))}", highlight=False,
-        soft_wrap=True), reports=("report.html",) if html else ())
+    r = run(command, cfg, on_start=lambda: _say(
+        console, f"{_NAME}: recording steps {skip + 1}-{skip + steps} of `{_quote(command)}` "
+                 f"-> {cfg.out}", indent=""), reports=("report.html",) if html else ())
     how = ("stopped after its trace (--exit-after)" if r.stopped_by_traceap and r.exit_code == 0
            else f"exited with code {r.exit_code}")
-    console.print(f"[bold]traceap profile[/bold]: the command {how} after {r.seconds:.1f} s; "
-                  f"{len(r.traces)} trace(s) in {escape(str(cfg.out))}", highlight=False,
-                  soft_wrap=True)
+    _say(console, f"{_NAME}: the command {how} after {r.seconds:.1f} s; {len(r.traces)} "
+                  f"trace(s) in {cfg.out}", indent="")
     for line in describe(r, cfg):
-        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        _say(console, line)
     if r.stopped_by is not None:
-        # a stop (Ctrl-C, `timeout`) ends the run here: no analysis after the deadline
+        # a stop (Ctrl-C, `timeout`) ends the run here: no analysis after the deadline; one
+        # unwrapped line, as traceap's other ends
         import signal
-        console.print(f"traceap: interrupted ({signal.Signals(r.stopped_by).name}); "
-                      f"{len(r.traces)} complete trace(s) kept in {cfg.out}, not analysed "
-                      f"(traceap analyze {cfg.out})", markup=False, highlight=False,
-                      soft_wrap=True)
+        typer.echo(f"traceap: interrupted ({signal.Signals(r.stopped_by).name}); "
+                   f"{len(r.traces)} complete trace(s) kept in {cfg.out}, not analysed "
+                   f"(traceap analyze {cfg.out})", err=True)
         raise typer.Exit(128 + r.stopped_by)
     if r.traces and not no_analysis:
         try:
             _analyse(r, cfg, windows, html, console)
         except TraceapError as exc:
-            console.print(f"traceap: error: analysing the recording: {exc}", markup=False,
-                          highlight=False, soft_wrap=True)
+            _say(console, f"traceap: error: analysing the recording: {exc}", indent="")
     raise typer.Exit(r.exit_code)
 
 
 def _analyse(r, cfg, windows: int, html: bool, console) -> None:
     from ..analysis import analyze
     from ..job import analyze_job
-    from ..diff import measure_trace
+    from ..info import step_numbers
     from ..load import load, load_job
     from ..progress import status
     from ..report.terminal import render, render_job
@@ -103,7 +99,7 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
     console.print()
     (render_job if len(r.traces) > 1 else render)(result, console)
     for t in traces:
-        m = measure_trace(t)
+        m = step_numbers(t)
         who = f"rank {t.meta.rank}: " if len(traces) > 1 else ""
         if not m["step_us"]:
             continue
@@ -112,22 +108,37 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
             share = (m["dataloader_us_per_step"] or 0.0) / m["step_us"]
             loading = (f"DataLoader.__next__ {fmt_us(m['dataloader_us_per_step'])} per step "
                        f"({100 * share:.0f}% of the step, on the host)")
-        console.print(f"  {who}median step {fmt_us(m['step_us'])}, {loading}",
-                      highlight=False, soft_wrap=True)
+        _say(console, f"{who}median step {fmt_us(m['step_us'])}, {loading}")
     if r.cpu_only:
-        console.print("  CPU-only recording: no GPU activity was recorded, so the eight GPU "
+        _say(console, "CPU-only recording: no GPU activity was recorded, so the eight GPU "
                       "anti-patterns cannot show here; the step time and the data loading per "
                       "step above are what `traceap diff` compares. Run on a GPU (or "
-                      "--activities cpu,cuda) to see them.", highlight=False, soft_wrap=True)
+                      "--activities cpu,cuda) to see them.")
     if html:
         from ..report.html import write_html
         path = write_html(result, Path(cfg.out) / "report.html",
                           loaded if len(r.traces) > 1 else traces[0])
         r.owned.add(["report.html"])
-        console.print(f"  HTML report: {path}", style="dim", markup=False, highlight=False,
-                      soft_wrap=True)
-    console.print(f"  compare with another run: traceap diff {cfg.out} OTHER_DIR", style="dim",
-                  markup=False, highlight=False, soft_wrap=True)
+        _say(console, f"HTML report: {path}", style="dim")
+    _say(console, f"compare with another run: traceap diff {cfg.out} OTHER_DIR", style="dim")
+
+
+#: How traceap's own lines start (in bold), so they stand out from the command's output.
+_NAME = "traceap profile"
+
+
+def _say(console, text: str, indent: str = "  ", style: str = "") -> None:
+    """One message, broken between words to fit the console (80 columns in a pipe) with its
+    continuation lines indented; a path longer than a line stays whole, so it can be copied."""
+    from rich.text import Text
+
+    from ..report.terminal import console_width, wrap_words
+
+    lines = wrap_words(text, console_width(console), indent, indent + "  ")
+    out = Text("\n".join(lines), style=style)
+    if text.startswith(_NAME):
+        out.stylize("bold", len(indent), len(indent) + len(_NAME))
+    console.print(out, highlight=False, soft_wrap=True)
 
 
 def _console():

@@ -14,53 +14,74 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train)
 
 
+#: Help panels of `train --help` after the main "Options" (None), in the order they print.
+_MAIN, _TUNE, _PRETRAIN, _COMPUTE = None, "Training mix and schedule", "Pretraining", "Compute"
+
+
 def train(
-    dataset: list[Path] = typer.Option(..., "--dataset", "-d",
-                                       help="A traceap dataset (manifest.jsonl); repeat to train "
-                                            "on the train splits of several."),
-    mix: str = typer.Option("", "--mix",
-                            help="Sampling weight of each --dataset for the planted/bad traces of "
-                                 "a step, e.g. 0.5,0.5 (default: by their bad-trace counts)."),
-    val: list[Path] = typer.Option([], "--val",
-                                   help="Dataset whose validation split picks the best epoch "
-                                        "(window AUC, false alarms); repeatable."),
-    val_windows: int = typer.Option(100, "--val-windows", min=1,
-                                    help="Window count N of the validation scoring."),
-    out: Path = typer.Option(Path("model.pt"), "--out", "-o", help="Where to write the checkpoint."),
-    config: str = typer.Option("small", "--config", "-c", help="Model size: small (CPU default) or paper."),
-    windows: str = typer.Option("", "--windows", "-n",
+    dataset: list[Path] = typer.Option(..., "--dataset", "-d", metavar="DIR", rich_help_panel=_MAIN,
+                                       help="A traceap dataset (manifest.jsonl); repeatable: "
+                                            "trains on each one's train split."),
+    val: list[Path] = typer.Option([], "--val", metavar="DIR", rich_help_panel=_MAIN,
+                                   help="Dataset whose validation split picks the best epoch; "
+                                        "repeatable."),
+    out: Path = typer.Option(Path("model.pt"), "--out", "-o", metavar="FILE", rich_help_panel=_MAIN,
+                             help="Where to write the checkpoint."),
+    config: str = typer.Option("small", "--config", "-c", metavar="NAME", rich_help_panel=_MAIN,
+                               help="Model size: small (CPU) or paper."),
+    windows: str = typer.Option("", "--windows", "-n", metavar="N,..", rich_help_panel=_MAIN,
                                 help="Window count(s) N to train on, e.g. 100 or 50,100,200 "
                                      "(default: the config's)."),
-    epochs: int = typer.Option(None, "--epochs", "-e", min=1, help="Epochs (default: the config's)."),
-    steps_per_epoch: int = typer.Option(None, "--steps-per-epoch", min=1,
-                                        help="Steps per epoch (default: enough pairs to show "
-                                             "every bad trace once)."),
-    ablation: list[str] = typer.Option([], "--ablation",
-                                       help="Paper Table 5 ablation: no-event-adapter, "
-                                            "no-transformer, no-relation; or names-masked "
-                                            "(every event nameless) (repeatable)."),
-    setting: list[str] = typer.Option([], "--set",
-                                      help="Override a config field, e.g. --set epochs=5 "
-                                           "--set trace_pool=topk (repeatable)."),
-    threads: int = typer.Option(0, "--threads", min=0, help="Torch CPU threads (0 = torch default)."),
-    workers: int = typer.Option(1, "--workers", min=1, help="Processes for featurising traces."),
-    ray: bool = typer.Option(False, "--ray", help="Featurise traces as Ray tasks on a local Ray instance started for this command (needs pip install traceap[ray])."),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="Featurise traces as Ray tasks on this existing cluster ('auto' or HOST:PORT; implies --ray); the dataset must be readable at the same path on every node."),
-    cache: Path = typer.Option(None, "--cache", help="Feature cache folder (default ~/.cache/traceap)."),
-    limit: int = typer.Option(0, "--limit", min=0, help="Train on at most this many traces (half good, half bad)."),
-    seed: int = typer.Option(None, "--seed", help="Random seed (default: the config's)."),
-    pretrain_on: list[Path] = typer.Option([], "--pretrain-on",
+    epochs: int = typer.Option(None, "--epochs", "-e", min=1, metavar="N", rich_help_panel=_MAIN,
+                               help="Epochs (default: the config's)."),
+    mix: str = typer.Option("", "--mix", metavar="W,W,..", rich_help_panel=_TUNE,
+                            help="Sampling weight of each --dataset, e.g. 0.5,0.5 (default: by "
+                                 "bad-trace count)."),
+    val_windows: int = typer.Option(100, "--val-windows", min=1, metavar="N", rich_help_panel=_TUNE,
+                                    help="Window count N of the validation scoring."),
+    limit: int = typer.Option(0, "--limit", min=0, metavar="N", show_default=False,
+                              rich_help_panel=_TUNE,
+                              help="Train on at most N traces, half good, half bad (0 = all)."),
+    steps_per_epoch: int = typer.Option(None, "--steps-per-epoch", min=1, metavar="N",
+                                        rich_help_panel=_TUNE,
+                                        help="Steps per epoch (default: each bad trace once)."),
+    ablation: list[str] = typer.Option([], "--ablation", metavar="NAME", rich_help_panel=_TUNE,
+                                       help="Paper Table 5: no-event-adapter, no-transformer, "
+                                            "no-relation, or names-masked; repeatable."),
+    setting: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", rich_help_panel=_TUNE,
+                                      help="Override a config field, e.g. epochs=5; repeatable."),
+    seed: int = typer.Option(None, "--seed", rich_help_panel=_TUNE,
+                             help="Random seed (default: the config's)."),
+    pretrain_on: list[Path] = typer.Option([], "--pretrain-on", metavar="PATH",
+                                           rich_help_panel=_PRETRAIN,
                                            help="Unlabelled traces to pretrain the encoders on "
-                                                "first (masked windows): a traceap dataset (its "
-                                                "traces not planted, any split) or trace files / "
-                                                "folders, e.g. your own; repeatable."),
-    pretrain_steps: int = typer.Option(300, "--pretrain-steps", min=1,
+                                                "first (masked windows): a dataset, trace files "
+                                                "or folders; repeatable."),
+    pretrain_steps: int = typer.Option(300, "--pretrain-steps", min=1, metavar="N",
+                                       rich_help_panel=_PRETRAIN,
                                        help="Self-supervised steps with --pretrain-on."),
-    overwrite: bool = typer.Option(False, "--overwrite",
-                                   help="Replace a checkpoint an earlier train run wrote at --out (a file that is not a traceap checkpoint is never replaced)."),
+    threads: int = typer.Option(0, "--threads", min=0, metavar="N", show_default=False,
+                                rich_help_panel=_COMPUTE,
+                                help="Torch CPU threads (0 = torch's default)."),
+    workers: int = typer.Option(1, "--workers", min=1, metavar="N", rich_help_panel=_COMPUTE,
+                                help="Processes for featurising traces."),
+    ray: bool = typer.Option(False, "--ray", rich_help_panel=_COMPUTE,
+                             help="Featurise on a local Ray instance (pip install traceap[ray])."),
+    ray_address: str | None = typer.Option(None, "--ray-address", metavar="ADDR",
+                                           rich_help_panel=_COMPUTE,
+                                           help="Featurise on this Ray cluster ('auto' or "
+                                                "HOST:PORT); the dataset must be at the same "
+                                                "path on every node."),
+    cache: Path = typer.Option(None, "--cache", metavar="DIR", rich_help_panel=_COMPUTE,
+                               help="Feature cache (default ~/.cache/traceap)."),
+    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=_MAIN,
+                                   help="Replace a checkpoint an earlier train run wrote at "
+                                        "--out (never a file that is not a checkpoint)."),
 ) -> None:
-    """Train the learned detector on a dataset's train split on CPU (trace labels; window labels
-    too with --set w_window=... / w_window_pattern=...)."""
+    """Train the learned detector on a dataset's train split, on CPU.
+
+    Trace labels by default; window labels too with --set w_window=... / w_window_pattern=...
+    """
     import torch
 
     from ..model.checkpoint import prepare_out

@@ -1,6 +1,6 @@
 """The evaluation summary as Markdown tables (the paper's layout) and as JSON.
 
-Both render `EvalResult.summary` (schema traceap.eval/v1), so the Markdown in the README and
+Both render `EvalResult.summary` (schema traceap.eval/v1), so the Markdown in the results pages and
 the JSON a script reads always hold the same numbers.
 """
 

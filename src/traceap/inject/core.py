@@ -501,8 +501,9 @@ def inject_one(base: Base, pattern: str, rng: np.random.Generator,
         raise Invalid("; ".join(problems))
     gz = base.doc.encode_gz(new_ts, new_dur, f.events, plan.top_changes)
     ws = (plan.top_changes.get("distributedInfo") or {}).get("world_size")
-    return Output(pattern, gz, anomalies, world_size=ws, n_instances=len(plan.instances),
-                  result=res, t0=t0)
+    at = base.doc.absolute_us  # labels leave in the file's clock
+    return Output(pattern, gz, [(at(a), at(b)) for a, b in anomalies], world_size=ws,
+                  n_instances=len(plan.instances), result=res, t0=at(t0))
 
 
 def warmup_share_in(trace, intervals: list[tuple[float, float]]) -> float:

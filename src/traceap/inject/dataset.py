@@ -316,7 +316,8 @@ def inject_base(path: Path, bid: str, config: InjectConfig, out: Path) -> tuple[
     if why:
         return [], [f"skip {path.name}: {why}"]
     tr = doc.trace
-    natural = natural_anomalies(tr)
+    at = doc.absolute_us  # the Doc's clock -> the file's (ns-resolution traces count from an origin)
+    natural = [(at(a), at(b), p) for a, b, p in natural_anomalies(tr)]
     platform = tr.gpu_name or "unknown"
     ws = tr.meta.world_size or 1
     rank = tr.meta.rank or 0

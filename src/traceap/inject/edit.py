@@ -98,6 +98,18 @@ _ARGS = msgspec.json.Decoder(list[_Args | None], strict=False)
 _ONE_ARGS = msgspec.json.Decoder(_Args | None, strict=False)
 _ENC = msgspec.json.Encoder()
 
+
+class _Time(msgspec.Struct):
+    """An event's ts as written (its text), for traces whose times a double cannot hold."""
+
+    ts: msgspec.Raw = msgspec.Raw()
+
+
+_TIMES = msgspec.json.Decoder(list[_Time])
+
+#: Whole microseconds the clock origin of an exact-time trace is a multiple of (`Doc.origin_us`).
+_ORIGIN_STEP_US = 10 ** 9
+
 #: Kinds whose args feed columns (the rest keep their args raw and undecoded).
 _ARGS_KINDS = (Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER, Kind.KERNEL, Kind.GPU_MEMCPY,
                Kind.GPU_MEMSET, Kind.GPU_USER_ANNOTATION)
@@ -118,7 +130,8 @@ class Doc:
     """One parsed trace: its events (structs), top-level keys (raw) and columns in file order.
 
     Columns (numpy, one entry per event in `events`): `ph` (PH_* code), `kind` (`Kind`, for
-    X and instant events), `ts`, `dur` (float64 us, NaN where absent), `name` (code into
+    X and instant events), `ts`, `dur` (float64 us, NaN where absent; `ts` counts from
+    `origin_us`, 0 but for ns-resolution epoch clocks: `_exact_clock`), `name` (code into
     `names`), `thread` (code of (pid, tid)), `gpu_stream` (code of (device, stream) for GPU
     events, -1 elsewhere), `correlation`, `external_id`, `flow_id` (code of (cat, id) for
     flow events), `bytes`.
@@ -147,6 +160,7 @@ class Doc:
         except msgspec.DecodeError as exc:
             raise TraceFormatError(f"{path}: not valid JSON ({exc})") from None
         self._columns()
+        self._exact_clock(raw_events)
 
     # -- columns -------------------------------------------------------------------------------
     def _columns(self) -> None:
@@ -184,6 +198,39 @@ class Doc:
         self.thread_key = key_of_thread[self.thread] if n else np.zeros(0, np.int32)
         self._args_columns()
         self._flow_columns()
+
+    def _exact_clock(self, raw_events) -> None:
+        """Read the times again as text where a double cannot hold them, and count from an origin.
+
+        A trace with ns-resolution epoch times (16 integer digits of us and 3 decimals, as
+        HTA's `ns_resolution_trace`) has 19 significant digits, a double 16: read as floats,
+        its times snap to a 0.25 us grid, and kernels back to back on a stream overlap once
+        moved.  Such a trace's `ts` column counts from `origin_us` (a whole number of us, a
+        multiple of 1e9, subtracted exactly from the text), where a double keeps every ns;
+        writing adds it back exactly (`encode`).  Other traces keep origin 0, their times as read.
+        """
+        self.origin_us = 0
+        ts = self.ts[np.isfinite(self.ts)]
+        if self.ts_is_int or not len(ts) or np.spacing(np.abs(ts).max()) < 0.001:
+            return  # integer us, or ns fit in a double
+        texts = [bytes(t.ts) for t in _TIMES.decode(raw_events)]
+        ns = np.zeros(len(texts), np.int64)
+        for i, t in enumerate(texts):
+            if not t:
+                continue
+            whole, _, frac = t.partition(b".")
+            if not whole.isdigit() or len(frac) > 3 or (frac and not frac.isdigit()):
+                return  # exponents, negative or sub-ns times: keep the float clock
+            ns[i] = int(whole) * 1000 + int(frac.ljust(3, b"0") or b"0")
+        has = np.isfinite(self.ts)
+        origin = int(ns[has].min() // (1000 * _ORIGIN_STEP_US)) * _ORIGIN_STEP_US
+        self.origin_us = origin
+        self.ts = np.where(has, (ns - origin * 1000) / 1000.0, np.nan)
+        self.__dict__.pop("trace", None)  # built from the float clock: build it again
+
+    def absolute_us(self, t):
+        """A time of this Doc's clock in the file's clock (what `traceap.load` reads)."""
+        return t + self.origin_us
 
     def _args_columns(self) -> None:
         n = len(self.events)
@@ -403,7 +450,7 @@ class Doc:
         d = np.where(d == d0, d0, np.maximum(self._rounded(d), 0.0))
         self._refill(out, ts_at, t, "ts")
         self._refill(out, dur_at, d, "dur")
-        extra = _ENC.encode(added)[1:-1] if added else b""
+        extra = _ENC.encode(self._in_file_clock(added))[1:-1] if added else b""
         if not extra:  # the marker and the comma before it become blanks
             out[at] = 32
             if at and out[at - 1] == 44:
@@ -417,18 +464,31 @@ class Doc:
             pieces += [keys, b"}"]
         return pieces
 
+    def _in_file_clock(self, added: list) -> list:
+        """Added events with their ts in the file's clock, written exactly (`origin_us`)."""
+        if not self.origin_us:
+            return added
+        out = []
+        for e in added:
+            if isinstance(e.ts, (int, float)):
+                e = msgspec.structs.replace(e, ts=msgspec.Raw(_exact_text(e.ts, self.origin_us)))
+            out.append(e)
+        return out
+
     def _refill(self, out: np.ndarray, at: np.ndarray, values: np.ndarray, key: str) -> None:
         """Write the slots whose value differs from what the buffer holds now."""
         held = self._held.get(key)
         change = None if held is None else np.flatnonzero(values != held)
         if change is not None and not len(change):
             return
+        origin = self.origin_us if key == "ts" else 0
         if change is None or len(change) > len(at) // 2:  # most move: write every slot
-            _fill(out, at, values, self._fixed_point, self._slot_index[0 if key == "ts" else 1])
+            _fill(out, at, values, self._fixed_point, self._slot_index[0 if key == "ts" else 1],
+                  origin)
         else:
             sel = at[change]
             _fill(out, sel, values[change], self._fixed_point,
-                  (sel[:, None] + np.arange(_SLOT)).ravel())
+                  (sel[:, None] + np.arange(_SLOT)).ravel(), origin)
         self._held[key] = values.copy()
 
     @cached_property
@@ -512,11 +572,15 @@ def _slot_starts(buf: np.ndarray, marker: int) -> np.ndarray:
 
 
 def _fill(buf: np.ndarray, at: np.ndarray, values: np.ndarray, decimals: int | None,
-          index: np.ndarray) -> None:
-    """Write numbers into their slots, left-aligned, padded with spaces."""
+          index: np.ndarray, origin: int = 0) -> None:
+    """Write numbers (plus a whole-us `origin`, added exactly) into their slots."""
     if not len(at):
         return
-    if decimals is None or values.min() < 0 or values.max() >= 1e16:
+    if origin:
+        if decimals != 3 or values.min() < 0 or values.max() + origin >= 1e16:
+            raise TraceFormatError("an exact-clock time has more than 3 decimals or 16 digits")
+        cells = _cells_fixed(values, decimals, origin)
+    elif decimals is None or values.min() < 0 or values.max() >= 1e16:
         cells = _cells_json(values, decimals)
     else:
         cells = _cells_fixed(values, decimals)
@@ -526,8 +590,15 @@ def _fill(buf: np.ndarray, at: np.ndarray, values: np.ndarray, decimals: int | N
 _POW10_DESC = 10 ** np.arange(15, -1, -1, dtype=np.int64)  # 1e15 .. 1: values < 2**52
 
 
-def _cells_fixed(values: np.ndarray, decimals: int) -> np.ndarray:
-    """Fixed-point texts (integers, or 3 decimals), right-aligned in (n, _SLOT) bytes.
+def _exact_text(t: float, origin: int) -> bytes:
+    """`t` (us, 3 decimals) + a whole-us origin as fixed-point text, without a double's sum."""
+    ns = int(round(float(t) * 1000.0)) + origin * 1000
+    return b"%d.%03d" % divmod(ns, 1000)
+
+
+def _cells_fixed(values: np.ndarray, decimals: int, origin: int = 0) -> np.ndarray:
+    """Fixed-point texts (integers, or 3 decimals), right-aligned in (n, _SLOT) bytes;
+    `origin` (whole us) is added to the integer part, exactly.
 
     Blanks before a number are JSON whitespace like those after it; right-aligning lets
     every digit be computed by broadcasting, without a loop over positions.
@@ -544,6 +615,7 @@ def _cells_fixed(values: np.ndarray, decimals: int) -> np.ndarray:
         out[:, -3] = 48 + frac // 100
         out[:, -2] = 48 + (frac // 10) % 10
         out[:, -1] = 48 + frac % 10
+    ip += origin
     # 16 integer digits as four 4-digit groups, each looked up in a table of "0000".."9999"
     end = _SLOT - (4 if decimals else 0)
     block = out[:, end - 16:end]

@@ -8,6 +8,15 @@ documented in `NaturalConfig`; none of them is an expert rule's score (`traceap.
 is not used), so labels and rules do not measure the same quantity by construction.
 Warm-up is not steady state: with two or more profiler steps, nothing in or before the
 first step is labelled.
+
+Where a pattern shows is the rules'; whether it counts is the one judgement `traceap analyze`
+makes of a finding: the pattern's time lost by the idle account (`traceap.idle`), as a gain
+in % of the median steady step (`traceap.findings.judge`, capped where a fix can only hide
+it under compute), must reach `SeverityConfig.medium_pct` (3%) -- the cut at which analyze
+reports a pattern on its measured cost alone.  Below it the windows are listed apart
+(`NaturalLabels.below_cut`) and do not make a trace bad: a launch-bound DDP step whose
+collectives run while the host has not launched the next work "looks" exposed, and the
+idle account gives that time to the host (the bundled DDP CNN: 21 windows, none costing 2%).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import idle
+from ..findings import SEVERITY, SeverityConfig, judge, step_basis
 from ..manifest import PATTERNS
 from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
 
@@ -61,21 +72,64 @@ class NaturalConfig:
     min_step_us: float = 1000.0
 
 
-def natural_anomalies(trace: Trace, patterns=PATTERNS,
-                      config: NaturalConfig = NaturalConfig()) -> list[tuple[float, float, str]]:
-    """(start_us, end_us, pattern) intervals the trace shows by itself, sorted by start."""
+@dataclass(frozen=True)
+class NaturalLabels:
+    """What a real trace shows by itself, split by the reporting cut."""
+
+    #: (start_us, end_us, pattern), sorted: patterns whose cost reaches the cut (a bad trace).
+    anomalies: list[tuple[float, float, str]]
+    #: The same for patterns the rules find but whose cost stays under the cut.
+    below_cut: list[tuple[float, float, str]]
+    #: Per pattern found: its estimated gain in % of the step (of the span without steps).
+    gain_pct: dict[str, float]
+    #: The cut applied (`SeverityConfig.medium_pct`).
+    cut_pct: float
+
+    @property
+    def bad(self) -> bool:
+        """Whether the trace carries a natural anomaly worth reporting."""
+        return bool(self.anomalies)
+
+
+def pattern_gain_pct(trace: Trace, pattern: str, severity: SeverityConfig = SEVERITY) -> float:
+    """A pattern's estimated gain in % of the step, judged exactly as `traceap analyze` judges
+    its finding: the idle account's time lost, per steady step, capped where it can only
+    hide under compute."""
+    acc = idle.measure(trace)
+    mech = idle.MECHANISM_OF_PATTERN[pattern]
+    basis = step_basis(trace, acc)
+    _, _, pct, _ = judge(float(acc.by_mechanism[mech]), acc.in_steady_steps(mech), basis,
+                         idle.gain_cap_us(acc, pattern, basis.n_steps), severity)
+    return pct
+
+
+def natural_labels(trace: Trace, patterns=PATTERNS, config: NaturalConfig = NaturalConfig(),
+                   severity: SeverityConfig = SEVERITY) -> NaturalLabels:
+    """Where each pattern shows by itself (the rules), kept as an anomaly when its cost
+    reaches `severity.medium_pct` of the step, else listed in `below_cut`."""
+    cut = severity.medium_pct
     if not trace.has_gpu:
-        return []
+        return NaturalLabels([], [], {}, cut)
     ctx = _Context(trace)
-    out = []
+    found = []
     for p in patterns:
         fn = _RULES.get(p)
         if fn is None:
             continue
         for a, b in fn(ctx, config):
             if b > a and b > ctx.steady_from:
-                out.append((max(float(a), ctx.steady_from), float(b), p))
-    return sorted(out)
+                found.append((max(float(a), ctx.steady_from), float(b), p))
+    gain = {p: round(pattern_gain_pct(trace, p, severity), 3)
+            for p in sorted({p for _, _, p in found}, key=PATTERNS.index)}
+    return NaturalLabels(sorted(x for x in found if gain[x[2]] >= cut),
+                         sorted(x for x in found if gain[x[2]] < cut), gain, cut)
+
+
+def natural_anomalies(trace: Trace, patterns=PATTERNS, config: NaturalConfig = NaturalConfig(),
+                      severity: SeverityConfig = SEVERITY) -> list[tuple[float, float, str]]:
+    """(start_us, end_us, pattern) intervals the trace shows by itself whose pattern costs at
+    least the reporting cut (`natural_labels`), sorted by start."""
+    return natural_labels(trace, patterns, config, severity).anomalies
 
 
 class _Context:
@@ -266,4 +320,5 @@ _RULES = {
 }
 
 
-__all__ = ["NaturalConfig", "natural_anomalies"]
+__all__ = ["NaturalConfig", "NaturalLabels", "natural_anomalies", "natural_labels",
+           "pattern_gain_pct"]

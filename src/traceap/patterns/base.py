@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..idle import MECHANISM_OF_PATTERN, cause_split, measure
 from ..measures.signals import cached, fmt_us
 from ..trace import Trace
+from ..units import plural
 from ..windows import Windows
 from .proof import Proof, longest_gpu_events
 
@@ -87,7 +89,11 @@ class AntiPattern(ABC):
         at = np.unique(np.asarray(list(where), dtype=np.int64))
         at = at[(at >= 0) & (at < windows.n)]
         place = f"; flagged {_where(windows, at)}" if len(at) else ""
-        return Evidence(f"{text}{place}; {fmt_us(lost)} of GPU idle time over the trace.",
+        split = ""
+        mech = MECHANISM_OF_PATTERN.get(self.id)
+        if mech and len(idx) == windows.n:  # the whole trace: comparable with the idle summary
+            split = cause_split(measure(windows.trace), mech)
+        return Evidence(f"{text}{place}; {fmt_us(lost)} of GPU idle time over the trace{split}.",
                         lost, numbers)
 
     def title_for(self, numbers: dict) -> str:
@@ -102,8 +108,10 @@ class AntiPattern(ABC):
 
     def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
         """The most a fix can gain per step (in total without steps), where less than the
-        time lost: e.g. communication can only hide under the compute there is."""
-        return None
+        time lost: e.g. communication can only hide under the compute there is
+        (`traceap.idle.gain_cap_us`, the one definition `traceap label` judges by too)."""
+        from ..idle import gain_cap_us, measure
+        return gain_cap_us(measure(windows.trace), self.id, n_steps)
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """The events inside `runs` (a finding's merged windows) that show the mechanism, most
@@ -119,7 +127,7 @@ def _where(windows: Windows, idx: np.ndarray) -> str:
     """'in windows 3-5, 40 (t = 12.1-15.3 ms ...)' — where to look in a trace viewer."""
     runs = runs_of(idx)
     parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6]]
-    more = f" and {len(runs) - 6} more places" if len(runs) > 6 else ""
+    more = f" and {plural(len(runs) - 6, 'more place')}" if len(runs) > 6 else ""
     t0 = windows.edges[0]
     a, b = runs[0]
     return (f"in window{'s' if len(idx) > 1 else ''} {', '.join(parts)}{more} "

@@ -129,9 +129,13 @@ batched tensor ops."""
         top = top_names(t, ops, k=3)
         who = ("; most launches from " + ", ".join(f"{n} x{c}" for n, c, _ in top)) if top else ""
         waiting = float(m["waiting_us"][idx].sum())
+        # Over the whole trace, a share of the GPU span: the span GPU idle is a share of.
+        whole = len(idx) == windows.n and idle_account(t).span_us > 0
+        of = (f"{100 * waiting / idle_account(t).span_us:.0f}% of the GPU span" if whole
+              else f"{100 * waiting / max(span, 1e-9):.0f}% of these windows")
         text = (f"{n_k} kernels averaging {fmt_us(mean)} ({n_s} shorter than their launch or "
                 f"{fmt_us(self.config.short_us)}); the GPU waited for the host {fmt_us(waiting)} "
-                f"({100 * waiting / max(span, 1e-9):.0f}% of the time), {fmt_us(lost)} of it "
+                f"({of}), {fmt_us(lost)} of it "
                 f"while the host ran Python between framework calls (no op or runtime call "
                 f"recorded, over twice as long as the call before){who}")
         opt, share = optimizer_share(t, k)

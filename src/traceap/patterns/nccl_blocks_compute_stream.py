@@ -19,7 +19,6 @@ from ..measures.signals import (compute_rows, count_in, fmt_us, overlap_in, ramp
 from ..trace import Kind, Trace
 from ..windows import Windows
 from .base import AntiPattern, Measures
-from .communication import compute_per_step
 from .proof import Proof, event_rows, in_runs, longest_first
 
 
@@ -80,9 +79,6 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
     def supported(self, numbers: dict) -> bool:
         return (numbers.get("time_lost_us", 0.0) > 0
                 and numbers.get("n_nccl_on_compute_stream", 0) > 0)
-
-    def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
-        return compute_per_step(windows.trace, n_steps)
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """NCCL kernels on a stream that also runs compute kernels, longest first."""

@@ -27,7 +27,6 @@ from ..measures.signals import (cached, compute_rows, count_in, fmt_us, nccl_row
 from ..trace import Kind, Trace, busy_union, merged_intervals
 from ..windows import Windows, covered_time
 from .base import AntiPattern, Measures
-from .communication import compute_per_step
 from .proof import Proof, event_rows, in_runs
 
 
@@ -117,9 +116,19 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
         rows = rows_in_windows(windows, side_nccl(t), idx)
         top = top_names(t, rows, weights=t.dur[rows], k=2)
         what = ", ".join(f"{n.split('(')[0]} x{c}" for n, c, _ in top)
+        alone = max(comm - hidden, 0.0)
         text = (f"NCCL ran {fmt_us(comm)} ({what}) with only {100 * hidden / max(comm, 1e-9):.0f}% "
                 f"overlapped by compute kernels ({100 * trace_overlap(t):.0f}% of the possible "
-                f"overlap over the whole trace); {fmt_us(exposed)} exposed (no compute beside it)")
+                f"overlap over the whole trace); ")
+        if fmt_us(alone) != fmt_us(exposed):
+            # Not all of the NCCL time without compute holds the step up: where nothing was
+            # queued behind the collective, the host was late, and the host causes own it.
+            text += (f"{fmt_us(alone)} with no compute kernel beside it, of which "
+                     f"{fmt_us(exposed)} exposed (compute queued behind the collective waited "
+                     f"for it; the rest ran while the host had not launched the next work yet "
+                     f"and counts under the host's causes)")
+        else:
+            text += f"{fmt_us(exposed)} exposed (no compute beside it)"
         if len(rows_named(t, FORWARD)):
             text += (" (the model is compiled: keep torch._dynamo.config.optimize_ddp=True so "
                      "DDPOptimizer splits the graph at bucket boundaries and each bucket's "
@@ -130,15 +139,12 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
                      "TrainPipelineSparseDist, or MoE expert-parallel pipelining)")
         return text, {"comm_us": round(comm, 1), "overlapped_us": round(hidden, 1),
                       "trace_overlap_fraction": round(trace_overlap(t), 3),
-                      "exposed_us": round(exposed, 1),
+                      "exposed_us": round(exposed, 1), "without_compute_us": round(alone, 1),
                       "overlap_fraction": round(hidden / comm, 3) if comm > 0 else None}
 
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("comm_us", 0.0) > 0
-
-    def gain_cap_us(self, windows: Windows, n_steps: int) -> float | None:
-        return compute_per_step(windows.trace, n_steps)
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """NCCL kernels by the time no compute kernel hides, most exposed first."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..idle import pattern_lost
+from ..idle import intersect, measure, pattern_lost
 from ..measures.signals import LOADER_NEXT, fmt_us, idle_while, ramp, rows_named, spans, union_in
 from ..trace import Trace
 from ..windows import Windows
@@ -66,6 +66,11 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
         idle_single = idle_while(windows, *spans(t, single))
         idle_multi = idle_while(windows, *spans(t, multi))
         loader_time = union_in(windows, *spans(t, nxt))
+        # The part of the loader's own time the GPU spent idle for it: the data-loading idle
+        # inside the `__next__` calls (a part of `loader_time`; `idle` also holds the rest of
+        # the gaps the calls fill, so it can exceed the calls themselves).
+        idle_in = union_in(windows, *intersect(*measure(t).segments("data_loading"),
+                                              *spans(t, nxt)))
         frac = idle / windows.width_us
         # Unknown kind (python frames only) counts as single: workers' frames never show here.
         # Judged over the trace, not per window: the idle gap a loader leaves reaches windows
@@ -73,18 +78,25 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
         weight = c.multi_weight if idle_multi.sum() > idle_single.sum() else 1.0
         score = ramp(frac, c.idle_lo, c.idle_hi) * weight
         return {"score": score, "lost_us": idle, "loader_us": loader_time,
+                "idle_in_loader_us": idle_in,
                 "idle_single_us": idle_single, "idle_multi_us": idle_multi}
 
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
         loader = float(m["loader_us"][idx].sum())
-        idle = float(m["lost_us"][idx].sum())
+        inside = float(m["idle_in_loader_us"][idx].sum())
+        lost = float(m["lost_us"][idx].sum())
         multi = float(m["idle_multi_us"][idx].sum()) > float(m["idle_single_us"][idx].sum())
         kind = ("multi-process DataLoader (workers cannot keep up)" if multi
                 else "single-process DataLoader (num_workers=0)")
-        share = idle / max(loader, 1e-9)
-        text = (f"{kind}: DataLoader.__next__ takes {fmt_us(loader)}, of which {fmt_us(idle)} "
+        share = inside / max(loader, 1e-9)
+        text = (f"{kind}: DataLoader.__next__ takes {fmt_us(loader)}, of which {fmt_us(inside)} "
                 f"({100 * share:.0f}%) with the GPU idle")
-        return text, {"loader_us": round(loader, 1), "gpu_idle_in_loader_us": round(idle, 1),
+        if fmt_us(lost) != fmt_us(inside):
+            # The cause's idle is larger than the calls: say what the difference is.
+            text += (f"; the GPU idle charged to data loading ({fmt_us(lost)}) also holds the "
+                     f"rest of each idle gap the calls fill at least half of (the batch's upload "
+                     f"and the relaunch after it)")
+        return text, {"loader_us": round(loader, 1), "gpu_idle_in_loader_us": round(inside, 1),
                       "multi_process": bool(multi)}
 
     def title_for(self, numbers: dict) -> str:

@@ -3,7 +3,8 @@
 The command's environment gets `bootstrap/` first on PYTHONPATH and the recording settings in
 `TRACEAP_PROFILE`; every Python process it starts then runs `bootstrap/sitecustomize.py`, which
 installs the recorder (`bootstrap/_traceap_profile_child.py`) once torch is imported.  The
-command's stdin, stdout and stderr are its own; its exit code is returned as it is (a signal N
+command's stdin, stdout and stderr are its own (less libkineto's USDT lines, dropped by the
+recorder around each profiler call); its exit code is returned as it is (a signal N
 becomes 128 + N, as a shell reports it).  Each process leaves a JSON record in a private state
 folder: which step source it used, how many steps it recorded, which trace it wrote.
 """

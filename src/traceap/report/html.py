@@ -24,11 +24,11 @@ import numpy as np
 import orjson
 
 from .. import idle as idle_mod
-from ..findings import cost_sentence
+from ..findings import cost_sentence, finding_order
 from ..measures.signals import outer_cpu_ops
 from ..patterns.proof import Proof, longest_gpu_events, merge_spans
 from ..trace import Kind, Trace
-from ..units import fmt_us
+from ..units import fmt_us, plural
 from ..windows import Windows
 from .colors import BUSY_COLOR, CAUSE_COLORS, PATTERN_COLORS
 
@@ -374,18 +374,19 @@ class _RankView:
     def header(self) -> str:
         s = self.summary
         steps = s.get("steps") or []
-        step_us = [st["dur_us"] for st in steps if st.get("dur_us")]
-        busy = s.get("gpu_busy_fraction")
+        st = s.get("step_time") or {}
+        busy = idle_mod.busy_pct(s.get("gpu_busy_fraction"))
         dur = s.get("duration_us")
         if dur is None and s.get("span_us"):
             dur = s["span_us"][1] - s["span_us"][0]
         lost = self.time_lost()
         tiles = [("GPU", s.get("gpu_name") or "unknown", False),
                  ("Duration", fmt_us(dur) if dur else "-", False),
-                 ("Profiler steps", f"{len(steps) or s.get('n_profiler_steps', 0)}"
-                  + (f" \u00b7 {fmt_us(float(np.median(step_us)))} each" if step_us else ""), False),
-                 ("GPU utilisation", f"{busy * 100:.0f}%" if busy is not None else "-",
-                  busy is not None and busy < 0.5),
+                 ("Profiler steps", f"{len(steps) or s.get('n_profiler_steps', 0)}", False),
+                 ("Step time (median)", _step_time(st), False),
+                 ("Data loading", _loader(st), False),
+                 ("GPU busy", f"{busy}%" if busy is not None else "-",
+                  busy is not None and busy < 50),
                  ("Kernels", f"{s.get('n_kernels', 0):,}", False),
                  ("Flagged windows", f"{sum(self.data['flagged'])} / {self.data['n']}", False),
                  ("GPU idle", self.idle_tile(), False),
@@ -412,7 +413,7 @@ class _RankView:
         acc = getattr(self.analysis, "idle", None)
         if acc is None or acc.span_us <= 0:
             return "-"
-        return f"{fmt_us(acc.total_us)} ({100 * acc.total_us / acc.span_us:.0f}%)"
+        return f"{fmt_us(acc.total_us)} ({acc.idle_pct}%)"
 
     def idle_bar(self) -> str:
         """Where the GPU's idle time goes: busy + one part per cause, each linked to its finding."""
@@ -431,6 +432,23 @@ class _RankView:
 
     def cards(self) -> str:
         return _cards(self.findings, self.data["id"], self.details, self.index)
+
+
+def _step_time(st: dict) -> str:
+    """The median steady step (`traceap.info.step_numbers`): what `traceap diff` compares."""
+    if not st.get("median_us"):
+        return "- (no profiler steps)"
+    return f"{fmt_us(st['median_us'])} ({plural(st['n_steps'], 'steady step')})"
+
+
+def _loader(st: dict) -> str:
+    """Host time in DataLoader.__next__ per step, and its share of the step."""
+    if not st.get("loader_calls"):
+        return "no DataLoader calls"
+    per, step = st.get("dataloader_us_per_step"), st.get("median_us")
+    if per is None or not step:
+        return f"{plural(st['loader_calls'], 'DataLoader call')} (no profiler steps)"
+    return f"{fmt_us(per)} per step ({100 * per / step:.0f}% of the step, on the host)"
 
 
 def _threshold(a) -> float | None:
@@ -480,7 +498,7 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
             continue
         color = BUSY_COLOR if cause == "busy" else CAUSE_COLORS[cause]
         name = "GPU busy" if cause == "busy" else idle_mod.CAUSE_TITLES[cause]
-        share = (f"{100 * us / span:.1f}% of the GPU span" if cause == "busy" else
+        share = (f"{acc.busy_pct}% of the GPU span" if cause == "busy" else
                  f"{100 * us / max(tot, 1e-9):.1f}% of the idle time")
         tip = f"{name}: {fmt_us(us)} ({share})"
         link = target.get(cause)
@@ -499,8 +517,8 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
              "Every idle microsecond has a cause.")
     return ('<h2>Where the GPU\'s idle time goes</h2><div class="panel idle">'
             f'<div class="idle-head">GPU idle <b>{_e(fmt_us(tot))}</b> of {_e(fmt_us(span))} '
-            f'({100 * tot / span:.0f}% of the GPU span, {len(acc.steady_steps)} steady '
-            f'step(s)). {_e(plain)}</div>'
+            f'({acc.idle_pct}% of the GPU span, {_e(plural(len(acc.steady_steps), "steady step"))}'
+            f'). {_e(plain)}</div>'
             f'<div class="idle-bar">{"".join(bar)}</div><div class="legend">{"".join(legend)}</div>'
             '<p class="notes">Idle: no compute kernel, memset or on-device copy running. Each '
             'idle microsecond is counted once, in the first cause that covers it (warm-up, '
@@ -510,8 +528,7 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
 
 def _cards(findings: list, prefix: str, details: TraceDetails | None,
            rank_index: int | None = None) -> str:
-    order = sorted(range(len(findings)),
-                   key=lambda k: -float(getattr(findings[k], "time_lost_us", 0.0) or 0.0))
+    order = sorted(range(len(findings)), key=lambda k: finding_order(findings[k]))
     parts = ['<div class="cards">']
     t0 = details.t0 if details is not None else None
     for k in order:
@@ -571,10 +588,10 @@ def _job_header(sections: Sequence[_RankView], cross: list) -> str:
     accounts = [getattr(s.analysis, "idle", None) for s in sections]
     idle_total = sum(a.total_us for a in accounts if a is not None)
     gpu = next((s.summary.get("gpu_name") for s in sections if s.summary.get("gpu_name")), None)
-    busy = [s.summary.get("gpu_busy_fraction") for s in sections
+    busy = [idle_mod.busy_pct(s.summary.get("gpu_busy_fraction")) for s in sections
             if s.summary.get("gpu_busy_fraction") is not None]
     tiles = [("Ranks", str(len(sections))), ("GPU", gpu or "unknown"),
-             ("GPU utilisation", f"{min(busy) * 100:.0f}\u2013{max(busy) * 100:.0f}%" if busy else "-"),
+             ("GPU busy", f"{min(busy)}\u2013{max(busy)}%" if busy else "-"),
              ("Findings", f"{sum(len(s.findings) for s in sections)} in ranks + "
                           f"{len(cross)} across"),
              ("GPU idle (all ranks)", fmt_us(idle_total) if any(accounts) else "-"),
@@ -588,13 +605,13 @@ def _job_header(sections: Sequence[_RankView], cross: list) -> str:
 def _ranks_view(sections: Sequence[_RankView]) -> str:
     rows = []
     for k, s in enumerate(sections):
-        busy = s.summary.get("gpu_busy_fraction")
-        steps = [st["dur_us"] for st in (s.summary.get("steps") or []) if st.get("dur_us")]
+        busy = idle_mod.busy_pct(s.summary.get("gpu_busy_fraction"))
+        step = (s.summary.get("step_time") or {}).get("median_us")  # steady steps, as the tile
         rows.append(f'<tr class="rankrow" data-rank="{k}"><td>{_e(s.label)}</td>'
                     f'<td style="width:60%"><div class="rankstrip" data-rank="{k}"></div></td>'
-                    f'<td class="n">{f"{busy * 100:.0f}%" if busy is not None else "-"}</td>'
+                    f'<td class="n">{f"{busy}%" if busy is not None else "-"}</td>'
                     f'<td class="n">{_e(s.idle_tile())}</td>'
-                    f'<td class="n">{_e(fmt_us(float(np.median(steps)))) if steps else "-"}</td>'
+                    f'<td class="n">{_e(fmt_us(step)) if step else "-"}</td>'
                     f'<td class="n">{sum(s.data["flagged"])}</td>'
                     f'<td class="n">{_e(fmt_us(sum(s.time_lost().values())))}</td></tr>')
     return ('<h2>Across ranks</h2><div class="panel ranks"><table class="ev"><tr><th>rank</th>'

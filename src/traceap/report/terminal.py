@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from ..findings import cost_sentence
-from ..units import fmt_us
+from ..findings import cost_sentence, finding_order
+from ..units import fmt_us, plural
 from .colors import TERMINAL_CAUSE_COLORS, TERMINAL_COLORS
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -65,6 +65,21 @@ def wrap_words(text: str, width: int, indent: str = "", subsequent: str | None =
     return textwrap.wrap(text, width, initial_indent=indent,
                          subsequent_indent=indent if subsequent is None else subsequent,
                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+
+
+def wrap_text(text: Text, width: int, subsequent: str = "") -> Text:
+    """Styled `text` broken between words like `wrap_words` (its own leading spaces and the
+    spaces between words on a line kept, so columns stay aligned), continuation lines starting
+    with `subsequent`."""
+    words = [m.span() for m in re.finditer(r"\S+", text.plain)]
+    out, taken, line_start = text[:0], 0, 0   # line_start: where column 0 of this line falls
+    for (_, gap), (start, end) in zip(words, words[1:]):
+        if end - line_start > width:
+            out.append_text(text[taken:gap])
+            out.append("\n" + subsequent)
+            taken, line_start = start, start - len(subsequent)
+    out.append_text(text[taken:])
+    return out
 
 
 def wrap_fields(fields: Sequence[str], width: int, indent: str = "  ", sep: str = "   ") -> list[str]:
@@ -210,8 +225,9 @@ def timeline_letters(analysis, width: int = 100) -> Text:
 
 
 def _header(console: Console, a) -> None:
+    from ..idle import busy_pct
     s = a.summary or {}
-    busy = s.get("gpu_busy_fraction")
+    busy = busy_pct(s.get("gpu_busy_fraction"))
     span = a.span_us[1] - a.span_us[0]
     width = console_width(console)
     rank = (f"rank {s['rank']}/{s['world_size']}" if s.get("world_size")
@@ -219,11 +235,21 @@ def _header(console: Console, a) -> None:
     console.print(Text(str(a.trace_path), style="bold"), soft_wrap=True)
     fields = [f"detector {a.detector}, {a.n_windows} windows",
               f"GPU {s.get('gpu_name') or 'unknown'}"] + ([rank] if rank else []) + [
-              f"span {fmt_us(span)}", f"steps {s.get('n_profiler_steps', 0)}",
-              f"GPU busy {'-' if busy is None else f'{100 * busy:.0f}%'}",
+              f"span {fmt_us(span)}", _steps_field(a),
+              f"GPU busy {'-' if busy is None else f'{busy}%'}",
               f"kernels {s.get('n_kernels', 0)}"]
     for line in wrap_fields(fields, width):
         console.print(Text(line), soft_wrap=True)
+
+
+def _steps_field(a) -> str:
+    """'steps 6', or 'steps 5 + 1 warm-up': the steady steps are the analysis' step basis (its
+    JSON's `step_basis.n_steps`, what `traceap diff` counts), a warm-up step is said apart."""
+    basis = getattr(a, "basis", None)
+    acc = getattr(a, "idle", None)
+    warm = len(acc.warmup_steps) if acc is not None else 0
+    n = basis.n_steps if basis is not None else (a.summary or {}).get("n_profiler_steps", 0)
+    return f"steps {n}" + (f" + {warm} warm-up" if warm else "")
 
 
 def _axis(a, width: int) -> Text:
@@ -306,7 +332,7 @@ def idle_line(account, width: int = 24, letters: bool = False, columns: int = 80
     if account is None or account.span_us <= 0:
         return text.append("GPU idle: no GPU activity", style="dim")
     span, tot = account.span_us, account.total_us
-    text.append(f"GPU idle {fmt_us(tot)} of {fmt_us(span)} ({100 * tot / span:.0f}%) ", style="bold")
+    text.append(f"GPU idle {fmt_us(tot)} of {fmt_us(span)} ({account.idle_pct}%) ", style="bold")
     by = account.by_cause
     parts = [("busy", span - tot)] + [(c, by[c]) for c in CAUSES]
     cells = _apportion([v for _, v in parts], width)
@@ -419,17 +445,18 @@ def job_notes(job) -> list[str]:
 def render_job(job, console: Console | None = None) -> None:
     """Print a job: a timeline per rank, cross-rank findings, then each rank's findings (fixes
     shown once per pattern)."""
+    from ..idle import busy_pct
     console = console or Console()
     console.print(Text(f"job {job.path}: {len(job.ranks)} ranks", style="bold"), soft_wrap=True)
     width = console_width(console)
     for a in job.ranks:
         r = a.summary.get("rank")
-        busy = a.summary.get("gpu_busy_fraction")
-        acc = getattr(a, "idle", None)
-        idle = f"idle {100 * acc.total_us / acc.span_us:.0f}%" if acc and acc.span_us > 0 else "idle -"
+        # The idle account's busy and idle, the same two numbers as the rank's own report.
+        busy = busy_pct(a.summary.get("gpu_busy_fraction"))
         lead = f"  rank {r if r is not None else '?':>3} "
-        tail = (f" busy {'-' if busy is None else f'{100 * busy:.0f}%'}, {idle}, "
-                f"{len(a.findings)} findings")
+        tail = (f" GPU busy {'-' if busy is None else f'{busy}%'}, "
+                f"idle {'-' if busy is None else f'{100 - busy}%'}, "
+                f"{plural(len(a.findings), 'finding')}")
         cols = max(20, min(a.n_windows, width - len(lead) - len(tail)))
         line = Text(lead)
         line.append_text(timeline(a, cols))
@@ -450,7 +477,7 @@ def render_job(job, console: Console | None = None) -> None:
     if job.findings:
         console.print("\n[bold]across ranks[/bold]")
         span = max((a.span_us[1] - a.span_us[0]) for a in job.ranks)
-        for f in job.findings:
+        for f in sorted(job.findings, key=finding_order):
             render_finding(console, f, span)
     shown: set[str] = set()
     for a in job.ranks:

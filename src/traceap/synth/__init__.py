@@ -7,8 +7,8 @@ Lower level: `simulator.RunConfig` + `simulator.simulate` play one rank's profil
 `writer.trace_document` / `writer.write_trace` write them as Kineto JSON.
 """
 
-from .dataset import SynthConfig, SynthReport, generate, plan, split_counts
+from .dataset import MIN_TRACES_ALL_PATTERNS, SynthConfig, SynthReport, generate, plan, split_counts
 from .simulator import RunConfig, RunResult, simulate
 
-__all__ = ["RunConfig", "RunResult", "SynthConfig", "SynthReport", "generate", "plan",
+__all__ = ["MIN_TRACES_ALL_PATTERNS", "RunConfig", "RunResult", "SynthConfig", "SynthReport", "generate", "plan",
            "simulate", "split_counts"]

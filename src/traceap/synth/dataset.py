@@ -20,7 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -122,8 +122,8 @@ def _pick_patterns(rng: np.random.Generator, world_size: int, mode: str, k: int,
                    counts: dict[str, int]) -> tuple[str, ...]:
     """Patterns for a bad job: the ones furthest below their Table-2 share so far.
 
-    Quota sampling rather than independent draws: even a 40-trace dataset then holds every
-    pattern, and the 610-trace one follows Table 2 closely.  NCCL patterns need several ranks.
+    Quota sampling rather than independent draws: the 610-trace dataset follows Table 2
+    closely (a small one may still lack an NCCL pattern: `cover_every_pattern` adds it).  NCCL patterns need several ranks.
     """
     allowed = [p for p in switches.TABLE2_WEIGHTS
                if (world_size > 1 and mode == "train") or p not in switches.MULTI_GPU]
@@ -184,7 +184,90 @@ def plan(cfg: SynthConfig) -> list[JobPlan]:
             jobs.append(JobPlan(len(jobs), split, task, (task, mi), plat, ws, pats,
                                 int(rng.integers(0, 2**31 - 1)), settings))
             left -= ws
+    two_gpu = dict(zip(cfg.world_sizes, cfg.world_size_p)).get(2, 0.0) > 0
+    return cover_every_pattern(jobs, merge=two_gpu)
+
+
+#: The fewest traces for which `plan` puts every one of the eight patterns into the dataset
+#: (`cover_every_pattern`; checked for every size from 15 to 60 with 1,000 seeds each, and
+#: 96 / 150 / 300 / 610 with 50): from 15 on the train split holds 10 traces, room for a
+#: multi-GPU training job that the NCCL patterns need.  Below it a pattern may be missing
+#: (1-20% of seeds at 7-14 traces, every seed at 6 or fewer); `generate` says which.
+MIN_TRACES_ALL_PATTERNS = 15
+
+
+def _can_carry(job: JobPlan, pattern: str) -> bool:
+    """Whether a planned job can take one more pattern (two at most, as `_pick_patterns`)."""
+    if pattern in job.patterns or len(job.patterns) >= 2:
+        return False
+    return pattern not in switches.MULTI_GPU or (job.world_size > 1
+                                                 and job.settings["mode"] == "train")
+
+
+def _add_multi_gpu_train_job(jobs: list[JobPlan]) -> list[JobPlan]:
+    """The plan with one more 2-GPU training job in the train split: two single-GPU train jobs
+    (the healthiest, latest first) become one, so the number of traces stays."""
+    single = [j for j in jobs if j.split == "train" and j.world_size == 1]
+    if len(single) < 2:
+        return jobs
+    keep, drop = sorted(sorted(single, key=lambda j: -j.index),
+                        key=lambda j: len(j.patterns))[:2]
+    keep.world_size = 2
+    keep.settings = {**keep.settings, "mode": "train"}
+    out = [j for j in jobs if j is not drop]  # its patterns, if any, are placed again
+    for i, j in enumerate(out):  # ids follow the plan's order
+        j.index = i
+    return out
+
+
+def cover_every_pattern(jobs: list[JobPlan], merge: bool = True) -> list[JobPlan]:
+    """The plan with every pattern in at least one job: each missing pattern goes to a job
+    that can carry it (`_can_carry`), train split first, a healthy job before a one-pattern one;
+    an NCCL pattern no job can carry gets a 2-GPU training job made of two single-GPU ones
+    (when `merge`: the configuration draws 2-GPU jobs at all).
+
+    Quota sampling per split (`_pick_patterns`) follows Table 2 but leaves the rare NCCL
+    patterns out of small datasets (`--traces 48 --seed 11` had no nccl_blocks_compute_stream
+    and no nccl_compute_no_overlap: they need a multi-GPU training job).  A plan that already
+    holds every pattern is returned unchanged, so such datasets keep their bytes."""
+    order = {sp: i for i, sp in enumerate(SPLIT_ORDER)}
+    for _ in range(len(switches.TABLE2_WEIGHTS)):  # a merge may free patterns to place again
+        todo = missing_patterns(jobs)
+        if not todo:
+            break
+        for p in todo:
+            fits = [j for j in jobs if _can_carry(j, p)]
+            if not fits and p in switches.MULTI_GPU and merge:
+                jobs = _add_multi_gpu_train_job(jobs)
+                fits = [j for j in jobs if _can_carry(j, p)]
+            if fits:
+                j = min(fits, key=lambda j: (order[j.split], len(j.patterns), j.index))
+                j.patterns = tuple(sorted(j.patterns + (p,)))
+                continue
+            # every job that could carry it is full: free a place, by dropping a pattern other
+            # jobs also carry or by moving one to a job with room for it
+            held = {q: sum(q in j.patterns for j in jobs) for q in switches.TABLE2_WEIGHTS}
+            trade = [(j, q) for j in jobs for q in j.patterns if _can_carry(_without(j, q), p)
+                     and (held[q] >= 2 or any(k is not j and _can_carry(k, q) for k in jobs))]
+            if trade:
+                j, q = min(trade, key=lambda jq: (order[jq[0].split], -held[jq[1]], jq[0].index))
+                j.patterns = tuple(sorted(set(j.patterns) - {q} | {p}))
+                if held[q] < 2:
+                    k = min((k for k in jobs if _can_carry(k, q)),
+                            key=lambda k: (order[k.split], len(k.patterns), k.index))
+                    k.patterns = tuple(sorted(k.patterns + (q,)))
     return jobs
+
+
+def _without(job: JobPlan, pattern: str) -> JobPlan:
+    """A copy of a planned job without one of its patterns (to ask what it could carry)."""
+    return replace(job, patterns=tuple(q for q in job.patterns if q != pattern))
+
+
+def missing_patterns(jobs: list[JobPlan]) -> list[str]:
+    """Patterns no planned job carries (none from `MIN_TRACES_ALL_PATTERNS` traces on)."""
+    have = {p for j in jobs for p in j.patterns}
+    return [p for p in switches.TABLE2_WEIGHTS if p not in have]
 
 
 def _model(builder: tuple[str, int]) -> ModelSpec:
@@ -327,6 +410,10 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
     out = Path(out)
     jobs = plan(cfg)
     owned = prepare_out(out, cfg, jobs, overwrite)
+    lacking = missing_patterns(jobs)
+    if lacking:
+        owned.notes.append(f"{cfg.traces} traces hold no {', '.join(lacking)}: every pattern is "
+                           f"guaranteed from --traces {MIN_TRACES_ALL_PATTERNS} on")
     files = planned_files(jobs)
     # Stamped first, so an interrupted run is still recognised as ours; the stamp lists the
     # previous run's files too until the new manifest is in place.

@@ -28,13 +28,16 @@ only: the command may run an interpreter without traceap installed.
 """
 
 import atexit
+import contextlib
 import gc
 import glob
 import json
 import os
+import re
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -48,6 +51,12 @@ LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch",
 
 #: Retry delay of the time fallback while the script is importing a module.
 QUIET_RETRY_S = 0.05
+
+#: A libkineto USDT probe message, which libkineto also prints to stderr whenever the profiler
+#: starts or stops: "USDT:2026-12-02 17:56:35 13008:13008 SyncActivityProfilerHandler.cpp:52]
+#: profiler_start".  Its level (USDT = 5) sits above ERROR (4), so KINETO_LOG_LEVEL cannot
+#: silence it without silencing libkineto's errors too: these lines are dropped instead.
+_USDT_LINE = re.compile(rb"USDT:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+:\d+\] ")
 
 _controller = None
 
@@ -119,6 +128,35 @@ def _debug(message: str) -> None:
               file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _without_usdt_lines():
+    """Run a profiler call with stderr (fd 2, where libkineto writes) caught, then pass on all
+    it printed except libkineto's USDT lines: errors, warnings and the script's own output from
+    other threads still reach the user, in their order, just after the call."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):  # no stderr to guard
+        saved = None
+    if saved is None:
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = b"".join(line for line in caught.read().splitlines(keepends=True)
+                            if not _USDT_LINE.match(line))
+            while kept:
+                kept = kept[os.write(2, kept):]
+
+
 def _role() -> str:
     """'main' (the command's first torch process), 'rank' (a torchrun worker) or 'helper'."""
     me = os.getpid()
@@ -173,8 +211,9 @@ class _Recording:
         # Number the steps as the run does: the profiler enters step boundary+1 next, so the
         # trace's ProfilerStep#N is the run's N-th step.
         self.prof.step_num = boundary
-        self.prof.start()
-        self.prof.step()
+        with _without_usdt_lines():
+            self.prof.start()
+            self.prof.step()
         _debug(f"{source} recording started at boundary {boundary}")
 
     def _schedule(self, n: int):
@@ -191,17 +230,20 @@ class _Recording:
     def advance(self, boundary: int) -> bool:
         """Step `boundary` just ended; True once the last recorded step has been saved."""
         self.boundary = boundary
-        self.prof.step()
+        with _without_usdt_lines():
+            self.prof.step()
         _debug(f"{self.source} boundary {boundary}")
         if boundary >= self.last:
-            self.prof.stop()
+            with _without_usdt_lines():
+                self.prof.stop()
             self._release()
         return self.finished
 
     def stop(self, discard: bool = False) -> None:
         """Stop now: save what was recorded (a partial trace), or throw it away."""
         self.discard = discard
-        self.prof.stop()
+        with _without_usdt_lines():
+            self.prof.stop()
         self._release()
 
     def _release(self) -> None:
