@@ -138,7 +138,8 @@ def find_traces(inputs: list) -> list[Path]:
             raise TraceFormatError(f"{p}: no such file or folder")
         if p.is_dir():
             found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(_TRACE_SUFFIXES)
-                           and MARKER not in q.parts and q.name != "catalog.json")
+                           and MARKER not in q.parts and q.name != "catalog.json"
+                           and not q.name.startswith("."))   # stamps of traceap outputs
             files += found
         else:
             files.append(p)
