@@ -104,6 +104,19 @@ def test_same_id_twice_needs_overwrite(bad):
         collect(cfg)
 
 
+def test_overwrite_re_records_one_id_and_says_so(tmp_path):
+    cfg = CollectConfig(model="resnet_tiny", device="cpu", out=tmp_path / "ds", batch_size=2,
+                        steps=1, workers=1)
+    first = collect(cfg)
+    (tmp_path / "ds" / "mine.txt").write_text("mine")
+    cfg.overwrite = True
+    again = collect(cfg)
+    assert again.notes == [f"replaced the earlier recording of {first.entry.id} (its trace and "
+                           f"manifest line)"]
+    assert [e.id for e in read_manifest(tmp_path / "ds")] == [first.entry.id]
+    assert (tmp_path / "ds" / "mine.txt").read_text() == "mine"
+
+
 def test_a_folder_collect_did_not_write_is_refused_and_never_overwritten(tmp_path):
     """Issue #32 item 1 for collect: a folder that is not a collect dataset (an inject output
     here) is one line before anything is recorded; with --overwrite the recording goes beside

@@ -135,9 +135,12 @@ def collect(cfg: CollectConfig) -> Recorded:
     cfg.validate()
     out = Path(cfg.out)
     eid = entry_id(cfg)
-    if not cfg.overwrite and eid in existing_ids(out):
+    again = eid in existing_ids(out)
+    if again and not cfg.overwrite:
         raise DatasetError(f"{out}: {eid} is already recorded (use --overwrite to replace it)")
     notes = prepare_out(out, cfg.overwrite, [f"traces/{eid}.pt.trace.json.gz"])
+    if again:
+        notes.append(f"replaced the earlier recording of {eid} (its trace and manifest line)")
     t0 = time.perf_counter()
     with _distributed(cfg) as device:
         tmp = out / ".collect-tmp" / eid
