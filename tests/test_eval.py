@@ -404,6 +404,9 @@ def test_cli_out_never_replaces_a_file_eval_did_not_write(traceap_cli, dataset, 
     assert "replaced 6 files of an earlier eval run" in p.stderr and "1 removed" in p.stderr
     assert not (out / "roc_N20.png").exists() and (out / "roc_N40.png").is_file()
     assert (out / "other.txt").read_text() == "mine"
+    # an --out that cannot be written: one line, before the evaluation
+    p = traceap_cli(*args[:-1], str(out / "other.txt" / "sub"))
+    assert p.returncode == 2 and "cannot be written" in p.stderr and p.stderr.count("\n") == 1
 
 
 def test_ablation_table_from_variant_detectors(dataset):

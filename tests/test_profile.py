@@ -373,3 +373,16 @@ def test_a_trace_cut_short_by_a_killed_process_is_not_kept(tmp_path):
            "host_1.1.pt.trace.json.gz" in _flat(p.stderr)
     assert sorted(q.name for q in out.glob("*.pt.trace.json.gz")) == ["host_2.2.pt.trace.json.gz"]
     assert gzip.decompress((out / "host_2.2.pt.trace.json.gz").read_bytes())
+
+
+
+def test_an_out_folder_that_cannot_be_written_is_one_line_before_the_command_runs(tmp_path):
+    """Issue #32 item 11 for profile: checked before the command starts (it never runs)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    marker = tmp_path / "ran"
+    for out in ("/proc/x", str(a_file / "o")):
+        p = _cli("--out", out, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+        assert p.returncode == 2 and f"--out {out}: cannot be written" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+    assert not marker.exists()

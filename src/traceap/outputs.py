@@ -81,7 +81,7 @@ class Claim:
         """Stamp the folder with the files this run wrote; delete the earlier run's files it
         did not write again (only those: they are listed in the earlier stamp); return the
         notes, with one line saying what was replaced."""
-        written = {f for f in written}
+        written = set(written)
         stale = sorted(self.previous - written)
         for rel in stale:
             (self.out / rel).unlink(missing_ok=True)
