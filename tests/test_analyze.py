@@ -185,6 +185,47 @@ def test_cli_analyze_writes_json_and_prints_findings(tmp_path):
     assert "A100" in r.output
 
 
+@pytest.mark.parametrize("option", ["--json", "--html", "--annotate"])
+def test_an_output_that_cannot_be_written_is_one_line_before_the_trace_is_read(tmp_path, option):
+    """Issue #32 item 11: an unwritable target used to end in "internal error:
+    FileNotFoundError" after the whole analysis.  (Tests run as root, for whom a read-only
+    folder is writable: /proc and a parent that is a file stand for it.)"""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")             # read first, this would be a trace error
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for target, why in (("/proc/x.json", "no permission to create files in /proc"),
+                        (str(a_file / "x.json"), "is not a folder"),
+                        (str(a_file / "sub" / "x.json"), "is not a folder")):
+        p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(bad), option,
+                            target], capture_output=True, text=True)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"traceap: error: {option} {target}: cannot be written")
+        assert why in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and option in p.stderr
+
+
+def test_an_output_on_the_input_trace_is_refused(tmp_path):
+    import shutil
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(CNN, trace)
+    for option in ("--json", "--html", "--annotate"):
+        p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(trace), option,
+                            str(trace)], capture_output=True, text=True)
+        assert p.returncode == 2 and "is the trace being analysed" in p.stderr, p.stderr
+    assert trace.read_bytes() == CNN.read_bytes()
+
+
+def test_a_write_that_fails_is_one_line():
+    """/dev/full takes the open and fails the write: one line, exit 2, no traceback."""
+    for option in ("--json", "--html"):
+        p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(CNN), "--detector",
+                            "expert", "-q", option, "/dev/full"], capture_output=True, text=True)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.strip() == (f"traceap: error: {option} /dev/full: cannot be written "
+                                    f"(No space left on device)"), p.stderr
+
+
 def test_cli_bad_inputs_are_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

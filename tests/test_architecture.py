@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "units", "progress"),                 # shared vocabulary
     ("trace",),                                      # the columnar Trace
     ("load", "windows"),                             # file -> Trace, Trace -> Windows
-    ("manifest", "measures"),                        # pattern ids; shared trace measurements
+    ("manifest", "measures", "outputs"),             # pattern ids; shared trace measurements;
+                                                     # the folders and files commands write
     ("idle", "findings", "llm_setup", "synth", "collect", "profile"),
     ("patterns", "info", "inject"),                  # one module per anti-pattern
     ("parallel",),                                   # one task per trace: processes or Ray

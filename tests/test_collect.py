@@ -16,7 +16,7 @@ import traceap
 from traceap.collect import MARKER_PREFIX, CollectConfig, collect, load_plan, run_plan
 from traceap.collect.markers import extract
 from traceap.manifest import read_manifest
-from traceap.errors import DatasetError
+from traceap.errors import DatasetError, OutputError
 
 from .conftest import CNN
 
@@ -102,6 +102,60 @@ def test_same_id_twice_needs_overwrite(bad):
                         batch_size=4, steps=2, patterns=tuple(bad.entry.patterns))
     with pytest.raises(DatasetError, match="already recorded"):
         collect(cfg)
+
+
+def test_overwrite_re_records_one_id_and_says_so(tmp_path):
+    cfg = CollectConfig(model="resnet_tiny", device="cpu", out=tmp_path / "ds", batch_size=2,
+                        steps=1, workers=1)
+    first = collect(cfg)
+    (tmp_path / "ds" / "mine.txt").write_text("mine")
+    cfg.overwrite = True
+    again = collect(cfg)
+    assert again.notes == [f"replaced the earlier recording of {first.entry.id} (its trace and "
+                           f"manifest line)"]
+    assert [e.id for e in read_manifest(tmp_path / "ds")] == [first.entry.id]
+    assert (tmp_path / "ds" / "mine.txt").read_text() == "mine"
+
+
+def test_a_folder_collect_did_not_write_is_refused_and_never_overwritten(tmp_path):
+    """Issue #32 item 1 for collect: a folder that is not a collect dataset (an inject output
+    here) is one line before anything is recorded; with --overwrite the recording goes beside
+    its files (its manifest kept under another name), and a trace of theirs in the way of the
+    recording stops it."""
+    out = tmp_path / "ds"
+    (out / "traces").mkdir(parents=True)
+    eid = "resnet_tiny-train-clean-bs2-cpu"
+    line = ('{"id": "x", "path": "traces/%s.pt.trace.json.gz", "split": "test_unseen", '
+            '"task": "other", "model": "m", "platform": "p", "world_size": 1, "rank": 0, '
+            '"label": "good", "source": "injected"}\n' % eid)
+    (out / "manifest.jsonl").write_text(line)
+    theirs = out / "traces" / f"{eid}.pt.trace.json.gz"
+    theirs.write_bytes(b"user bytes")
+    cmd = [sys.executable, "-m", "traceap", "collect", "--model", "resnet_tiny", "--out",
+           str(out), "--device", "cpu", "--batch-size", "2", "--steps", "1"]
+    for extra, message in (([], "not written by traceap collect"),
+                           (["--overwrite"], f"traces/{eid}.pt.trace.json.gz exists and was "
+                                             f"not written by traceap collect")):
+        r = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and message in r.stderr.splitlines()[-1], r.stderr
+        assert all(ln.startswith("traceap: ") for ln in r.stderr.splitlines()), r.stderr
+    assert theirs.read_bytes() == b"user bytes"
+    kept = [p.read_text() for p in out.glob("manifest*.jsonl")]
+    assert kept == [line]                  # theirs, in place or kept under another name
+
+
+def test_what_a_killed_recording_leaves_does_not_make_the_folder_foreign(tmp_path):
+    """SIGKILL leaves an empty traces/ and a .collect-tmp/ with the profiler's raw file: the
+    rerun records there (only a file collect did not write makes a folder foreign)."""
+    from traceap.collect.runner import prepare_out
+    out = tmp_path / "ds"
+    (out / "traces").mkdir(parents=True)
+    (out / ".collect-tmp" / "x").mkdir(parents=True)
+    (out / ".collect-tmp" / "x" / "raw.pt.trace.json.gz").write_bytes(b"half")
+    assert prepare_out(out) == []
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="not written by traceap collect"):
+        prepare_out(out)
 
 
 def test_plan_records_clean_and_graph_break_then_resumes(tmp_path):
@@ -222,7 +276,7 @@ def test_collect_without_device_says_cpu_and_keeps_stderr_clean(tmp_path):
 
 
 def test_a_stopped_recording_leaves_nothing_behind(tmp_path):
-    """SIGTERM (timeout, a batch system) mid-recording: one line, exit 130, no temporary files."""
+    """SIGTERM (timeout, a batch system) mid-recording: one line, exit 143, no temporary files."""
     import signal
     import time
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRACEAP_PROGRESS": "0"}
@@ -237,11 +291,49 @@ def test_a_stopped_recording_leaves_nothing_behind(tmp_path):
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert err.strip().splitlines()[-1] == ("traceap: interrupted; nothing of this recording "
-                                            "was kept"), err
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == ("traceap: interrupted (SIGTERM); nothing of this "
+                                            "recording was kept"), err
     assert not (out / ".collect-tmp").exists()
     assert not list(out.rglob("*.lock"))
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stop_sent_to_the_whole_sweep_stops_it(tmp_path, signum):
+    """Issue #32 item 12: `timeout` (or Ctrl-C) signals the whole process group, DataLoader
+    workers included.  Their deaths used to surface as "DataLoader worker ... killed by
+    signal: Terminated": the recording was logged failed and the sweep went on with the
+    next one.  Now the sweep stops at once: one line, 128 + the signal, the manifest and
+    the traces in agreement, nothing half written left."""
+    import signal
+    import time
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("out: ds\ndevice: cpu\nsteps: 200\nworkers: 2\nruns:\n"
+                    "  - models: [resnet_tiny]\n    patterns: [none, cpu_bound]\n"
+                    "    batch_sizes: [8]\n    image_size: 96\n")
+    out = tmp_path / "ds"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRACEAP_PROGRESS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "traceap", "collect", "--plan", str(plan)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (out / ".collect-tmp").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)                        # inside the first recording's loop, workers busy
+    os.killpg(proc.pid, getattr(signal, signum))
+    try:
+        stdout, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, err = proc.communicate()
+        pytest.fail(f"the sweep went on after {signum}: {stdout}")
+    assert proc.returncode == 128 + getattr(signal, signum), err
+    assert err.strip().splitlines()[-1] == (f"traceap: interrupted ({signum}); rerun the same "
+                                            f"command to record the rest"), err
+    assert "failed" not in stdout and "[2/2]" not in stdout and "Traceback" not in err
+    assert not (out / ".collect-tmp").exists() and not list(out.rglob("*.part"))
+    listed = {e.path for e in read_manifest(out)} if (out / "manifest.jsonl").exists() else set()
+    assert {p.relative_to(out).as_posix() for p in out.rglob("*.pt.trace.json.gz")} == listed
 
 
 def test_a_forked_child_ends_silently_on_the_stop_signal(capfd):

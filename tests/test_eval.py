@@ -384,6 +384,31 @@ def test_cli_writes_tables_scores_and_plots(traceap_cli, dataset, tmp_path):
         assert (out / f).stat().st_size > 0
 
 
+def test_cli_out_never_replaces_a_file_eval_did_not_write(traceap_cli, dataset, tmp_path):
+    """Issue #32 item 1 for eval --out: a file of the user's with an eval output's name stops
+    the run before the evaluation; a rerun replaces eval's own files, and drops the plot of a
+    window count it no longer makes; other files in the folder are kept."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "eval.md").write_text("my notes")
+    (out / "other.txt").write_text("mine")
+    args = ("--dataset", str(dataset), "--detectors", "expert", "--classifier", "",
+            "--out", str(out))
+    p = traceap_cli(*args, "--windows", "20,40")
+    assert p.returncode == 2 and "eval.md exists and was not written by traceap eval" in p.stderr
+    assert (out / "eval.md").read_text() == "my notes" and not (out / "eval.json").exists()
+    (out / "eval.md").unlink()
+    assert traceap_cli(*args, "--windows", "20,40").returncode == 0
+    p = traceap_cli(*args, "--windows", "40")
+    assert p.returncode == 0, p.stderr
+    assert "replaced 6 files of an earlier eval run" in p.stderr and "1 removed" in p.stderr
+    assert not (out / "roc_N20.png").exists() and (out / "roc_N40.png").is_file()
+    assert (out / "other.txt").read_text() == "mine"
+    # an --out that cannot be written: one line, before the evaluation
+    p = traceap_cli(*args[:-1], str(out / "other.txt" / "sub"))
+    assert p.returncode == 2 and "cannot be written" in p.stderr and p.stderr.count("\n") == 1
+
+
 def test_ablation_table_from_variant_detectors(dataset):
     from types import SimpleNamespace
 

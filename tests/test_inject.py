@@ -20,7 +20,7 @@ import pytest
 
 import traceap
 from traceap.manifest import PATTERNS, SPLITS, read_manifest, splits
-from traceap.errors import DatasetError
+from traceap.errors import DatasetError, OutputError
 from traceap.inject.core import Invalid, inject_one
 from traceap.inject.dataset import InjectConfig, build
 from traceap.inject.edit import Doc
@@ -36,6 +36,7 @@ V100 = DATA / "kineto2021_v100.json.gz"   # 2021 dialect: Operator / Runtime / K
 MI250 = DATA / "amd_mi250_train.json.gz"  # ROCm: hip* runtime calls, "Host" memcpys
 PARTICLE = DATA / "particle_transformer_bs8.json.gz"
 BASES = [CNN, V100, MI250, PARTICLE]
+EXAMPLES = Path(traceap.__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -594,15 +595,63 @@ def test_out_folder_rules(small_inputs, tmp_path):
     out = tmp_path / "ds"
     out.mkdir()
     (out / "mine.txt").write_text("keep me")
-    with pytest.raises(DatasetError):
+    (out / "manifest.jsonl").write_text("theirs\n")
+    with pytest.raises(OutputError):
         build([small_inputs / V100.name], out, InjectConfig(patterns=("cpu_bound",)))
-    build([small_inputs / V100.name], out, InjectConfig(patterns=("cpu_bound",), overwrite=True))
+    rep = build([small_inputs / V100.name], out, InjectConfig(patterns=("cpu_bound",),
+                                                              overwrite=True))
+    # --overwrite writes beside the user's files: none replaced, their manifest kept aside
     assert (out / "mine.txt").read_text() == "keep me"
+    assert (out / "manifest.before-inject.jsonl").read_text() == "theirs\n"
+    assert any("manifest.before-inject.jsonl" in n for n in rep.notes)
+    # a trace file inject did not write, in the way of one it would write, stops the run
+    clash = tmp_path / "clash"
+    (clash / "traces").mkdir(parents=True)
+    (clash / "traces" / "kineto2021_v100.pt.trace.json.gz").write_bytes(b"user bytes")
+    with pytest.raises(OutputError, match="not written by traceap inject"):
+        build([small_inputs / V100.name], clash, InjectConfig(patterns=("cpu_bound",),
+                                                              overwrite=True))
+    assert (clash / "traces" / "kineto2021_v100.pt.trace.json.gz").read_bytes() == b"user bytes"
+    # the same configuration again rewrites its own output in place
     fresh = tmp_path / "fresh"
     build([small_inputs / V100.name], fresh, InjectConfig(patterns=("cpu_bound", "graph_break")))
-    build([small_inputs / V100.name], fresh, InjectConfig(patterns=("graph_break",)))  # a rerun
+    build([small_inputs / V100.name], fresh, InjectConfig(patterns=("cpu_bound", "graph_break")))
+    # another one is refused, nothing touched, unless --overwrite, which replaces inject's
+    # files only
+    before = _digest(fresh)
+    with pytest.raises(OutputError, match="another configuration"):
+        build([small_inputs / V100.name], fresh, InjectConfig(patterns=("graph_break",)))
+    assert _digest(fresh) == before
+    (fresh / "traces" / "notes.txt").write_text("mine")
+    rep = build([small_inputs / V100.name], fresh, InjectConfig(patterns=("graph_break",),
+                                                                overwrite=True))
     names = {p.name for p in (fresh / "traces").iterdir()}
     assert not any("cpu_bound" in n for n in names) and any("graph_break" in n for n in names)
+    assert "notes.txt" in names
+    assert any(n.startswith("replaced 3 traces") and "1 removed" in n for n in rep.notes), rep.notes
+
+
+def test_a_second_inject_into_the_same_folder_deletes_nothing(tmp_path):
+    """Issue #32 item 1, as filed: a second inject of other bases and patterns into D used to
+    leave 2 of the first run's traces and delete the rest without a word."""
+    a, b = (str(p) for p in sorted(EXAMPLES.glob("*.json.gz"))[:2])
+    d = str(tmp_path / "D")
+    cli = [sys.executable, "-m", "traceap", "inject"]
+    first = subprocess.run(cli + [a, b, "--out", d, "--patterns", "no_pin_memory,graph_break",
+                                  "--copies", "3"], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    written = sorted((tmp_path / "D" / "traces").iterdir())
+    assert len(written) == 14
+    second = subprocess.run(cli + [a, "--out", d, "--patterns", "no_pin_memory"],
+                            capture_output=True, text=True)
+    assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1
+    assert "another configuration" in second.stderr and "--overwrite" in second.stderr
+    assert sorted((tmp_path / "D" / "traces").iterdir()) == written
+    third = subprocess.run(cli + [a, "--out", d, "--patterns", "no_pin_memory", "--overwrite"],
+                           capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr
+    assert "replaced 14 traces and 1 other file of an earlier inject run" in third.stderr
+    assert len(list((tmp_path / "D" / "traces").iterdir())) == 2
 
 
 def test_cli_inject_and_label(small_inputs, tmp_path):

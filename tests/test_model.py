@@ -361,6 +361,32 @@ def test_cli_train_on_a_non_dataset_is_one_line_exit_2(tmp_path, monkeypatch, ca
     assert len(err.strip().splitlines()) == 1
 
 
+def test_cli_train_never_replaces_a_file_it_did_not_write(tmp_path, monkeypatch, capsys):
+    """Issue #32 item 1 for train --out: a file that is not a checkpoint is never replaced, an
+    earlier checkpoint only with --overwrite; both refused before any featurising."""
+    import shutil
+
+    from traceap.cli import main
+    from traceap.model.checkpoint import bundled_model_path
+    (tmp_path / "manifest.jsonl").write_text("")
+    notes = tmp_path / "notes.pt"
+    notes.write_text("my notes")
+    earlier = tmp_path / "earlier.pt"
+    shutil.copy(bundled_model_path(), earlier)
+    for out, message in ((notes, "exists and is not a traceap checkpoint"),
+                         (earlier, "holds the checkpoint of an earlier traceap train run"),
+                         (tmp_path / "notes.pt" / "m.pt", "is not a folder")):
+        monkeypatch.setattr(sys, "argv", ["traceap", "train", "--dataset", str(tmp_path),
+                                          "--out", str(out)])
+        with pytest.raises(SystemExit) as exc:
+            main()
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and message in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert notes.read_text() == "my notes"
+    assert earlier.read_bytes() == bundled_model_path().read_bytes()
+
+
 def test_bundled_model_scores_the_sample_under_a_second(sample_windows):
     from traceap.detectors.learned import LearnedDetector
     det = LearnedDetector()
@@ -442,7 +468,8 @@ def test_cli_train_pretrains_on_a_folder_of_a_users_traces(tiny_dataset, tmp_pat
         monkeypatch.setattr(sys, "argv", [
             "traceap", "train", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "m.pt"),
             "--epochs", "1", "--steps-per-epoch", "2", "--windows", "20",
-            "--cache", str(tmp_path / "cache"), "--set", "d=16", "--set", "layers=1", *extra])
+            "--cache", str(tmp_path / "cache"), "--set", "d=16", "--set", "layers=1",
+            "--overwrite", *extra])
         try:
             main()
             return 0

@@ -299,13 +299,90 @@ def test_bad_input_is_one_clear_line(tmp_path, args, message):
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-def test_an_output_folder_with_old_traces_is_refused_unless_overwrite(tmp_path):
+def test_overwrite_replaces_only_what_an_earlier_profile_run_wrote(tmp_path):
+    """Issue #32 item 2: --overwrite used to delete every trace in --out, the user's too."""
     out = tmp_path / "o"
     out.mkdir()
-    shutil.copy(REPO / "tests" / "data" / "kineto2021_v100.json.gz",
-                out / "old.pt.trace.json.gz")
+    user = out / "old.pt.trace.json.gz"
+    shutil.copy(REPO / "tests" / "data" / "kineto2021_v100.json.gz", user)
     p = _cli("--out", str(out), "--", "true")
-    assert p.returncode == 2 and "already holds 1 trace(s)" in p.stderr
+    assert p.returncode == 2 and "1 trace(s) traceap profile did not write" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
     p = _cli("--out", str(out), "--overwrite", "--", "true")
-    assert p.returncode == 0 and not list(out.glob("*.pt.trace.json.gz"))
-    assert "no Python process of the command imported torch" in _flat(p.stderr)
+    assert p.returncode == 0 and user.is_file()           # the user's trace stays
+    assert "kept 1 trace(s) traceap profile did not write" in _flat(p.stderr)
+    # a real earlier run: its trace is replaced on --overwrite, and only it
+    run = out / "run"
+    args = ("--skip", "1", "--steps", "1", "--no-analysis", "--", sys.executable, str(TRAIN),
+            *TINY)
+    assert _cli("--out", str(run), *args).returncode == 0
+    first = [q.name for q in run.glob("*.pt.trace.json.gz")]
+    assert len(first) == 1
+    shutil.copy(user, run / "theirs.pt.trace.json.gz")
+    p = _cli("--out", str(run), *args)
+    assert p.returncode == 2 and "holds 1 trace of an earlier traceap profile run" in p.stderr
+    p = _cli("--out", str(run), "--overwrite", *args)
+    assert p.returncode == 0, p.stderr
+    assert "replaced 1 trace of an earlier profile run" in _flat(p.stderr)
+    now = {q.name for q in run.glob("*.pt.trace.json.gz")}
+    assert "theirs.pt.trace.json.gz" in now and first[0] not in now and len(now) == 2
+
+
+def test_a_stop_ends_the_run_without_analysis_and_keeps_only_complete_traces(tmp_path):
+    """Issue #32 item 12: SIGTERM to the whole group (`timeout`) while the command runs: the
+    command is stopped, its complete trace kept, no analysis after the deadline, one line,
+    exit 143."""
+    import os
+    import signal
+    import time
+    out = tmp_path / "o"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "traceap", "profile", "--skip", "1",
+                             "--steps", "1", "--out", str(out), "--", sys.executable,
+                             str(TRAIN), *TINY[2:], "--steps", "100000"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*.pt.trace.json.gz")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == (f"traceap: interrupted (SIGTERM); 1 complete "
+                                            f"trace(s) kept in {out}, not analysed (traceap "
+                                            f"analyze {out})"), err
+    assert "no anti-pattern" not in err and "Traceback" not in err
+
+
+def test_a_trace_cut_short_by_a_killed_process_is_not_kept(tmp_path):
+    """A process killed while writing its trace leaves a truncated file and no record: it is
+    removed, with a line, rather than passed to the analysis as a trace."""
+    import gzip
+    out = tmp_path / "o"
+    script = _script(tmp_path, """
+        import gzip, json, os
+        out = json.loads(os.environ["TRACEAP_PROFILE"])["out"]
+        data = gzip.compress(b'{"traceEvents": []}' * 1000)
+        open(os.path.join(out, "host_1.1.pt.trace.json.gz"), "wb").write(data[: len(data) // 2])
+        open(os.path.join(out, "host_2.2.pt.trace.json.gz"), "wb").write(data)
+    """)
+    p = _cli("--out", str(out), "--no-analysis", "--", sys.executable, str(script))
+    assert p.returncode == 0, p.stderr
+    assert "removed 1 trace(s) a process was killed while writing (incomplete): " \
+           "host_1.1.pt.trace.json.gz" in _flat(p.stderr)
+    assert sorted(q.name for q in out.glob("*.pt.trace.json.gz")) == ["host_2.2.pt.trace.json.gz"]
+    assert gzip.decompress((out / "host_2.2.pt.trace.json.gz").read_bytes())
+
+
+
+def test_an_out_folder_that_cannot_be_written_is_one_line_before_the_command_runs(tmp_path):
+    """Issue #32 item 11 for profile: checked before the command starts (it never runs)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    marker = tmp_path / "ran"
+    for out in ("/proc/x", str(a_file / "o")):
+        p = _cli("--out", out, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+        assert p.returncode == 2 and f"--out {out}: cannot be written" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+    assert not marker.exists()

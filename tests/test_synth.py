@@ -11,7 +11,7 @@ import numpy as np
 
 import traceap
 from traceap.manifest import PATTERNS, read_manifest, trace_path, window_labels
-from traceap.errors import DatasetError
+from traceap.errors import OutputError
 from traceap.synth import SynthConfig, generate, plan, split_counts
 from traceap.synth.dataset import planned_files, simulate_job
 from traceap.synth.workloads import all_models
@@ -216,7 +216,7 @@ def test_synth_never_deletes_a_collected_dataset(tmp_path):
     ds = tmp_path / "collected"
     real = _collected_dataset(ds)
     before = _digest(ds)
-    with pytest.raises(DatasetError, match="not a traceap synth output"):
+    with pytest.raises(OutputError, match="not written by traceap synth"):
         generate(ds, SynthConfig(traces=4, seed=1))
     assert _digest(ds) == before
     # --overwrite writes beside it: the real trace stays byte for byte, its manifest is kept
@@ -236,7 +236,7 @@ def test_synth_refuses_a_file_in_the_way_even_with_overwrite(tmp_path):
     (ds / "traces").mkdir(parents=True)
     first = planned_files(plan(SynthConfig(traces=4, seed=1)))[0]
     (ds / first).write_bytes(b"not ours")
-    with pytest.raises(DatasetError, match="not written by traceap synth"):
+    with pytest.raises(OutputError, match="not written by traceap synth"):
         generate(ds, SynthConfig(traces=4, seed=1), overwrite=True)
     assert (ds / first).read_bytes() == b"not ours"
 

@@ -17,5 +17,9 @@ class DatasetError(TraceapError):
     """A dataset folder or manifest is missing or malformed."""
 
 
+class OutputError(TraceapError):
+    """An output file or folder cannot be written, or holds files traceap must not replace."""
+
+
 class ModelError(TraceapError):
     """A model checkpoint is missing, corrupt or incompatible."""

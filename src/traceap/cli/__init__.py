@@ -72,8 +72,9 @@ def main() -> None:
         typer.echo(f"traceap: error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
+        from ._stop import exit_code
         typer.echo("traceap: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(exit_code())
     except MemoryError:
         typer.echo("traceap: error: out of memory", err=True)
         sys.exit(2)

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from ..errors import TraceapError
+from ..outputs import check_writable, failing_write
 
 #: Most windows a trace may be cut into.  The model's relation module attends over all pairs of
 #: windows: N^2 x heads x 4 bytes per attention map (5000 windows, 4 heads: 0.4 GB, 100000:
@@ -81,14 +82,17 @@ def analyze(
             typer.echo(data.decode())
             quiet = True
         else:
-            _make_parent(json_out, "the analysis JSON")
-            json_out.write_bytes(data)
+            with failing_write(json_out, "--json"):
+                _make_parent(json_out, "the analysis JSON")
+                json_out.write_bytes(data)
     if html_mod is not None:
-        _make_parent(html, "the HTML report")
-        html_mod.write_html(result, html, loaded)
+        with failing_write(html, "--html"):
+            _make_parent(html, "the HTML report")
+            html_mod.write_html(result, html, loaded)
     if ann_mod is not None:  # for a folder: OUT is a folder, one annotated trace per rank
-        _make_parent(annotate, "the annotated trace" + ("s" if is_job else ""))
-        ann_mod.write_annotated(result, loaded, annotate)
+        with failing_write(annotate, "--annotate"):
+            _make_parent(annotate, "the annotated trace" + ("s" if is_job else ""))
+            ann_mod.write_annotated(result, loaded, annotate)
     if not quiet:
         from ..report.terminal import render, render_job
         console = Console()
@@ -103,7 +107,7 @@ def _check_options(trace: Path, windows: int, threshold: float | None, detector:
                    classifier: str, json_out: Path | None, html: Path | None,
                    annotate: Path | None) -> None:
     """The checks that need nothing loaded: the input exists, numbers in range, known names,
-    output paths that are not folders."""
+    output paths that can be written (a failed write after a long analysis wastes it)."""
     from ..classify import CLASSIFIER_NAMES
     from ..detectors.registry import DETECTOR_NAMES
 
@@ -121,9 +125,15 @@ def _check_options(trace: Path, windows: int, threshold: float | None, detector:
         raise TraceapError(f"unknown classifier {classifier!r}; choose one of "
                            f"{', '.join(CLASSIFIER_NAMES)}")
     for path, what in ((json_out, "--json"), (html, "--html"), (annotate, "--annotate")):
-        if path is not None and str(path) != "-" and path.is_dir() and not (
-                what == "--annotate" and trace.is_dir()):
-            raise TraceapError(f"{what} {path}: is a folder; give a file name")
+        if path is None:
+            continue
+        if what == "--annotate" and trace.is_dir():   # a folder of annotated traces
+            check_writable(path / "rank.json.gz", what)
+        else:
+            check_writable(path, what)
+            if str(path) != "-" and path.exists() and path.resolve() == trace.resolve():
+                raise TraceapError(f"{what} {path}: is the trace being analysed; give another "
+                                   f"file name (traceap never overwrites its input)")
 
 
 def _stages(detector: str | None, model: Path | None, classifier: str, llm_url: str | None,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from pathlib import Path
 
 import typer
 
 from ..errors import TraceapError
+from ._stop import interrupt_here, stop_on_signals, stopped  # noqa: F401 (interrupt_here: tests)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,15 +38,15 @@ def collect(
                                         help="torch.compile backend for graph_break."),
     plan: Path = typer.Option(None, "--plan", help="Sweep a PLAN.yaml (models x patterns x "
                                                    "batch sizes); resumes where it stopped."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Re-record an id already there."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Re-record an id already there; or record into a folder that is not a collect dataset, beside its files (a manifest there is kept under another name)."),
     list_models: bool = typer.Option(False, "--list", help="List the models and patterns."),
 ) -> None:
     """Record a real profiler trace, labelled, into a dataset (one recording or a --plan)."""
     import torch
 
     # `timeout`, a batch system or `kill` stop a sweep with SIGTERM: end like Ctrl-C, so the
-    # recording's temporary files are removed and the manifest stays whole.
-    signal.signal(signal.SIGTERM, interrupt_here())
+    # recording's temporary files are removed, the manifest stays whole, the sweep stops.
+    stop_on_signals()
     quiet_fd_sharing()
 
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
@@ -69,7 +69,7 @@ def collect(
         try:
             res = run_plan(p, echo=typer.echo)
         except KeyboardInterrupt:
-            _stopped("rerun the same command to record the rest")
+            stopped("rerun the same command to record the rest")
         typer.echo(f"plan: {len(res.recorded)} recorded, {len(res.existing)} already there, "
                    f"{len(res.unavailable)} skipped (not possible here), "
                    f"{len(res.failed)} failed -> {p.out}")
@@ -87,31 +87,13 @@ def collect(
     try:
         rec = record(cfg)
     except KeyboardInterrupt:
-        _stopped("nothing of this recording was kept")
+        stopped("nothing of this recording was kept")
+    for note in rec.notes:
+        typer.echo(f"traceap: {note}", err=True)
     e = rec.entry
     typer.echo(f"recorded {e.id} ({e.label}, {len(e.anomalies)} anomaly intervals) in "
                f"{rec.seconds:.1f} s -> {rec.trace}")
 
-
-
-def interrupt_here():
-    """A SIGTERM handler that raises KeyboardInterrupt in this process only.
-
-    Forked children inherit it: a DataLoader worker that the stopping parent terminates (its
-    loader's shutdown, or multiprocessing's exit for a worker still starting up) would print a
-    KeyboardInterrupt traceback after the one-line message.  In a child it ends the process
-    as SIGTERM's default does, silently.
-    """
-    owner = os.getpid()
-
-    def interrupt(signum, frame) -> None:
-        if os.getpid() != owner:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise KeyboardInterrupt
-
-    return interrupt
 
 
 def quiet_fd_sharing() -> None:
@@ -138,12 +120,6 @@ def quiet_fd_sharing() -> None:
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
-
-
-def _stopped(what: str) -> None:
-    """One line for a stopped recording (Ctrl-C or SIGTERM) and the shell's code for it."""
-    typer.echo(f"traceap: interrupted; {what}", err=True)
-    raise typer.Exit(130)
 
 
 def _say_device(asked: str | None, device: str) -> None:

@@ -8,6 +8,7 @@ import orjson
 import typer
 
 from ..errors import TraceapError
+from ..outputs import check_writable, write_bytes
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +36,8 @@ def diff(
         raise TraceapError("--windows must be at least 1")
     if fail_if_slower is not None and fail_if_slower < 0:
         raise TraceapError("--fail-if-slower must be 0 or more (percent)")
+    if json_out is not None:
+        check_writable(json_out, "--json")     # before the (possibly long) comparison
     with status("comparing"):
         d = compare(before, after, windows, fail_if_slower)
     if json_out is not None:
@@ -42,8 +45,7 @@ def diff(
         if str(json_out) == "-":
             typer.echo(data.decode())
         else:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_bytes(data)
+            write_bytes(json_out, data, "--json")
     console = Console(stderr=str(json_out) == "-")
     if quiet:
         from ..report.terminal import console_width, wrap_words

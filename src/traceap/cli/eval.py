@@ -11,6 +11,7 @@ import orjson
 import typer
 
 from ..errors import TraceapError
+from ..outputs import failing_write
 
 DEFAULT_DETECTORS = "rule,clustering,expert,model"
 #: Detectors fitted on the train split (trace-level labels); the model brings its checkpoint.
@@ -213,6 +214,9 @@ def eval_(
     abl = build_ablation(ablation_dir) if ablation else {}
     if not dets and not abl and not clfs:
         raise TraceapError("nothing to evaluate: no detector or classifier is available")
+    n_plot = min(config.windows, key=lambda n: (abs(n - 100), n))
+    # a folder eval may not write is one line before the (long) evaluation
+    owned = tables.prepare_out(out, config.windows, n_plot) if out is not None else None
 
     result = evaluate(dataset, dets, clfs, config, fit=[n for n in FIT if n in dets],
                       ablation=abl, on_warning=warn, workers=execution.workers,
@@ -225,16 +229,19 @@ def eval_(
     summary["command"] = "traceap " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     summary["warnings"] = warnings
     if out is not None:
-        tables.write(summary, out)
-        _write_scores(result, out / "scores.jsonl")
-        n_plot = min(config.windows, key=lambda n: (abs(n - 100), n))
-        for n in config.windows:
-            plots.roc_curves(result, out, n)
-        ids = [x for x in (s.strip() for s in plot_traces.split(",")) if x]
-        try:
-            plots.timelines(result, out, n_plot, ids)
-        except KeyError as exc:
-            raise TraceapError(f"--plot-traces: {exc.args[0]}") from None
+        owned.begin(tables.out_files(config.windows, n_plot))
+        with failing_write(out, "--out"):
+            paths = list(tables.write(summary, out))
+            _write_scores(result, out / "scores.jsonl")
+            paths.append(out / "scores.jsonl")
+            paths += [plots.roc_curves(result, out, n) for n in config.windows]
+            ids = [x for x in (s.strip() for s in plot_traces.split(",")) if x]
+            try:
+                paths.append(plots.timelines(result, out, n_plot, ids))
+            except KeyError as exc:
+                raise TraceapError(f"--plot-traces: {exc.args[0]}") from None
+        for note in owned.finish(Path(p).name for p in paths if p is not None):
+            typer.echo(f"traceap: {note}", err=True)
     if json_out:
         typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     else:

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
                                                help="YAML: split -> globs of base paths (by project folder), and copies per split; overrides --split (see benchmarks/real_splits.yaml)."),
         task: str = typer.Option("other", "--task", help="Task written in the manifest (docs/FORMATS.md task ids)."),
         overwrite: bool = typer.Option(False, "--overwrite",
-                                       help="Write into a non-empty folder that is not a previous inject output."),
+                                       help="Replace an earlier inject output of another configuration (only the files inject wrote), or write beside the files of a folder inject did not write (never replacing one)."),
     ) -> None:
         """Plant each anti-pattern into real traces by its mechanism; write a labelled dataset.
 
@@ -40,6 +40,8 @@ def register(app: typer.Typer) -> None:
         plan = SplitPlan.read(split_plan) if split_plan is not None else None
         rep = build([str(t) for t in traces], out, config, log=lambda line: typer.echo(line, err=True),
                     plan=plan)
+        for note in rep.notes:
+            typer.echo(f"traceap: {note}", err=True)
         counts = rep.counts()
         bases = counts.get("good", 0) + counts.get("natural", 0)
         mix = ", ".join(f"{p}={counts[p]}" for p in PATTERNS if p in counts)

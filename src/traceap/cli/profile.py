@@ -26,7 +26,7 @@ def profile(
     exit_after: bool = typer.Option(False, "--exit-after", help="Stop the run once the trace is written (exit code 0 from each stopped process)."),
     period: float = typer.Option(1.0, "--period", help="Seconds per step when the script never steps (no optimizer step, no DataLoader): a time-based schedule."),
     windows: int = typer.Option(100, "--windows", "-w", help="Windows for the analysis (as traceap analyze)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace traces already in --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the traces and report of an earlier profile run in --out (only those), or record beside traces profile did not write (never deleting them)."),
     no_analysis: bool = typer.Option(False, "--no-analysis", help="Record only; do not analyse."),
 ) -> None:
     """Run a command with torch.profiler on from outside; record steps S+1..S+K; analyse them.
@@ -55,13 +55,21 @@ def profile(
     console = _console()
     r = run(command, cfg, on_start=lambda: _say(
         console, f"{_NAME}: recording steps {skip + 1}-{skip + steps} of `{_quote(command)}` "
-                 f"-> {cfg.out}", indent=""))
+                 f"-> {cfg.out}", indent=""), reports=("report.html",) if html else ())
     how = ("stopped after its trace (--exit-after)" if r.stopped_by_traceap and r.exit_code == 0
            else f"exited with code {r.exit_code}")
     _say(console, f"{_NAME}: the command {how} after {r.seconds:.1f} s; {len(r.traces)} "
                   f"trace(s) in {cfg.out}", indent="")
     for line in describe(r, cfg):
         _say(console, line)
+    if r.stopped_by is not None:
+        # a stop (Ctrl-C, `timeout`) ends the run here: no analysis after the deadline; one
+        # unwrapped line, as traceap's other ends
+        import signal
+        typer.echo(f"traceap: interrupted ({signal.Signals(r.stopped_by).name}); "
+                   f"{len(r.traces)} complete trace(s) kept in {cfg.out}, not analysed "
+                   f"(traceap analyze {cfg.out})", err=True)
+        raise typer.Exit(128 + r.stopped_by)
     if r.traces and not no_analysis:
         try:
             _analyse(r, cfg, windows, html, console)
@@ -110,6 +118,7 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
         from ..report.html import write_html
         path = write_html(result, Path(cfg.out) / "report.html",
                           loaded if len(r.traces) > 1 else traces[0])
+        r.owned.add(["report.html"])
         _say(console, f"HTML report: {path}", style="dim")
     _say(console, f"compare with another run: traceap diff {cfg.out} OTHER_DIR", style="dim")
 

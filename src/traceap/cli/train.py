@@ -74,6 +74,9 @@ def train(
                                                 "path on every node."),
     cache: Path = typer.Option(None, "--cache", metavar="DIR", rich_help_panel=_COMPUTE,
                                help="Feature cache (default ~/.cache/traceap)."),
+    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=_MAIN,
+                                   help="Replace a checkpoint an earlier train run wrote at "
+                                        "--out (never a file that is not a checkpoint)."),
 ) -> None:
     """Train the learned detector on a dataset's train split, on CPU.
 
@@ -81,6 +84,7 @@ def train(
     """
     import torch
 
+    from ..model.checkpoint import prepare_out
     from ..model.config import preset
     from ..model.train import train as run_train
     from ..parallel import Execution
@@ -105,6 +109,8 @@ def train(
             cfg = replace(cfg, pretrain_steps=pretrain_steps)
     except ValueError as exc:
         raise ModelError(str(exc)) from None
+    # before the featurising and the training: hours of work must not end in a refused write
+    replaced = prepare_out(out, overwrite)
     if threads:
         torch.set_num_threads(threads)
     _, log = run_train(dataset, out, cfg, windows=ns, epochs=epochs,
@@ -121,3 +127,5 @@ def train(
     typer.echo(f"trained on {log.n_good} good + {log.n_bad} bad traces, {log.steps} steps in "
                f"{log.seconds:.0f} s wall / {log.cpu_seconds:.0f} s CPU (+{log.featurize_seconds:.0f} s "
                f"featurising); final loss {last.get('total', float('nan')):.4f}{best}; wrote {out}")
+    if replaced:
+        typer.echo(f"traceap: {replaced}", err=True)

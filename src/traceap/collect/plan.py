@@ -32,7 +32,7 @@ import yaml
 
 from ..errors import TraceapError
 from .causes import PatternUnavailable, check_available, parse_patterns
-from .runner import CollectConfig, collect, entry_id, existing_ids
+from .runner import CollectConfig, collect, entry_id, existing_ids, prepare_out
 
 #: CPU training throughput and the fixed cost of one recording (model build, DataLoader
 #: workers, profiler export, gzip), measured with `traceap collect --device cpu` on the 2
@@ -175,6 +175,9 @@ def run_plan(plan: Plan, echo: Callable[[str], None] = print,
     if plan.out is None:
         raise TraceapError("the plan names no 'out' dataset folder (give --out DIR)")
     result = PlanResult()
+    # a folder the sweep may not write into is one line before the first recording
+    for note in prepare_out(plan.out):
+        echo(note)
     done = existing_ids(plan.out)
     todo: dict[int, float | None] = {}
     impossible = there = 0

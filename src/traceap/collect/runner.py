@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 
 from ..manifest import MANIFEST, SEEN_TASKS, SPLITS, TASKS, Entry, encode_entry, read_manifest
 from ..errors import DatasetError, TraceapError
+from ..outputs import Owner, claim
 from ..progress import track
 from . import markers
 from .data import SyntheticImages, target_to
@@ -125,6 +126,8 @@ class Recorded:
     entry: Entry
     trace: Path
     seconds: float
+    #: what happened to files already in the folder (one line each)
+    notes: list[str] = field(default_factory=list)
 
 
 def collect(cfg: CollectConfig) -> Recorded:
@@ -132,29 +135,40 @@ def collect(cfg: CollectConfig) -> Recorded:
     cfg.validate()
     out = Path(cfg.out)
     eid = entry_id(cfg)
-    if not cfg.overwrite and eid in existing_ids(out):
+    again = eid in existing_ids(out)
+    if again and not cfg.overwrite:
         raise DatasetError(f"{out}: {eid} is already recorded (use --overwrite to replace it)")
+    notes = prepare_out(out, cfg.overwrite, [f"traces/{eid}.pt.trace.json.gz"])
+    if again:
+        notes.append(f"replaced the earlier recording of {eid} (its trace and manifest line)")
     t0 = time.perf_counter()
     with _distributed(cfg) as device:
         tmp = out / ".collect-tmp" / eid
         trace_rel = f"traces/{eid}.pt.trace.json.gz"
+        listed = False
         try:
             anomalies = markers.finalize(_record(cfg, eid, device, tmp), out / trace_rel)
+            task = cfg.resolved_task
+            entry = Entry(
+                id=eid, path=trace_rel,
+                split=cfg.split or ("test_seen" if task in SEEN_TASKS else "test_unseen"),
+                task=task, model=cfg.model, platform=platform_name(cfg.device),
+                world_size=cfg.world_size, rank=cfg.rank,
+                label="bad" if cfg.patterns else "good", patterns=list(cfg.patterns),
+                anomalies=anomalies, source="collected",
+                notes=_notes(cfg), job=job_id(cfg) if cfg.world_size > 1 else None)
+            append_entry(out, entry, replace=cfg.overwrite)
+            listed = True
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             with suppress(OSError):
                 tmp.parent.rmdir()  # only when no other recording is using it
-        task = cfg.resolved_task
-        entry = Entry(
-            id=eid, path=trace_rel,
-            split=cfg.split or ("test_seen" if task in SEEN_TASKS else "test_unseen"),
-            task=task, model=cfg.model, platform=platform_name(cfg.device),
-            world_size=cfg.world_size, rank=cfg.rank,
-            label="bad" if cfg.patterns else "good", patterns=list(cfg.patterns),
-            anomalies=anomalies, source="collected",
-            notes=_notes(cfg), job=job_id(cfg) if cfg.world_size > 1 else None)
-        append_entry(out, entry, replace=cfg.overwrite)
-    return Recorded(entry, out / trace_rel, time.perf_counter() - t0)
+            # A stop (Ctrl-C, SIGTERM) between the trace and its manifest line: the trace goes
+            # too, so the manifest and the traces agree and a rerun records it again.
+            (out / (trace_rel + ".part")).unlink(missing_ok=True)
+            if not listed and eid not in existing_ids(out):
+                (out / trace_rel).unlink(missing_ok=True)
+    return Recorded(entry, out / trace_rel, time.perf_counter() - t0, notes)
 
 
 def _notes(cfg: CollectConfig) -> str:
@@ -168,7 +182,43 @@ def _notes(cfg: CollectConfig) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# the manifest
+# the output folder and the manifest
+
+#: A collect dataset grows one recording at a time, in any configuration, and needs no stamp:
+#: its manifest lines say which traces collect wrote (source "collected").
+OWNER = Owner("collect", None, None, rerun="any", aside=(MANIFEST,))
+
+
+def _collected(out: Path) -> set[str]:
+    """The trace files the manifest lists as recorded by collect."""
+    try:
+        return {e.path for e in read_manifest(out) if e.source == "collected"}
+    except DatasetError:
+        return set()
+
+
+def _collect_files(out: Path) -> set[str] | None:
+    """The files of a collect dataset (a manifest of collected traces only), else None.  A
+    folder holding nothing but a killed recording's `.collect-tmp/` is one too."""
+    if not (out / MANIFEST).exists():
+        files = [p.relative_to(out).parts[0] for p in out.rglob("*") if p.is_file()]
+        return set() if files and set(files) == {".collect-tmp"} else None
+    try:
+        entries = read_manifest(out)
+    except DatasetError:
+        return None
+    if not entries or any(e.source != "collected" for e in entries):
+        return None
+    return {e.path for e in entries} | {MANIFEST}
+
+
+def prepare_out(out: Path, overwrite: bool = False, traces: list[str] = ()) -> list[str]:
+    """Check that `out` may receive recordings, before any is made; returns notes.  A folder that is not a collect dataset is refused unless `overwrite` (then the
+    recordings go beside its files; a manifest found there is kept under another name); a
+    trace file collect did not write, in the way of one of `traces`, stops the run."""
+    out = Path(out)
+    planned = [MANIFEST] + [t for t in traces if t not in _collected(out)]
+    return claim(out, OWNER, None, planned, overwrite, legacy=_collect_files).notes
 
 
 def existing_ids(out: Path) -> set[str]:
@@ -370,5 +420,5 @@ def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target
     return loss
 
 
-__all__ = ["CollectConfig", "Recorded", "append_entry", "collect", "entry_id", "existing_ids",
-           "job_id", "parse_patterns", "platform_name"]
+__all__ = ["CollectConfig", "OWNER", "Recorded", "append_entry", "collect", "entry_id", "existing_ids",
+           "job_id", "parse_patterns", "platform_name", "prepare_out"]

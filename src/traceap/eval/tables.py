@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 
 from ..manifest import PATTERNS
+from ..outputs import Claim, Owner, claim
 from .metrics import NO_PATTERN
 
 TASK_TITLES = {
@@ -241,6 +242,38 @@ def markdown(s: dict, heading: str = "##") -> str:
     return "\n\n".join(parts) + "\n"
 
 
+#: What owns the files of an `eval --out` folder (traceap.outputs): every rerun replaces
+#: them (a results folder is rewritten as the code changes); the folder may hold anything
+#: else (other eval runs in subfolders), and a file eval did not write is never replaced.
+OWNER = Owner("eval", ".traceap-eval.json", "traceap.eval-out/v1", rerun="any", foreign_ok=True)
+
+
+def out_files(windows: tuple[int, ...], n_plot: int) -> list[str]:
+    """The files `traceap eval --out` writes for these window counts."""
+    return (["eval.md", "eval.json", "scores.jsonl"] + [f"roc_N{n}.png" for n in windows]
+            + [f"timelines_N{n_plot}.png"])
+
+
+def _legacy_eval_files(planned: list[str]):
+    """An eval output written before the stamp (eval.json of schema traceap.eval/v1): its
+    files that this run rewrites (nothing else of it is removed: unlisted, unknown)."""
+    def files(out: Path) -> set[str] | None:
+        try:
+            old = orjson.loads((out / "eval.json").read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        if not isinstance(old, dict) or old.get("schema") != "traceap.eval/v1":
+            return None
+        return {f for f in planned if (out / f).is_file()}
+    return files
+
+
+def prepare_out(out: str | os.PathLike, windows: tuple[int, ...], n_plot: int) -> Claim:
+    """Check `out` before the evaluation (one OutputError line, nothing written)."""
+    planned = out_files(windows, n_plot)
+    return claim(out, OWNER, None, planned, legacy=_legacy_eval_files(planned))
+
+
 def write(s: dict, out: str | os.PathLike) -> tuple[Path, Path]:
     """Write OUT/eval.md and OUT/eval.json; returns their paths."""
     out = Path(out)
@@ -252,6 +285,6 @@ def write(s: dict, out: str | os.PathLike) -> tuple[Path, Path]:
     return md, js
 
 
-__all__ = ["PATTERN_SHORT", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
+__all__ = ["OWNER", "PATTERN_SHORT", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
            "confusion_table", "detection_table", "markdown", "pct", "timing_table",
            "trace_level_table", "write"]

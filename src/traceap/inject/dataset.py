@@ -23,14 +23,16 @@ import numpy as np
 from ..manifest import MANIFEST, PATTERNS, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
 from ..errors import DatasetError, TraceapError, TraceFormatError
 from ..load import load_bytes, read_bytes
+from ..outputs import Claim, Owner, claim
 from .core import WARMUP_SHARE, Invalid, inject_one, warmup_share_in
 from .edit import Doc, gz_bytes, write_file
 from .mechanisms import Base, Unusable
 from .natural import natural_anomalies
 
-#: The marker file of an inject output (its presence allows replacing the folder's traces).
+#: The stamp of an inject output (docs/FORMATS.md, "Output stamps"): its configuration and
+#: every file it wrote, so that a rerun knows what it may replace; nothing else is deleted.
 MARKER = ".traceap-inject.json"
-SCHEMA = "traceap.inject/v1"
+SCHEMA = "traceap.inject/v2"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -115,6 +117,8 @@ class InjectReport:
     entries: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
     seconds: float = 0.0
+    #: what happened to files already in the folder (one line each)
+    notes: list = field(default_factory=list)
 
     def counts(self) -> dict:
         """Written traces per pattern (injected), plus natural / good copies of the bases."""
@@ -134,7 +138,8 @@ def find_traces(inputs: list) -> list[Path]:
             raise TraceFormatError(f"{p}: no such file or folder")
         if p.is_dir():
             found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(_TRACE_SUFFIXES)
-                           and MARKER not in q.parts and q.name != "catalog.json")
+                           and MARKER not in q.parts and q.name != "catalog.json"
+                           and not q.name.startswith("."))   # stamps of traceap outputs
             files += found
         else:
             files.append(p)
@@ -185,22 +190,56 @@ def base_ids(files: list[Path]) -> list[str]:
     return out
 
 
-def prepare_out(out: Path, overwrite: bool) -> set[str]:
-    """Check the output folder; returns the trace files a previous inject run wrote there."""
-    if out.exists() and not out.is_dir():
-        raise DatasetError(f"{out}: exists and is not a folder")
-    if not out.exists() or not any(out.iterdir()):
-        return set()
-    ours = (out / MARKER).is_file() and (out / MANIFEST).is_file()
-    if not ours and not overwrite:
-        raise DatasetError(f"{out}: not empty and not a previous `traceap inject` output "
-                           f"(use --overwrite to write into it anyway; nothing there is deleted)")
-    if not ours:
-        return set()
+#: What owns an inject output folder (traceap.outputs): a rerun with the same bases and
+#: settings rewrites it in place; another one needs --overwrite and replaces only inject's files.
+OWNER = Owner("inject", MARKER, SCHEMA, rerun="same_config", aside=(MANIFEST,))
+
+
+def _stamp_config(files: list[Path], config: InjectConfig, plan: SplitPlan | None) -> dict:
+    """The settings that decide the output (not --jobs, not --overwrite)."""
+    return {"bases": [str(f.resolve()) for f in files], "patterns": list(config.patterns),
+            "copies": config.copies, "seed": config.seed, "split": config.split,
+            "task": config.task,
+            "plan": None if plan is None else {"splits": plan.splits, "copies": plan.copies}}
+
+
+def _describe(old: dict) -> str:
+    bases = old.get("bases") or []
+    return (f"{len(bases)} base(s), patterns {','.join(old.get('patterns') or [])}, "
+            f"{old.get('copies')} cop{'y' if old.get('copies') == 1 else 'ies'}, "
+            f"seed {old.get('seed')}")
+
+
+def _legacy_inject_files(out: Path) -> set[str] | None:
+    """Files of an inject output written before its marker listed them (marker schema
+    traceap.inject/v1): the manifest's traces, the manifest and the marker."""
     try:
-        return {Path(e.path).name for e in read_manifest(out)}
-    except DatasetError:
-        return set()
+        old = json.loads((out / MARKER).read_text())
+        entries = read_manifest(out)
+    except (OSError, ValueError, DatasetError):
+        return None
+    if not isinstance(old, dict) or old.get("schema") != "traceap.inject/v1":
+        return None
+    return {e.path for e in entries} | {MANIFEST, MARKER}
+
+
+def planned_files(ids: list[str], configs: list[InjectConfig]) -> list[str]:
+    """Every file a run may write (a base or a plant may still be skipped)."""
+    files = [MANIFEST]
+    for bid, cfg in zip(ids, configs):
+        files.append(f"traces/{bid}.pt.trace.json.gz")
+        files += [f"traces/{bid}__{p}__c{k}.pt.trace.json.gz"
+                  for p in cfg.patterns for k in range(cfg.copies)]
+    return files
+
+
+def prepare_out(out: Path, files: list[Path], ids: list[str], configs: list[InjectConfig],
+                config: InjectConfig, plan: SplitPlan | None = None) -> Claim:
+    """Check the output folder before anything is written (traceap.outputs.claim): new,
+    empty, or an earlier inject output of the same configuration; anything else needs
+    --overwrite, which replaces only files an earlier inject run wrote there."""
+    return claim(out, OWNER, _stamp_config(files, config, plan), planned_files(ids, configs),
+                 config.overwrite, legacy=_legacy_inject_files, describe=_describe)
 
 
 def build(inputs: list, out: str | os.PathLike, config: InjectConfig = InjectConfig(),
@@ -228,9 +267,10 @@ def build(inputs: list, out: str | os.PathLike, config: InjectConfig = InjectCon
                    for i in keep]
         if not files:
             raise DatasetError("the split plan matches none of the given traces")
-    previous = prepare_out(out, config.overwrite)
-    (out / "traces").mkdir(parents=True, exist_ok=True)
     ids = base_ids(files)
+    owned = prepare_out(out, files, ids, configs, config, plan)
+    owned.begin(planned_files(ids, configs))
+    (out / "traces").mkdir(parents=True, exist_ok=True)
     explicit = {str(Path(i)) for i in inputs if not Path(i).is_dir()}
     jobs = [(str(f), bid, cfg, str(out), str(f) in explicit)
             for f, bid, cfg in zip(files, ids, configs)]
@@ -251,16 +291,8 @@ def build(inputs: list, out: str | os.PathLike, config: InjectConfig = InjectCon
     tmp = manifest.with_name(MANIFEST + ".tmp")
     tmp.write_bytes(b"".join(encode_entry(e) + b"\n" for e in report.entries))
     os.replace(tmp, manifest)
-    (out / MARKER).write_text(json.dumps({
-        "schema": SCHEMA, "seed": config.seed, "copies": config.copies,
-        "patterns": list(config.patterns), "split": config.split,
-        "plan": None if plan is None else {"splits": plan.splits, "copies": plan.copies},
-        "bases": [f.name for f in files]}, indent=1) + "\n")
-    keep = {Path(e.path).name for e in report.entries}
-    for name in previous - keep:  # written by an earlier inject run, no longer listed
-        p = out / "traces" / name
-        if p.is_file():
-            p.unlink()
+    # Only now, with the new manifest in place, go the files of an earlier run it no longer lists.
+    report.notes = owned.finish([e.path for e in report.entries] + [MANIFEST])
     report.seconds = time.perf_counter() - t_start
     return report
 

@@ -35,10 +35,11 @@ class Job:
 
 
 def trace_files(folder: str | os.PathLike) -> list[Path]:
-    """Trace files directly inside a folder (`*.json`, `*.json.gz`), sorted by name."""
+    """Trace files directly inside a folder (`*.json`, `*.json.gz`), sorted by name.  Hidden
+    files are not traces (the stamp `traceap profile` leaves, `.traceap-profile.json`)."""
     p = Path(folder)
     return sorted(f for f in p.iterdir()
-                  if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+                  if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith("."))
 
 
 def load_job(folder: str | os.PathLike, files: list[Path] | None = None) -> Job:

@@ -265,5 +265,36 @@ def load_model(path: str | os.PathLike | None = None) -> Checkpoint:
     return ckpt
 
 
+def prepare_out(path: str | os.PathLike, overwrite: bool = False) -> str | None:
+    """Check that a checkpoint may be written at `path` before training starts; returns a
+    note when it replaces an earlier one.  A file that is not a traceap checkpoint is never
+    replaced; an earlier checkpoint (hours of training) only with `overwrite`."""
+    from ..outputs import OutputError, check_writable
+
+    path = Path(path)
+    check_writable(path, "--out")
+    if not path.exists():
+        return None
+    old = _format_of(path)
+    if old != FORMAT:
+        raise OutputError(f"--out {path}: exists and is not a traceap checkpoint; nothing "
+                          f"trained: give another --out (traceap train never replaces it)")
+    if not overwrite:
+        raise OutputError(f"--out {path}: holds the checkpoint of an earlier traceap train run; "
+                          f"nothing trained: give another --out, or --overwrite to replace it")
+    return f"replaced the checkpoint of an earlier train run at {path}"
+
+
+def _format_of(path: Path) -> str | None:
+    """The "format" of a torch-saved checkpoint at `path`, None for any other file."""
+    import torch
+
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception:  # noqa: BLE001 - any file torch cannot read is not ours
+        return None
+    return obj.get("format") if isinstance(obj, dict) else None
+
+
 __all__ = ["Checkpoint", "FORMAT", "add_members", "bundled_model_path", "load_model", "member_runs",
-           "read_checkpoint", "save_model"]
+           "prepare_out", "read_checkpoint", "save_model"]

@@ -21,12 +21,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TraceapError
+from ..errors import OutputError, TraceapError
+from ..outputs import Claim, Owner, claim
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 ENV = "TRACEAP_PROFILE"
 TOP_ENV = "TRACEAP_PROFILE_TOP"
 TRACE_GLOB = "*.pt.trace.json*"
+#: The stamp of a profile output folder (docs/FORMATS.md, "Output stamps").
+STAMP = ".traceap-profile.json"
+STAMP_SCHEMA = "traceap.profile/v1"
 ACTIVITIES = ("cpu", "cuda", "xpu")
 #: Why the defaults: the paper's traces hold 2-3 profiler steps (traceap collect records 3);
 #: five steps skipped cover cuDNN autotuning, DataLoader worker start-up and first-call
@@ -85,6 +89,10 @@ class ProfileRun:
     records: list[dict]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: the output folder's stamp: `owned.add([...])` records files written after the run
+    owned: Claim | None = None
+    #: the signal (SIGINT, SIGTERM) that asked traceap to stop while the command ran, or None
+    stopped_by: int | None = None
 
     @property
     def sources(self) -> set[str]:
@@ -110,18 +118,31 @@ def default_out(command: list[str]) -> Path:
     return Path("traceap-profile") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_out(cfg: ProfileConfig) -> None:
-    """Create the output folder; refuse one holding traces of an earlier run unless overwrite."""
+#: What owns a profile output folder (traceap.outputs): a folder is one run, so an earlier
+#: run's folder needs --overwrite, which replaces only the files that run wrote.
+OWNER = Owner("profile", STAMP, STAMP_SCHEMA, rerun="overwrite", foreign_ok=True)
+
+
+def prepare_out(cfg: ProfileConfig, reports: tuple[str, ...] = ()) -> Claim:
+    """Check the output folder before the command starts (traceap.outputs.claim).
+
+    A folder an earlier profile run wrote is refused unless --overwrite, which replaces that
+    run's traces and report only.  Traces profile did not write are never deleted: without
+    --overwrite they stop the run (the folder would mix two runs for `traceap analyze DIR`),
+    with it the new traces go beside them.  `reports` are the files written after the run
+    (report.html): one profile did not write stops the run."""
     out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise TraceapError(f"--out {out}: exists and is not a folder")
-    old = sorted(out.glob(TRACE_GLOB)) if out.is_dir() else []
-    if old and not cfg.overwrite:
-        raise TraceapError(f"--out {out}: already holds {len(old)} trace(s) of an earlier run "
-                           f"(a folder is one run: pick another --out, or --overwrite)")
-    for f in old:
-        f.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    owned = claim(out, OWNER, {"steps": cfg.steps, "skip": cfg.skip}, planned=reports,
+                  overwrite=cfg.overwrite)
+    theirs = [p.name for p in sorted(out.glob(TRACE_GLOB)) if p.name not in owned.previous]
+    if theirs and not cfg.overwrite:
+        raise OutputError(f"--out {out}: holds {len(theirs)} trace(s) traceap profile did not "
+                          f"write (a folder is one run): pick another --out, or --overwrite to "
+                          f"record beside them (nothing there is deleted)")
+    if theirs:
+        owned.notes.append(f"kept {len(theirs)} trace(s) traceap profile did not write in {out} "
+                           f"(traceap analyze {out} reads them too)")
+    return owned
 
 
 def child_env(cfg: ProfileConfig, state: Path, base: dict | None = None) -> dict:
@@ -135,10 +156,12 @@ def child_env(cfg: ProfileConfig, state: Path, base: dict | None = None) -> dict
     return env
 
 
-def run(command: list[str], cfg: ProfileConfig, on_start=None) -> ProfileRun:
+def run(command: list[str], cfg: ProfileConfig, on_start=None,
+        reports: tuple[str, ...] = ()) -> ProfileRun:
     """Run `command` with the recorder switched on; wait for it; gather its traces.
 
-    `on_start()` is called once the inputs are checked, just before the command starts."""
+    `on_start()` is called once the inputs are checked, just before the command starts;
+    `reports` are files the caller writes into the folder afterwards (`ProfileRun.owned.add`)."""
     if not command:
         raise TraceapError("give the command to profile after --, e.g. "
                            "traceap profile -- python train.py")
@@ -146,44 +169,85 @@ def run(command: list[str], cfg: ProfileConfig, on_start=None) -> ProfileRun:
     exe = shutil.which(command[0])
     if exe is None:
         raise TraceapError(f"{command[0]}: command not found")
-    prepare_out(cfg)
+    owned = prepare_out(cfg, reports)
     if on_start is not None:
         on_start()
+    out = Path(cfg.out)
+    owned.begin()
+    before = {p.name for p in out.glob(TRACE_GLOB)}
     state = Path(tempfile.mkdtemp(prefix="traceap-profile-"))
     try:
         t0 = time.perf_counter()
-        code = _wait(command, child_env(cfg, state))
+        code, stop = _wait(command, child_env(cfg, state))
         seconds = time.perf_counter() - t0
         records = _read_records(state)
     finally:
         shutil.rmtree(state, ignore_errors=True)
-    out = Path(cfg.out)
     traces = [out / r["trace"] for r in records if r.get("trace") and (out / r["trace"]).exists()]
-    notes: list[str] = []
     known = {p.name for p in traces}
     # A process killed before its record was written still leaves its trace: keep it.
-    stray = [p for p in sorted(out.glob(TRACE_GLOB)) if p.name not in known]
+    stray = [p for p in sorted(out.glob(TRACE_GLOB)) if p.name not in known | before]
+    # ... unless it was killed while writing it: a truncated file is not left as a trace.
+    cut = [p for p in stray if not p.name.endswith(".gz") or not complete_gzip(p)]
+    for p in cut:
+        p.unlink(missing_ok=True)
+    stray = [p for p in stray if p not in cut]
+    traces += stray
+    # Only now go the traces of an earlier run (--overwrite): this run's are in place.
+    notes = owned.finish(p.name for p in traces)
     if stray:
         notes.append(f"{len(stray)} trace(s) without a process record (the process was killed "
                      f"before it could report): {', '.join(p.name for p in stray)}")
-        traces += stray
-    return ProfileRun(list(command), code, out, traces, records, seconds, notes)
+    if cut:
+        notes.append(f"removed {len(cut)} trace(s) a process was killed while writing "
+                     f"(incomplete): {', '.join(p.name for p in cut)}")
+    return ProfileRun(list(command), code, out, traces, records, seconds, notes, owned, stop)
 
 
-def _wait(command: list[str], env: dict) -> int:
-    """Run the command in the foreground; Ctrl-C reaches it (same process group), not us."""
+def _wait(command: list[str], env: dict) -> tuple[int, int | None]:
+    """Run the command in the foreground; return (its exit code, the stop signal traceap got).
+
+    Ctrl-C reaches the command itself (same process group); traceap only notes it.  SIGTERM
+    (`timeout`, a batch system, `kill`) is passed on to the command.  Either way traceap waits
+    for the command to end, so that what it wrote can be gathered and checked."""
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
         raise TraceapError(f"{command[0]}: cannot run: {exc.strerror or exc}") from None
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, lambda s, f: proc.send_signal(s))
+    got: list[int] = []
+
+    def on_int(signum, frame) -> None:
+        got.append(signum)
+
+    def on_term(signum, frame) -> None:
+        got.append(signum)
+        proc.send_signal(signum)
+
+    old_int = signal.signal(signal.SIGINT, on_int)
+    old_term = signal.signal(signal.SIGTERM, on_term)
     try:
         code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
-    return 128 - code if code < 0 else code
+    return (128 - code if code < 0 else code), (got[0] if got else None)
+
+
+def complete_gzip(path: Path) -> bool:
+    """True when `path` is a whole gzip stream (a process killed while writing its trace
+    leaves a truncated one)."""
+    import zlib
+
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                d.decompress(chunk, 0)
+                if d.eof:
+                    break
+    except (OSError, zlib.error):
+        return False
+    return d.eof
 
 
 def _read_records(state: Path) -> list[dict]:

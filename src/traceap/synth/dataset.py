@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 from ..manifest import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write_manifest
 from ..errors import DatasetError
+from ..outputs import Claim, Owner, claim
 from ..progress import track
 from . import ops
 from . import switches
@@ -364,14 +364,6 @@ def planned_files(jobs: list[JobPlan]) -> list[str]:
     return sorted(trace_rel(j.trace_id(r)) for j in jobs for r in range(j.world_size))
 
 
-def _read_stamp(out: Path) -> dict | None:
-    try:
-        stamp = orjson.loads((out / STAMP).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    return stamp if isinstance(stamp, dict) and stamp.get("schema") == STAMP_SCHEMA else None
-
-
 def _legacy_synth_files(out: Path) -> set[str] | None:
     """Files of a synth output written before synth.json existed: a manifest of synthetic
     traces only and nothing else in the folder.  None when the folder is anything else."""
@@ -383,64 +375,27 @@ def _legacy_synth_files(out: Path) -> set[str] | None:
         return None
     listed = {e.path for e in entries}
     present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    return listed if present <= listed | {MANIFEST} else None
+    return listed | {MANIFEST} if present <= listed | {MANIFEST} else None
+
+
+#: What owns a synth output folder (traceap.outputs): a rerun of the same configuration
+#: regenerates it in place (same seed, same bytes); another one needs --overwrite.
+OWNER = Owner("synth", STAMP, STAMP_SCHEMA, rerun="same_config", aside=(MANIFEST,))
+
+
+def _describe(old: dict) -> str:
+    return f"traces={old.get('traces')}, seed={old.get('seed')}"
 
 
 def prepare_out(out: Path, cfg: SynthConfig, jobs: list[JobPlan], overwrite: bool = False
-                ) -> tuple[set[str], list[str]]:
-    """Check that `out` may receive this dataset; returns (files an earlier synth run wrote
-    there, notes).  Raises DatasetError (nothing written) for a folder that holds anything but
-    a previous synth output of the same configuration, unless `overwrite`.  Files traceap synth
-    did not write are never replaced or deleted: even with `overwrite`, a trace file in the
-    way stops the run, and a foreign manifest.jsonl is kept under another name."""
-    notes: list[str] = []
-    if out.exists() and not out.is_dir():
-        raise DatasetError(f"{out}: exists and is not a folder")
-    if not out.exists() or not any(out.iterdir()):
-        return set(), notes
-    stamp = _read_stamp(out)
-    if stamp is not None:
-        ours = set(stamp.get("files", []))
-        if stamp.get("config") == _stamp_config(cfg) or overwrite:
-            return ours, notes
-        old = stamp.get("config", {})
-        raise DatasetError(
-            f"{out}: holds a traceap synth dataset of another configuration (traces="
-            f"{old.get('traces')}, seed={old.get('seed')}); nothing written: give another "
-            f"--out, or --overwrite to replace it")
-    legacy = _legacy_synth_files(out)
-    if legacy is not None:
-        if overwrite:
-            return legacy, notes
-        raise DatasetError(f"{out}: holds a synth dataset of unknown configuration (no {STAMP}; "
-                           f"written by an older traceap); nothing written: give another --out, "
-                           f"or --overwrite to replace it")
-    n = sum(1 for p in out.rglob("*") if p.is_file())
-    if not overwrite:
-        raise DatasetError(f"{out}: not empty ({n} files) and not a traceap synth output; "
-                           f"nothing written: give an empty or new --out folder (--overwrite "
-                           f"writes into it, keeping every file already there)")
-    clash = [f for f in planned_files(jobs) if (out / f).exists()]
-    if clash:
-        raise DatasetError(f"{out}: {clash[0]} (and {len(clash) - 1} more) exist and were not "
-                           f"written by traceap synth; nothing written: use another --out")
-    if (out / MANIFEST).exists():
-        k, keep = 0, out / "manifest.before-synth.jsonl"
-        while keep.exists():
-            k += 1
-            keep = out / f"manifest.before-synth.{k}.jsonl"
-        os.replace(out / MANIFEST, keep)
-        notes.append(f"the manifest that was in {out} is kept as {keep.name}")
-    notes.append(f"the {n} file(s) already in {out} are kept")
-    return set(), notes
-
-
-def _write_stamp(out: Path, cfg: SynthConfig, files: list[str]) -> None:
-    data = orjson.dumps({"schema": STAMP_SCHEMA, "config": _stamp_config(cfg), "files": files},
-                        option=orjson.OPT_INDENT_2)
-    tmp = out / (STAMP + ".tmp")
-    tmp.write_bytes(data + b"\n")
-    os.replace(tmp, out / STAMP)
+                ) -> Claim:
+    """Check that `out` may receive this dataset (traceap.outputs.claim): new, empty, or a
+    previous synth output of the same configuration; anything else raises OutputError
+    (nothing written) unless `overwrite`.  Files traceap synth did not write are never
+    replaced or deleted: even with `overwrite`, a trace file in the way stops the run, and a
+    foreign manifest.jsonl is kept under another name."""
+    return claim(out, OWNER, _stamp_config(cfg), planned_files(jobs) + [MANIFEST], overwrite,
+                 legacy=_legacy_synth_files, describe=_describe)
 
 
 def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
@@ -454,16 +409,16 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
     t0 = time.time()
     out = Path(out)
     jobs = plan(cfg)
-    previous, notes = prepare_out(out, cfg, jobs, overwrite)
+    owned = prepare_out(out, cfg, jobs, overwrite)
     lacking = missing_patterns(jobs)
     if lacking:
-        notes.append(f"{cfg.traces} traces hold no {', '.join(lacking)}: every pattern is "
-                     f"guaranteed from --traces {MIN_TRACES_ALL_PATTERNS} on")
+        owned.notes.append(f"{cfg.traces} traces hold no {', '.join(lacking)}: every pattern is "
+                           f"guaranteed from --traces {MIN_TRACES_ALL_PATTERNS} on")
     files = planned_files(jobs)
+    # Stamped first, so an interrupted run is still recognised as ours; the stamp lists the
+    # previous run's files too until the new manifest is in place.
+    owned.begin(files + [MANIFEST])
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    # Written first, so an interrupted run is still recognised as ours; it lists the previous
-    # run's files too until the new manifest is in place.
-    _write_stamp(out, cfg, sorted(set(files) | previous))
     work = [(j, str(out)) for j in jobs]
     # big jobs first so the pool does not end on a straggler
     work.sort(key=lambda w: -w[0].world_size)
@@ -488,14 +443,8 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
     entries.sort(key=lambda e: (order[e.split], e.id))
     write_manifest(out, entries)
     # Regenerating in place: each trace was replaced atomically while readers may still be at
-    # work; only now drop the files of the previous run that the new manifest no longer lists.
-    stale = previous - set(files)
-    for rel in sorted(stale):
-        (out / rel).unlink(missing_ok=True)
-    if stale:
-        notes.append(f"removed {len(stale)} trace(s) of the previous synth run that this "
-                     f"configuration does not make")
-    _write_stamp(out, cfg, files)
+    # work; only now go the files of the previous run that the new manifest no longer lists.
+    notes = owned.finish(files + [MANIFEST])
     counts: dict[str, int] = {p: 0 for p in switches.TABLE2_WEIGHTS}
     for e in entries:
         for a in e.anomalies:

@@ -1,0 +1,64 @@
+"""Stopping a long command cleanly on Ctrl-C (SIGINT) or SIGTERM (`timeout`, a batch system,
+`kill`): the command unwinds as for Ctrl-C, removes what it had half written, and ends with
+one line and the shell's code for the signal (130 for SIGINT, 143 for SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import typer
+
+#: The signal that stopped this process (None while none has).
+_received: list[int] = []
+
+
+def interrupt_here():
+    """A SIGINT/SIGTERM handler that raises KeyboardInterrupt in this process only, once.
+
+    In the owning process it first stops watching SIGCHLD: the signal usually
+    reaches the whole process group, so DataLoader workers die of it too, and torch's SIGCHLD
+    handler would turn their deaths into a RuntimeError ("DataLoader worker ... killed by
+    signal: Terminated") raised while the stop unwinds, read as a failed recording.  A second
+    signal while unwinding is ignored, so the clean-up is not cut short.
+
+    Forked children inherit the handler: a DataLoader worker that the stopping parent
+    terminates (its loader's shutdown, or multiprocessing's exit for a worker still starting
+    up) would print a KeyboardInterrupt traceback after the one-line message.  In a child it
+    ends the process as the signal's default does, silently.
+    """
+    owner = os.getpid()
+
+    def interrupt(signum, frame) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if _received:
+            return
+        _received.append(signum)
+        # a Python no-op, not SIG_DFL: a SIGCHLD already pending would find no handler and
+        # print "Signal 17 ignored due to race condition"
+        signal.signal(signal.SIGCHLD, lambda s, f: None)
+        raise KeyboardInterrupt
+
+    return interrupt
+
+
+def stop_on_signals() -> None:
+    """Install `interrupt_here` for SIGINT and SIGTERM."""
+    handler = interrupt_here()
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def exit_code() -> int:
+    """The shell's code for the signal that stopped the command (Ctrl-C's when none did)."""
+    return 128 + (_received[0] if _received else signal.SIGINT)
+
+
+def stopped(what: str) -> None:
+    """One line for a stopped command and the shell's code for the signal."""
+    name = signal.Signals(_received[0]).name if _received else "SIGINT"
+    typer.echo(f"traceap: interrupted ({name}); {what}", err=True)
+    raise typer.Exit(exit_code())
