@@ -271,8 +271,9 @@ def side_of(path: str | os.PathLike, n_windows: int = 100) -> Side:
     if p.is_dir():
         job = load_job(p)
         ja = analyze_job(job, n_windows)
-        ranks = [_rank_side(a.to_json(), a, t, t.meta.rank)
-                 for a, t in zip(ja.ranks, job.traces)]
+        # The analysis' rank: the job's (renumbered where ids repeat in one job).
+        traces = {t.meta.path: t for t in job.traces}
+        ranks = [_rank_side(a.to_json(), a, traces.get(a.trace_path), None) for a in ja.ranks]
         cross = [_finding(f, obj, None, cross_rank=True) for f, obj in
                  zip(ja.to_json().get("cross_rank", []), ja.findings)]
         return _combine(str(p), "job", ranks, cross)

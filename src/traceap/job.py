@@ -261,7 +261,7 @@ def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: Jo
                      f"compared as ranks of a job")
     kept = [o for i, o in enumerate(ok) if i not in drop]
     if why:  # separate traces: in the folder's order, as `traceap analyze` would take them
-        kept.sort(key=lambda o: o.index)
+        kept.sort(key=lambda o: Path(o.path).name)
     summaries = [o.summary for o in kept]
     claims = same_rank_claims(summaries)
     for g in claims:
