@@ -262,3 +262,20 @@ def test_job_rank_lines_show_busy_and_idle_of_one_account():
     assert len(got) == 2
     for busy, idle in got:   # was 51% and 93%: busy counted NCCL and copies, idle did not
         assert abs(int(busy) + int(idle) - 100) <= 1
+
+
+def test_a_trace_shown_on_its_own_is_never_busy_100_and_idle_100():
+    # tests/data/backward_thread.json.gz read "busy 100%, idle 100%" (one kernel, then copies).
+    import re
+    from io import StringIO
+
+    from rich.console import Console
+
+    from traceap.analysis import analyze
+    from traceap.report.terminal import render
+    a = analyze(traceap.load(DATA / "backward_thread.json.gz"), 20, "expert")
+    out = StringIO()
+    render(a, Console(file=out, width=100))
+    busy = int(re.search(r"GPU busy (\d+)%", out.getvalue()).group(1))
+    idle = int(re.search(r"GPU idle .* \((\d+)%\)", out.getvalue()).group(1))
+    assert abs(busy + idle - 100) <= 1

@@ -309,3 +309,11 @@ def test_an_output_folder_with_old_traces_is_refused_unless_overwrite(tmp_path):
     p = _cli("--out", str(out), "--overwrite", "--", "true")
     assert p.returncode == 0 and not list(out.glob("*.pt.trace.json.gz"))
     assert "no Python process of the command imported torch" in _flat(p.stderr)
+
+
+def test_one_recorded_step_is_step_n_not_steps_n_to_n(tmp_path):
+    p = _cli("--out", str(tmp_path / "o"), "--steps", "1", "--skip", "1", "--", "true")
+    assert p.returncode == 0, p.stderr
+    assert "recording step 2 of" in _flat(p.stderr) and "steps 2-2" not in _flat(p.stderr)
+    from traceap.profile.runner import steps_text
+    assert (steps_text(2, 1), steps_text(2, 3)) == ("step 2", "steps 2-4")
