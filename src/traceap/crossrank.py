@@ -14,7 +14,8 @@ A cross-rank finding re-explains time already in the ranks' own accounts (who wa
 so a job's totals are the sum over ranks and never add a cross-rank finding on top.
 
 Copies of one trace given as two ranks (identical content) and traces that claim the same rank
-are reported as such (`find_copies`, `same_rank_claims`) and not compared as a job.
+are reported as such (`find_copies`, `same_rank_claims`) and not compared as a job; nor are
+traces that do not agree as one job's ranks (`not_one_job`: world size, backend, clocks).
 """
 
 from __future__ import annotations
