@@ -323,8 +323,10 @@ def _why_slower(ps: RankSummary, pf: RankSummary, shown: int = 3) -> str:
     if gap <= 0 or diff[top] <= 0:
         return head + ": the mean steps do not differ the way the medians do"
     share = diff[top] / gap
+    rest = gap - diff[top]
     return (head + f": the difference is {'mostly' if share >= 0.5 else 'largest in'} "
-            f"{PART_TITLES[top]} (+{fmt_us(diff[top])} of {fmt_us(gap)})")
+            f"{PART_TITLES[top]} (+{fmt_us(diff[top])}; the other parts together "
+            f"{'+' if rest >= 0 else '-'}{fmt_us(abs(rest))})")
 
 
 def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
