@@ -31,7 +31,7 @@ V1_KEYS = ["schema", "trace", "n_windows", "span_us", "windows", "findings"]
 WINDOW_KEYS = ["index", "start_us", "end_us", "score", "flagged", "pattern", "confidence"]
 FINDING_KEYS = ["pattern", "windows", "start_us", "end_us", "severity", "evidence", "fix"]
 #: Keys added to v1 (docs/formats_findings.md): after the v1 keys, never instead of them.
-ADDED_KEYS = ["gpu_idle", "step_basis", "severity_rule", "notes"]
+ADDED_KEYS = ["gpu_idle", "step_basis", "severity_rule", "notes", "rank"]
 ADDED_FINDING_KEYS = ["title", "time_lost_us", "time_lost_per_step_us", "gain_us", "gain_pct",
                       "explanation", "numbers", "source"]
 

@@ -239,6 +239,15 @@ def test_findings_carry_the_process_rank_not_their_position(tmp_path):
     j = orjson.loads((tmp_path / "d.json").read_bytes())
     assert j["findings"] and {(c["rank"], c["status"]) for c in j["findings"]} == {(0, "same")}
     assert "(rank 1)" not in p.stdout and "(rank 2)" not in p.stdout
+    # The analysis JSON says its rank, so the JSON alone (its trace gone) gives it too.
+    trace.unlink()
+    assert {f.rank for f in side_of(tmp_path / "a.json").findings} == {0}
+    # A job's JSON: each rank's findings under its own rank.
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(DATA / "dlrm_job"), "-q",
+                        "--json", str(tmp_path / "job.json")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    by_rank = {(f.rank, f.cross_rank) for f in side_of(tmp_path / "job.json").findings}
+    assert {r for r, cross in by_rank if not cross} == {0, 1}
 
 
 # -- hidden, not new -----------------------------------------------------------------------------

@@ -176,7 +176,8 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
     # gpu_idle so that an analysis JSON without its trace has it too.
     busy = busy_fraction_of(idle)
     if rank is None:  # the rank the trace says it is (distributedInfo or file name), if any
-        said = summary.get("rank", trace.meta.rank if trace is not None else None)
+        said = data.get("rank", summary.get("rank",
+                                            trace.meta.rank if trace is not None else None))
         rank = said if isinstance(said, int) else None
     objs = list(getattr(obj, "findings", []) or [])
     findings = [_finding(f, objs[i] if i < len(objs) else None, n_steps or None,
