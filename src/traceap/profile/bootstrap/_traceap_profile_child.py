@@ -455,8 +455,8 @@ class Controller:
             # One step is "step 2", not "steps 2-2" (traceap.profile.runner.steps_text; this
             # file runs in the user's process and imports nothing of traceap).
             first, last = self.skip + 1, self.skip + self.steps
-            _say(f"trace written after {f'steps {first}-{last}' if last > first else f'step {first}'}; "
-                 f"stopping the run (--exit-after)")
+            steps = f"steps {first}-{last}" if last > first else f"step {first}"
+            _say(f"trace written after {steps}; stopping the run (--exit-after)")
             raise SystemExit(0)
 
     def _finish(self) -> None:
