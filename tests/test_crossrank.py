@@ -178,6 +178,9 @@ def test_traces_without_distributed_info_from_other_runs_are_not_one_job(tmp_pat
     job = analyze_job(tmp_path, n_windows=20, detector="expert")
     assert job.not_one_job == ["time ranges do not overlap"] and job.findings == []
     assert "analysed as 2 separate traces" in job.notes[0]
+    # Each as `traceap analyze TRACE` sees it: no rank where the trace says none.
+    assert [a.summary["rank"] for a in job.ranks] == [None, None]
+    assert [r["rank"] for r in job.to_json()["ranks"]] == [None, None]
 
 
 def test_a_job_built_from_a_bundled_trace_is_one_job_until_its_clocks_disagree(tmp_path):

@@ -154,6 +154,8 @@ class RankOutcome:
     peak_rss_bytes: int = 0
     seconds: float = 0.0             # wall, in the worker: reading + summarising + analysing
     cpu_seconds: float = 0.0         # the worker's CPU time for it
+    #: The rank is only the file's position (the trace said none).
+    rank_assigned: bool = False
 
 
 class RankWork:
@@ -205,8 +207,9 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
     det, clf, stage_notes = work.stages()
     try:
         t = source if loaded else load(source)
-        if t.meta.rank is None:
-            t.meta.rank = index          # as `load_job`: the file's position when none is said
+        if t.meta.rank is None:          # as `load_job`: the file's position when none is said
+            t.meta.rank, t.meta.rank_assigned = index, True
+        rank_assigned = t.meta.rank_assigned
         n_warnings = len(t.meta.warnings)
         summary = rank_summary(t)
         a = analyze(t, work.n_windows, det, clf, work.threshold, work.severity)
@@ -227,7 +230,7 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
         t = None  # the trace goes now, before the next rank is read
     return RankOutcome(index, path, a, summary, n_warnings, None, list(stage_notes),
                        _take_state(clf), peak_rss_bytes(), time.perf_counter() - t_start,
-                       time.process_time() - cpu_start)
+                       time.process_time() - cpu_start, rank_assigned)
 
 
 def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: JobConfig,
@@ -262,6 +265,10 @@ def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: Jo
     kept = [o for i, o in enumerate(ok) if i not in drop]
     if why:  # separate traces: in the folder's order, as `traceap analyze` would take them
         kept.sort(key=lambda o: Path(o.path).name)
+        for o in kept:   # ... each with the rank it says, or none
+            if o.rank_assigned:
+                o.summary = replace(o.summary, rank=None)
+                o.analysis.summary["rank"] = None
     summaries = [o.summary for o in kept]
     claims = same_rank_claims(summaries)
     for g in claims:

@@ -54,6 +54,6 @@ def load_job(folder: str | os.PathLike, files: list[Path] | None = None) -> Job:
     traces = [load(f) for f in track(files, "loading ranks")]
     for i, t in enumerate(traces):
         if t.meta.rank is None:
-            t.meta.rank = i
+            t.meta.rank, t.meta.rank_assigned = i, True
     traces.sort(key=lambda t: t.meta.rank)
     return Job(str(folder), traces)
