@@ -287,6 +287,12 @@ def test_a_pattern_hidden_by_a_bigger_cause_is_now_visible_not_new(hidden_pair):
     entry = next(f for f in j["findings"] if f["pattern"] == "no_pin_memory")
     assert entry["status"] == "now_visible" and entry["hidden_by"] == "single_process_dataloading"
     assert j["before"]["amounts"]["no_pin_memory"] == pytest.approx(b)
+    # The other way round (a stall added): the copies are hidden, not fixed.
+    back = compare(after, before)
+    c = next(c for c in back.findings if c.pattern == "no_pin_memory")
+    assert (c.status, c.hidden_by) == ("now_hidden", "single_process_dataloading")
+    assert "no_pin_memory now hidden by single_process_dataloading" in back.verdict
+    assert not [x for x in back.findings if x.pattern == "no_pin_memory" and x.status == "fixed"]
     # Planting the copies into the clean trace is a real change: new, and said so.
     fresh = compare(base, after)
     c = next(c for c in fresh.findings if c.pattern == "no_pin_memory")
