@@ -212,6 +212,12 @@ def test_eight_real_dlrm_ranks_agree_as_one_job():
     sums = [rank_summary(traceap.load(f)) for f in files]
     assert {s.world_size for s in sums} == {8} and {s.backend for s in sums} == {"nccl"}
     assert not_one_job(sums) == []
+    # HTA's sampled ranks 0 and 1 of a 128-GPU job, recorded together: one job too.
+    hta = SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis"
+    pair = [hta / "timeline_analysis__sampled_rank-0.json.gz",
+            hta / "trace_filter__sampled_rank-1.json.gz"]
+    if all(f.exists() for f in pair):
+        assert not_one_job([rank_summary(traceap.load(f)) for f in pair]) == []
 
 
 # -- what makes a rank slower --------------------------------------------------------------------
