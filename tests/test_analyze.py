@@ -31,7 +31,7 @@ V1_KEYS = ["schema", "trace", "n_windows", "span_us", "windows", "findings"]
 WINDOW_KEYS = ["index", "start_us", "end_us", "score", "flagged", "pattern", "confidence"]
 FINDING_KEYS = ["pattern", "windows", "start_us", "end_us", "severity", "evidence", "fix"]
 #: Keys added to v1 (docs/formats_findings.md): after the v1 keys, never instead of them.
-ADDED_KEYS = ["gpu_idle", "step_basis", "severity_rule", "notes"]
+ADDED_KEYS = ["gpu_idle", "step_basis", "severity_rule", "notes", "rank"]
 ADDED_FINDING_KEYS = ["title", "time_lost_us", "time_lost_per_step_us", "gain_us", "gain_pct",
                       "explanation", "numbers", "source"]
 
@@ -265,13 +265,16 @@ def _slower(trace: Trace, factor: float, rank: int) -> Trace:
     cols = {c: getattr(trace, c) for c in Trace.COLUMNS}
     cols["dur"] = dur
     meta = copy.copy(trace.meta)
-    meta.rank = rank
+    # Rank `rank` of a 3-GPU job, as its distributedInfo would say.
+    meta.rank, meta.world_size = rank, 3
+    meta.distributed_info = {**(trace.meta.distributed_info or {}), "rank": rank, "world_size": 3}
     return Trace(trace.names, cols, meta, trace.steps)
 
 
 def test_straggler_found_only_when_a_rank_is_slower(ddp):
     # A copy of one trace is not a second rank: nothing to compare.
     assert cross_rank_findings([rank_summary(ddp), rank_summary(_slower(ddp, 1.0, 1))]) == []
+    ddp = _slower(ddp, 1.0, 0)
     same = cross_rank_findings([ddp, _slower(ddp, 1.001, 1)])
     assert not [f for f in same if f.pattern == "straggler"]
     slow = cross_rank_findings([ddp, _slower(ddp, 1.5, 1), _slower(ddp, 1.001, 2)])
@@ -290,7 +293,8 @@ def test_analyze_job_on_real_dlrm_ranks():
     assert isinstance(job, JobAnalysis) and len(job.ranks) == 2
     # Rank 1's step is 38% longer than rank 0's, and the extra time is spent in NCCL.
     imb = [f for f in job.findings if f.pattern == "rank_imbalance"]
-    assert len(imb) == 1 and imb[0].rank == 1 and "mostly NCCL" in imb[0].evidence
+    assert len(imb) == 1 and imb[0].rank == 1
+    assert "mostly waiting on communication (exposed NCCL)" in imb[0].evidence
     assert not [f for f in job.findings if f.pattern == "straggler"]
     assert [a.summary["rank"] for a in job.ranks] == [0, 1]
     assert all(any(f.pattern == "single_process_dataloading" for f in a.findings)

@@ -215,3 +215,90 @@ def test_the_html_report_of_a_cpu_recording_shows_its_step_time_and_data_loading
     assert (f'<div class="k">Data loading</div><div class="v">'
             f'{fmt_us(m["dataloader_us_per_step"])} per step ({share:.0f}% of the step, on the '
             f'host)</div>') in html
+
+
+# -- ranks are the processes' ranks ------------------------------------------------------------
+def test_findings_carry_the_process_rank_not_their_position(tmp_path):
+    # The issue: a rank-0 trace's findings read "rank 1/2/3" (their place in the ranking).
+    rank0 = DATA / "dlrm_job" / "worker0.pt.trace.json.gz"
+    d = compare(rank0, rank0)
+    assert len(d.before.findings) > 1 and {f.rank for f in d.before.findings} == {0}
+    assert {c["rank"] for c in d.to_json()["findings"]} == {0}
+    assert {f.rank for f in side_of(SAMPLE).findings} == {3}
+    # No rank information at all: no rank.
+    assert {f.rank for f in side_of(DATA / "kineto2021_v100.json.gz").findings} == {None}
+    # Two analysis JSONs (their traces beside them) say the same through the CLI.
+    trace = tmp_path / "run.pt.trace.json.gz"
+    shutil.copy(rank0, trace)
+    for name in ("a.json", "b.json"):
+        p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(trace), "-q",
+                            "--json", str(tmp_path / name)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+    p = _diff(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json", str(tmp_path / "d.json"))
+    assert p.returncode == 0, p.stderr
+    j = orjson.loads((tmp_path / "d.json").read_bytes())
+    assert j["findings"] and {(c["rank"], c["status"]) for c in j["findings"]} == {(0, "same")}
+    assert "(rank 1)" not in p.stdout and "(rank 2)" not in p.stdout
+    # The analysis JSON says its rank, so the JSON alone (its trace gone) gives it too.
+    trace.unlink()
+    assert {f.rank for f in side_of(tmp_path / "a.json").findings} == {0}
+    # A job's JSON: each rank's findings under its own rank.
+    p = subprocess.run([sys.executable, "-m", "traceap", "analyze", str(DATA / "dlrm_job"), "-q",
+                        "--json", str(tmp_path / "job.json")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    by_rank = {(f.rank, f.cross_rank) for f in side_of(tmp_path / "job.json").findings}
+    assert {r for r, cross in by_rank if not cross} == {0, 1}
+
+
+# -- hidden, not new -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hidden_pair(tmp_path_factory):
+    """A real trace (kineto2021, V100) with pageable copies planted (`traceap inject`), and the
+    same with a single-process DataLoader planted on top, whose stall hides the copies' cost:
+    the run before and after `num_workers=4`."""
+    out = tmp_path_factory.mktemp("hidden")
+
+    def inject(base, pattern, seed):
+        p = subprocess.run([sys.executable, "-m", "traceap", "inject", str(base), "--out",
+                            str(out / f"{pattern}{seed}"), "--patterns", pattern, "--seed",
+                            str(seed)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return next((out / f"{pattern}{seed}" / "traces").glob(f"*__{pattern}__c0*"))
+    base = DATA / "kineto2021_v100.json.gz"
+    pinned_not = inject(base, "no_pin_memory", 0)
+    both = inject(pinned_not, "single_process_dataloading", 1)
+    return base, both, pinned_not
+
+
+def test_a_pattern_hidden_by_a_bigger_cause_is_now_visible_not_new(hidden_pair):
+    base, before, after = hidden_pair
+    d = compare(before, after)
+    c = next(c for c in d.findings if c.pattern == "no_pin_memory")
+    # Not a finding before (the loader's stall took its idle time), one after ...
+    assert c.before is None and c.after is not None
+    # ... while its own measure did not move: the same pageable copies and bytes per step.
+    b, a = c.amount["before"], c.amount["after"]
+    assert b["n_copies"] > 0 and b["bytes"] > 0
+    assert a["n_copies"] == pytest.approx(b["n_copies"]) and a["bytes"] == pytest.approx(b["bytes"])
+    assert c.status == "now_visible" and c.hidden_by == "single_process_dataloading"
+    assert "no_pin_memory now visible (was hidden by single_process_dataloading)" in d.verdict
+    assert "no_pin_memory appeared" not in d.verdict
+    j = d.to_json()
+    entry = next(f for f in j["findings"] if f["pattern"] == "no_pin_memory")
+    assert entry["status"] == "now_visible" and entry["hidden_by"] == "single_process_dataloading"
+    assert j["before"]["amounts"]["no_pin_memory"] == pytest.approx(b)
+    # The other way round (a stall added): the copies are hidden, not fixed.
+    back = compare(after, before)
+    c = next(c for c in back.findings if c.pattern == "no_pin_memory")
+    assert (c.status, c.hidden_by) == ("now_hidden", "single_process_dataloading")
+    assert "no_pin_memory now hidden by single_process_dataloading" in back.verdict
+    assert not [x for x in back.findings if x.pattern == "no_pin_memory" and x.status == "fixed"]
+    # Planting the copies into the clean trace is a real change: new, and said so.
+    fresh = compare(base, after)
+    c = next(c for c in fresh.findings if c.pattern == "no_pin_memory")
+    assert c.status == "new" and "no_pin_memory appeared" in fresh.verdict
+    # The CLI prints the status in words.
+    p = _diff(str(before), str(after))
+    assert p.returncode == 0, p.stderr
+    assert "now visible (was hidden by single_process_dataloading) no_pin_memory" in \
+        " ".join(p.stdout.split())

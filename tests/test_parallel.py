@@ -133,7 +133,9 @@ def test_copies_and_repeated_rank_ids_are_handled_as_in_the_serial_path(tmp_path
     parallel = analyze_job(tmp_path, n_windows=20, detector="expert", workers=2)
     assert as_json(parallel) == as_json(loaded)
     assert len(parallel.copies) == 1 and len(parallel.ranks) == 2
-    assert any("renumbered" in n for a in parallel.ranks for n in a.notes)
+    # A 2-GPU and an 8-GPU trace are not one job: each keeps its own rank, none renumbered.
+    assert parallel.not_one_job == ["world sizes 2 and 8", "time ranges do not overlap"]
+    assert not any("renumbered" in n for a in parallel.ranks for n in a.notes)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

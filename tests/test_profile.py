@@ -386,3 +386,11 @@ def test_an_out_folder_that_cannot_be_written_is_one_line_before_the_command_run
         assert p.returncode == 2 and f"--out {out}: cannot be written" in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
     assert not marker.exists()
+
+
+def test_one_recorded_step_is_step_n_not_steps_n_to_n(tmp_path):
+    p = _cli("--out", str(tmp_path / "o"), "--steps", "1", "--skip", "1", "--", "true")
+    assert p.returncode == 0, p.stderr
+    assert "recording step 2 of" in _flat(p.stderr) and "steps 2-2" not in _flat(p.stderr)
+    from traceap.profile.runner import steps_text
+    assert (steps_text(2, 1), steps_text(2, 3)) == ("step 2", "steps 2-4")

@@ -96,6 +96,9 @@ class Analysis:
         out["step_basis"] = basis_json(self.basis)
         out["severity_rule"] = severity_json(self.severity, self.basis)
         out["notes"] = list(self.notes)
+        # The process's rank (distributedInfo, the file name, or the job's), for readers of the
+        # JSON alone (`traceap diff`); null for a trace that says none.
+        out["rank"] = (self.summary or {}).get("rank")
         return out
 
     @property

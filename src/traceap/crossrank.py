@@ -14,7 +14,8 @@ A cross-rank finding re-explains time already in the ranks' own accounts (who wa
 so a job's totals are the sum over ranks and never add a cross-rank finding on top.
 
 Copies of one trace given as two ranks (identical content) and traces that claim the same rank
-are reported as such (`find_copies`, `same_rank_claims`) and not compared as a job.
+are reported as such (`find_copies`, `same_rank_claims`) and not compared as a job; nor are
+traces that do not agree as one job's ranks (`not_one_job`: world size, backend, clocks).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .findings import SEVERITY, Finding, SeverityConfig, StepBasis, judge
-from .idle import CAUSES, MECHANISMS, measure
+from .idle import CAUSE_TITLES, CAUSES, MECHANISM_IDS, MECHANISMS, measure
 from .trace import Trace, merged_intervals
 from .units import fmt_us
 from .windows import covered_time
@@ -39,6 +40,11 @@ class JobConfig:
     straggler_excess: float = 0.10   # compute time 10% over the median rank
     step_spread: float = 0.20        # slowest - fastest step over the median step
     exposed_share: float = 0.05      # TraceLens: exposed communication over 5% of GPU time
+    #: Ranks of one job record at the same time, so their wall-clock ranges overlap; clocks of
+    #: different hosts agree within milliseconds under NTP, and a profiler schedule starts every
+    #: rank at the same step, so 1 s of slack tells "recorded together" from "another run"
+    #: (the unrelated traces at hand lie days to years apart).
+    clock_slack_us: float = 1e6
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,15 @@ class RankSummary:
     #: The whole trace: GPU idle and its causes.
     idle_us: float = 0.0
     idle_by_cause: dict = field(default_factory=dict)
+    #: What the trace says of its job (distributedInfo): world size and backend, or None.
+    world_size: int | None = None
+    backend: str | None = None
+    #: The span on the wall clock (epoch us: the trace's baseTimeNanoseconds + its timestamps).
+    wall_span_us: tuple[float, float] = (0.0, 0.0)
+    #: A mean steady step (the whole trace without steps) taken apart: "compute" (GPU busy),
+    #: each idle cause of `traceap.idle` inside the steps, and "no_gpu_work" (step time outside
+    #: the GPU's span); the parts add up to the mean step.
+    step_parts_us: dict = field(default_factory=dict)
 
     @property
     def basis(self) -> StepBasis:
@@ -91,12 +106,20 @@ def rank_summary(trace: Trace) -> RankSummary:
     step_times = tuple(float(e - s) for s, e, _ in steady)
     if n:
         starts, ends = [s for s, _, _ in steady], [e for _, e, _ in steady]
-        comm_ids = [m.id for m in MECHANISMS if m.cause == "communication"]
-        exposed = sum(acc.time_in(m, starts, ends) for m in comm_ids) / n
+        in_steps = {c: 0.0 for c in CAUSES}
+        for k, mid in enumerate(MECHANISM_IDS):
+            cause = MECHANISMS[k].cause if k < len(MECHANISMS) else "not_explained"
+            in_steps[cause] += acc.time_in(mid, starts, ends) / n
+        exposed = in_steps["communication"]
         compute = acc.busy_in_steady_us / n
+        whole = sum(step_times) / n
     else:
+        in_steps = dict(acc.by_cause)
         exposed = acc.by_cause["communication"]
         compute = acc.busy_us
+        whole = acc.span_us
+    parts = {"compute": float(compute), **{c: float(v) for c, v in in_steps.items()}}
+    parts["no_gpu_work"] = max(float(whole) - sum(parts.values()), 0.0)
     nccl = nccl_rows(trace)
     cs, ce = merged_intervals(trace.ts[nccl], trace.end[nccl])
     if n and len(cs):
@@ -107,12 +130,15 @@ def rank_summary(trace: Trace) -> RankSummary:
     di = trace.meta.distributed_info or {}
     declared = di.get("rank") if isinstance(di.get("rank"), int) else None
     lo, hi = trace.span
+    base = (trace.meta.base_time_ns or 0) / 1e3
     return RankSummary(
         rank=trace.meta.rank, declared_rank=declared, path=trace.meta.path,
         fingerprint=fingerprint(trace), span_us=(float(lo), float(hi)), n_steps=n,
         step_us=float(np.median(step_times)) if n else None, step_times_us=step_times,
         compute_us=float(compute), comm_us=comm, exposed_comm_us=float(exposed),
-        idle_us=float(acc.total_us), idle_by_cause={c: float(v) for c, v in acc.by_cause.items()})
+        idle_us=float(acc.total_us), idle_by_cause={c: float(v) for c, v in acc.by_cause.items()},
+        world_size=trace.meta.world_size, backend=trace.meta.backend,
+        wall_span_us=(base + float(lo), base + float(hi)), step_parts_us=parts)
 
 
 def find_copies(summaries: list[RankSummary]) -> list[list[int]]:
@@ -136,6 +162,39 @@ def same_rank_claims(summaries: list[RankSummary]) -> list[list[int]]:
     return out
 
 
+def not_one_job(summaries: list[RankSummary], config: JobConfig = JobConfig()) -> list[str]:
+    """Why these traces (copies already removed) are not the ranks of one job, in words; empty
+    when they agree: one world size and backend where distributedInfo says, no more traces than
+    that world size, no rank claimed twice, and wall-clock ranges that overlap."""
+    why = []
+    sizes = sorted({s.world_size for s in summaries if s.world_size})
+    if len(sizes) > 1:
+        why.append("world sizes " + _and(sizes))
+    elif sizes and len(summaries) > sizes[0]:
+        why.append(f"{len(summaries)} traces for world size {sizes[0]}")
+    backends = sorted({s.backend for s in summaries if s.backend})
+    if len(backends) > 1:
+        why.append("backends " + _and(backends))
+    claimed: dict[int, int] = {}
+    for s in summaries:
+        if s.declared_rank is not None:
+            claimed[s.declared_rank] = claimed.get(s.declared_rank, 0) + 1
+    twice = sorted(r for r, k in claimed.items() if k > 1)
+    if twice:
+        why.append("rank " + _and(twice) + " claimed by more than one trace")
+    if len(summaries) > 1:
+        latest_start = max(s.wall_span_us[0] for s in summaries)
+        earliest_end = min(s.wall_span_us[1] for s in summaries)
+        if latest_start - earliest_end > config.clock_slack_us:
+            why.append("time ranges do not overlap")
+    return why
+
+
+def _and(xs) -> str:
+    xs = [str(x) for x in xs]
+    return ", ".join(xs[:-1]) + " and " + xs[-1] if len(xs) > 1 else "".join(xs)
+
+
 def cross_rank_findings(summaries: list[RankSummary | Trace], config: JobConfig = JobConfig(),
                         severity: SeverityConfig = SEVERITY) -> list[Finding]:
     """Stragglers (a rank computing longer while the others wait in NCCL), step times that
@@ -145,7 +204,7 @@ def cross_rank_findings(summaries: list[RankSummary | Trace], config: JobConfig 
     prof = [s if isinstance(s, RankSummary) else rank_summary(s) for s in summaries]
     dup = {i for g in find_copies(prof) for i in g[1:]}
     prof = [p for i, p in enumerate(prof) if i not in dup]
-    if len(prof) < 2:
+    if len(prof) < 2 or not_one_job(prof, config):
         return []
     found = [_straggler(prof, config, severity), _rank_imbalance(prof, config, severity),
              _exposed_everywhere(prof, config, severity)]
@@ -211,10 +270,8 @@ def _straggler(prof: list[RankSummary], config: JobConfig,
 
 def _rank_imbalance(prof: list[RankSummary], config: JobConfig,
                     severity: SeverityConfig) -> Finding | None:
-    """Profiler steps that take longer on one rank than on another, and whether NCCL or
-    compute makes the difference."""
-    comp = np.array([p.compute_us for p in prof])
-    comm = np.array([p.comm_us for p in prof])
+    """Profiler steps that take longer on one rank than on another, and which part of the
+    step (compute, exposed communication, another idle cause) makes the difference."""
     steps = np.array([p.step_us if p.step_us else np.nan for p in prof])
     if np.isfinite(steps).sum() <= 1:
         return None
@@ -224,19 +281,14 @@ def _rank_imbalance(prof: list[RankSummary], config: JobConfig,
     spread = (steps[slow] - steps[fast]) / med_step if med_step > 0 else 0.0
     if spread < config.step_spread:
         return None
-    d_comm, d_comp = comm[slow] - comm[fast], comp[slow] - comp[fast]
-    why = ("mostly NCCL time: it waits on its peers longer (uneven all-to-all or "
-           "collective sizes, or a peer arriving late)" if d_comm >= d_comp else
-           "mostly compute: it has more work")
     ps, pf = prof[slow], prof[fast]
+    why = _why_slower(ps, pf)
     return _finding(
         "rank_imbalance", ps, float(steps[slow] - med_step),
         "Step time differs across ranks",
         (f"profiler steps take {fmt_us(steps[slow])} on rank {ps.rank} but "
          f"{fmt_us(steps[fast])} on rank {pf.rank} (median {fmt_us(med_step)}, spread "
-         f"{100 * spread:.0f}%); the difference is {why}: NCCL {fmt_us(comm[slow])} vs "
-         f"{fmt_us(comm[fast])}, compute {fmt_us(comp[slow])} vs {fmt_us(comp[fast])} "
-         f"per step"),
+         f"{100 * spread:.0f}%); {why}"),
         ("Even out what each rank does per step: balanced embedding/expert sharding "
          "(TorchRec planner with real table sizes; MoE capacity factor), equal batch and "
          "sequence sizes per rank, and no rank-specific work (logging, evaluation, "
@@ -246,6 +298,35 @@ def _rank_imbalance(prof: list[RankSummary], config: JobConfig,
                   "fast_step_us": round(float(steps[fast]), 1),
                   "median_step_us": round(med_step, 1), "spread": round(float(spread), 3)},
         severity)
+
+
+#: The parts of a step (`RankSummary.step_parts_us`) in words.
+PART_TITLES = {"compute": "compute (GPU busy)", **CAUSE_TITLES,
+               "communication": "waiting on communication (exposed NCCL)",
+               "not_explained": "GPU idle not explained",
+               "no_gpu_work": "step time with no GPU work"}
+
+
+def _why_slower(ps: RankSummary, pf: RankSummary, shown: int = 3) -> str:
+    """Which part of the step makes rank ps slower than rank pf, from the parts it prints:
+    the mean steps taken apart (compute + each idle cause + no GPU work = the step), and the
+    part that grew most named as the reason."""
+    sp, fp = ps.step_parts_us, pf.step_parts_us
+    mean_s, mean_f = sum(sp.values()), sum(fp.values())
+    gap = mean_s - mean_f
+    diff = {k: sp.get(k, 0.0) - fp.get(k, 0.0) for k in PART_TITLES}
+    order = sorted(diff, key=lambda k: -abs(diff[k]))[:shown]
+    parts = ", ".join(f"{PART_TITLES[k]} {fmt_us(sp.get(k, 0.0))} vs {fmt_us(fp.get(k, 0.0))}"
+                      for k in order)
+    head = (f"a mean step takes {fmt_us(mean_s)} vs {fmt_us(mean_f)}, of which {parts}")
+    top = max(diff, key=diff.get)
+    if gap <= 0 or diff[top] <= 0:
+        return head + ": the mean steps do not differ the way the medians do"
+    share = diff[top] / gap
+    rest = gap - diff[top]
+    return (head + f": the difference is {'mostly' if share >= 0.5 else 'largest in'} "
+            f"{PART_TITLES[top]} (+{fmt_us(diff[top])}; the other parts together "
+            f"{'+' if rest >= 0 else '-'}{fmt_us(abs(rest))})")
 
 
 def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
@@ -290,4 +371,4 @@ def job_totals(summaries: list[RankSummary], rank_findings: list[list[Finding]])
 
 
 __all__ = ["JobConfig", "RankSummary", "cross_rank_findings", "find_copies", "fingerprint",
-           "job_totals", "rank_summary", "same_rank_claims"]
+           "job_totals", "not_one_job", "rank_summary", "same_rank_claims"]

@@ -3,7 +3,7 @@
     from traceap.diff import compare
     d = compare("before/", "after/")          # traces, folders of ranks or analysis JSONs
     d.verdict            # 'step time -23% (...): single_process_dataloading fixed'
-    d.to_json()                                # traceap.diff/v1 (docs/formats_diff.md)
+    d.to_json()                                # traceap.diff/v1 (docs/FORMATS.md)
 
 Each side is reduced to the same numbers, per profiler step so that recordings of different
 lengths compare.  The steps are the analysis' steady steps (`traceap.idle`: a warm-up first step
@@ -48,6 +48,16 @@ NOISE_PCT = 5.0
 DATALOADER_SHARE = 0.02
 #: `--fail-if-slower` exit code: distinct from 1 (internal error) and 2 (bad input).
 EXIT_SLOWER = 3
+#: A pattern's amount (`AntiPattern.amount`: pageable copies and bytes per step, loader time per
+#: step, ...) that moved less than this between the sides did not change: the same code moves
+#: the same batch the same way every step, and what varies is which steps a recording caught
+#: and host noise (the step time's is 5%, NOISE_PCT).  20% still tells one copy more or less in
+#: five per step, and a fix (copies gone or halved) or a regression (one more per step) moves
+#: it further.
+AMOUNT_TOL_PCT = 20.0
+#: Windows a trace is cut into to measure the patterns' amounts (sums over the whole trace,
+#: so the number barely matters).
+AMOUNT_WINDOWS = 100
 _SCHEMA_RE = re.compile(rb'"schema"\s*:\s*"traceap\.analysis/')
 
 
@@ -88,6 +98,9 @@ class Side:
     dataloader_us_per_step: float | None
     findings: list[FindingSummary]
     notes: list[str] = field(default_factory=list)
+    #: Pattern id -> its amount numbers (`AntiPattern.amount`) per step (per trace without
+    #: steps), averaged over ranks; only patterns whose amount could be measured on a trace.
+    amounts: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def gpu_idle_per_step_us(self) -> float | None:
@@ -118,6 +131,7 @@ class Side:
                 "gpu_busy_fraction": self.gpu_busy_fraction, "gpu_idle": idle,
                 "dataloader_us_per_step": self.dataloader_us_per_step,
                 "time_lost_per_step_us": self.lost_per_step(),
+                "amounts": self.amounts,
                 "findings": [f.to_json() for f in self.findings], "notes": self.notes}
 
 
@@ -127,15 +141,19 @@ def _per_step(total: float | None, n_steps: int | None, ranks: int) -> float | N
     return total / (n_steps / ranks)
 
 
-def _finding(d: dict, obj, n_steps: int | None, cross_rank: bool = False) -> FindingSummary:
-    """A finding from its JSON (the keys in FINDING_NUMBERS when present), else the object."""
+def _finding(d: dict, obj, n_steps: int | None, cross_rank: bool = False,
+             process_rank: int | None = None) -> FindingSummary:
+    """A finding from its JSON (the keys in FINDING_NUMBERS when present), else the object;
+    its `rank` is the process's (`process_rank` for a rank's own finding)."""
     known = {k for k in FINDING_NUMBERS if k in d or hasattr(obj, k)}
     nums = {k: d[k] if k in d else getattr(obj, k, None) for k in FINDING_NUMBERS}
     nums = {k: None if v is None else float(v) for k, v in nums.items()}
     if "time_lost_per_step_us" not in known and nums["time_lost_us"] is not None and n_steps:
         # An analysis without per-step numbers: spread the time lost over the steps.
         nums["time_lost_per_step_us"] = nums["time_lost_us"] / n_steps
-    rank = d.get("rank", getattr(obj, "rank", None))
+    # Only a cross-rank finding's "rank" names a process (the rank it concerns); a rank's own
+    # finding's "rank" is its position in that rank's ranking (#1, #2, ...).
+    rank = d.get("rank", getattr(obj, "rank", None)) if cross_rank else process_rank
     return FindingSummary(
         pattern=str(d.get("pattern")), rank=rank if isinstance(rank, int) else None,
         title=str(d.get("title") or getattr(obj, "title", None) or d.get("pattern")),
@@ -143,7 +161,8 @@ def _finding(d: dict, obj, n_steps: int | None, cross_rank: bool = False) -> Fin
 
 
 def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
-    """Numbers of one rank from its traceap.analysis/v1 object (+ the Analysis and Trace)."""
+    """Numbers of one rank from its traceap.analysis/v1 object (+ the Analysis and Trace);
+    `rank`: the process's rank (None: the one its summary records, if any)."""
     notes: list[str] = []
     m = measure_trace(trace) if trace is not None else None
     summary = data.get("summary") or getattr(obj, "summary", None) or {}
@@ -156,17 +175,32 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
     # GPU busy: the idle account's (busy + idle = its GPU span), read from the analysis' own
     # gpu_idle so that an analysis JSON without its trace has it too.
     busy = busy_fraction_of(idle)
+    if rank is None:  # the rank the trace says it is (distributedInfo or file name), if any
+        said = data.get("rank", summary.get("rank",
+                                            trace.meta.rank if trace is not None else None))
+        rank = said if isinstance(said, int) else None
     objs = list(getattr(obj, "findings", []) or [])
-    findings = []
-    for i, f in enumerate(data.get("findings", [])):
-        fo = objs[i] if i < len(objs) else None
-        fs = _finding(f, fo, n_steps or None)
-        if fs.rank is None and rank is not None:
-            fs.rank = rank
-        findings.append(fs)
+    findings = [_finding(f, objs[i] if i < len(objs) else None, n_steps or None,
+                         process_rank=rank)
+                for i, f in enumerate(data.get("findings", []))]
     return {"n_steps": n_steps or 0, "step_us": step_us, "busy": busy,
             "idle": idle, "dl": m["dataloader_us"] if m else None, "findings": findings,
-            "notes": notes, "has_gpu": trace.has_gpu if trace is not None else None}
+            "notes": notes, "has_gpu": trace.has_gpu if trace is not None else None,
+            "amounts": pattern_amounts(trace, m["n_steps"] if m else 0)}
+
+
+def pattern_amounts(trace: Trace | None, n_steps: int) -> dict[str, dict[str, float]]:
+    """Every pattern's amount numbers (`AntiPattern.amount`) in a trace, per step when it has
+    steps (else over the whole trace); empty without a trace or GPU work."""
+    if trace is None or not trace.has_gpu:
+        return {}
+    from .patterns import REGISTRY
+    from .windows import Windows
+
+    w = Windows(trace, AMOUNT_WINDOWS)
+    per = max(n_steps, 1)
+    return {pid: {k: v / per for k, v in got.items()}
+            for pid, p in REGISTRY.items() if (got := p.amounts(w))}
 
 
 def _combine(path: str, kind: str, ranks: list[dict], cross: list[FindingSummary]) -> Side:
@@ -185,6 +219,12 @@ def _combine(path: str, kind: str, ranks: list[dict], cross: list[FindingSummary
                 causes[k] = causes.get(k, 0.0) + float(v) / n
         by_cause = causes
     total_steps = sum(steps)
+    amounts: dict[str, dict[str, float]] = {}
+    if all(r["amounts"] for r in ranks):   # an average needs every rank measured
+        for pid in set.intersection(*(set(r["amounts"]) for r in ranks)):
+            keys = ranks[0]["amounts"][pid]
+            amounts[pid] = {k: float(np.mean([r["amounts"][pid].get(k, 0.0) for r in ranks]))
+                            for k in keys}
     dl = (sum(dls) / total_steps if total_steps and all(d is not None for d in dls) else None)
     notes = [x for r in ranks for x in r["notes"]]
     if not total_steps:
@@ -198,7 +238,8 @@ def _combine(path: str, kind: str, ranks: list[dict], cross: list[FindingSummary
                 gpu_busy_fraction=float(np.mean(busy)) if busy else None,
                 gpu_idle_us=idle_total, gpu_idle_by_cause_us=by_cause,
                 dataloader_us_per_step=dl,
-                findings=[f for r in ranks for f in r["findings"]] + cross, notes=notes)
+                findings=[f for r in ranks for f in r["findings"]] + cross, notes=notes,
+                amounts=amounts)
 
 
 def is_analysis_json(path: Path) -> bool:
@@ -231,8 +272,9 @@ def side_of(path: str | os.PathLike, n_windows: int = 100) -> Side:
     if p.is_dir():
         job = load_job(p)
         ja = analyze_job(job, n_windows)
-        ranks = [_rank_side(a.to_json(), a, t, t.meta.rank)
-                 for a, t in zip(ja.ranks, job.traces)]
+        # The analysis' rank: the job's (renumbered where ids repeat in one job).
+        traces = {t.meta.path: t for t in job.traces}
+        ranks = [_rank_side(a.to_json(), a, traces.get(a.trace_path), None) for a in ja.ranks]
         cross = [_finding(f, obj, None, cross_rank=True) for f, obj in
                  zip(ja.to_json().get("cross_rank", []), ja.findings)]
         return _combine(str(p), "job", ranks, cross)
@@ -254,9 +296,9 @@ def _side_of_json(p: Path) -> Side:
     if not isinstance(per_rank, list) or not per_rank:
         raise TraceapError(f"{p}: a {schema} object without ranks")
     ranks = []
-    for i, r in enumerate(per_rank):
+    for r in per_rank:
         trace = _trace_named(r.get("trace"), p)
-        side = _rank_side(r, None, trace, i if len(per_rank) > 1 else None)
+        side = _rank_side(r, None, trace, None)
         if trace is None:
             side["notes"].append(f"{r.get('trace')}: trace not found next to {p.name}; data "
                                  f"loading is unknown" + ("" if side["step_us"] is not None
@@ -297,14 +339,30 @@ class FindingChange:
     pattern: str
     rank: int | None
     title: str
-    status: str                     # fixed | new | better | worse | same
+    #: fixed | new | better | worse | same, or now_visible / now_hidden: found on one side
+    #: only while its amount (`AntiPattern.amount`) did not change, so a bigger cause hid it.
+    status: str
     before: FindingSummary | None
     after: FindingSummary | None
+    #: The pattern that hid it (now_visible: on the before side; now_hidden: after).
+    hidden_by: str | None = None
+    #: Its amount per step on both sides ({"before": {...}, "after": {...}}), when measured.
+    amount: dict | None = None
+
+    @property
+    def label(self) -> str:
+        """The status in words: 'fixed', 'new', ..., 'now visible (was hidden by X)'."""
+        by = f" by {self.hidden_by}" if self.hidden_by else ""
+        if self.status == "now_visible":
+            return f"now visible (was hidden{by})"
+        if self.status == "now_hidden":
+            return f"now hidden{by}"
+        return self.status
 
     def to_json(self) -> dict:
         """JSON object (traceap.diff/v1 findings entry)."""
         return {"pattern": self.pattern, "rank": self.rank, "title": self.title,
-                "status": self.status,
+                "status": self.status, "hidden_by": self.hidden_by, "amount": self.amount,
                 "before": self.before.to_json() if self.before else None,
                 "after": self.after.to_json() if self.after else None}
 
@@ -347,7 +405,7 @@ class Diff:
         return rows
 
     def to_json(self) -> dict:
-        """The traceap.diff/v1 object (docs/formats_diff.md)."""
+        """The traceap.diff/v1 object (docs/FORMATS.md)."""
         b, a = self.before, self.after
         busy = (None if b.gpu_busy_fraction is None or a.gpu_busy_fraction is None
                 else 100.0 * (a.gpu_busy_fraction - b.gpu_busy_fraction))
@@ -366,8 +424,10 @@ class Diff:
         }
 
 
-def match_findings(before: Side, after: Side, noise_pct: float = NOISE_PCT) -> list[FindingChange]:
-    """Pair the findings by (pattern, rank): fixed, new, or better/worse/same by time lost."""
+def match_findings(before: Side, after: Side, noise_pct: float = NOISE_PCT,
+                   amount_tol_pct: float = AMOUNT_TOL_PCT) -> list[FindingChange]:
+    """Pair the findings by (pattern, process rank): fixed, new, or better/worse/same by time
+    lost; a fixed or new one whose pattern's amount did not change is now_hidden/now_visible."""
     def key(f: FindingSummary):
         return (f.pattern, f.rank, f.cross_rank)
 
@@ -390,9 +450,39 @@ def match_findings(before: Side, after: Side, noise_pct: float = NOISE_PCT) -> l
                       else "better" if c < 0 else "worse")
         f = fa or fb
         out.append(FindingChange(k[0], k[1], f.title, status, fb, fa))
-    order = {"fixed": 0, "new": 1, "worse": 2, "better": 3, "same": 4}
+    for c in out:
+        one_side = {"new": c.after, "fixed": c.before}.get(c.status)
+        if one_side is not None and not one_side.cross_rank:
+            _check_hidden(c, before, after, out, amount_tol_pct)
+    order = {"fixed": 0, "new": 1, "now_visible": 2, "now_hidden": 3, "worse": 4, "better": 5,
+             "same": 6}
     out.sort(key=lambda c: order[c.status])
     return out
+
+
+def _check_hidden(c: FindingChange, before: Side, after: Side, changes: list[FindingChange],
+                  tol_pct: float) -> None:
+    """A finding on one side only whose pattern's amount did not change (every amount number
+    present on both sides and within `tol_pct`): now_visible / now_hidden, hidden by the
+    other side's costliest other finding (one that went away or shrank, when there is one)."""
+    b, a = before.amounts.get(c.pattern), after.amounts.get(c.pattern)
+    if not b or not a:
+        return
+    c.amount = {"before": b, "after": a}
+    keys = [k for k in b if k in a]
+    if not keys or not all(b[k] > 0 and abs(pct(b[k], a[k])) <= tol_pct for k in keys):
+        return
+    hider_side = "before" if c.status == "new" else "after"
+    moved = ("fixed", "better") if c.status == "new" else ("new", "worse")
+
+    def cost(x: FindingChange) -> float:
+        f = getattr(x, hider_side)
+        v = f.time_lost_per_step_us if f.time_lost_per_step_us is not None else f.time_lost_us
+        return v or 0.0
+    others = [x for x in changes if x.pattern != c.pattern and getattr(x, hider_side)]
+    preferred = [x for x in others if x.status in moved] or others
+    c.hidden_by = max(preferred, key=cost).pattern if preferred else None
+    c.status = "now_visible" if c.status == "new" else "now_hidden"
 
 
 def verdict(before: Side, after: Side, changes: list[FindingChange],
@@ -412,6 +502,9 @@ def verdict(before: Side, after: Side, changes: list[FindingChange],
         reasons.append(", ".join(fixed) + " fixed")
     if new:
         reasons.append(", ".join(new) + " appeared")
+    for c in changes:
+        if c.status in ("now_visible", "now_hidden"):
+            reasons.append(f"{c.pattern} {c.label}")
     dp = pct(before.dataloader_us_per_step, after.dataloader_us_per_step)
     if dp is not None and abs(dp) >= noise_pct and before.step_us:
         moved = abs(after.dataloader_us_per_step - before.dataloader_us_per_step)
@@ -485,9 +578,10 @@ def render(d: Diff, console=None) -> None:
     for c in d.findings:
         if c.status == "same":
             continue
-        style = {"fixed": "green", "better": "green", "new": "red", "worse": "red"}[c.status]
+        style = {"fixed": "green", "better": "green", "new": "red", "worse": "red",
+                 "now_visible": "yellow", "now_hidden": "yellow"}[c.status]
         where = f" (rank {c.rank})" if c.rank is not None else ""
-        line = Text.from_markup(f"  [{style}]{c.status:6s}[/{style}] {escape(c.pattern)}{where}: "
+        line = Text.from_markup(f"  [{style}]{c.label:6s}[/{style}] {escape(c.pattern)}{where}: "
                                 f"{escape(c.title)}")
         console.print(wrap_text(line, width, " " * 9), soft_wrap=True)
     for n in dict.fromkeys(b.notes + a.notes):

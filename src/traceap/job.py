@@ -18,7 +18,7 @@ from pathlib import Path
 from .analysis import Analysis, analyze, resolve_classifier, resolve_detector
 from .classify.base import Classifier
 from .crossrank import (JobConfig, RankSummary, cross_rank_findings, find_copies, job_totals,
-                        rank_summary, same_rank_claims)
+                        not_one_job, rank_summary, same_rank_claims)
 from .detectors.base import Detector
 from .errors import TraceapError
 from .findings import SEVERITY, Finding, SeverityConfig
@@ -41,6 +41,10 @@ class JobAnalysis:
     copies: list[list[str]] = field(default_factory=list)
     #: Rank files that could not be read or analysed: {"path", "error"} (the others were).
     unreadable: list[dict] = field(default_factory=list)
+    #: Why the traces are not the ranks of one job (`traceap.crossrank.not_one_job`: world
+    #: sizes, backends, ranks claimed twice, time ranges); empty for one job.  Traces that are
+    #: not one job are analysed each on its own and never compared.
+    not_one_job: list[str] = field(default_factory=list)
     #: How the work ran (where, seconds per rank file, the workers' peak memory); not in the
     #: JSON, which is the same however the ranks were spread.
     run: dict = field(default_factory=dict)
@@ -51,12 +55,19 @@ class JobAnalysis:
         cross-rank findings are never added (their time is in the ranks' accounts)."""
         return job_totals(self.summaries, [a.findings for a in self.ranks])
 
+    @property
+    def one_job(self) -> bool:
+        """True when the traces agree as the ranks of one job (and were compared)."""
+        return not self.not_one_job
+
     def to_json(self) -> dict:
-        """{"schema": "traceap.analysis/v1+job", "job", "ranks": [v1 objects], "cross_rank",
-        then "totals", "copies", "unreadable", "notes"}."""
+        """{"schema": "traceap.analysis/v1+job", "job", "one_job", "not_one_job", "ranks": [v1
+        objects], "cross_rank", then "totals", "copies", "unreadable", "notes"}."""
         return {
             "schema": JOB_SCHEMA,
             "job": self.path,
+            "one_job": self.one_job,
+            "not_one_job": list(self.not_one_job),
             "ranks": [a.to_json() for a in self.ranks],
             "cross_rank": [{"pattern": f.pattern, "rank": f.rank, "severity": f.severity,
                             "evidence": f.evidence, "fix": f.fix,
@@ -143,6 +154,8 @@ class RankOutcome:
     peak_rss_bytes: int = 0
     seconds: float = 0.0             # wall, in the worker: reading + summarising + analysing
     cpu_seconds: float = 0.0         # the worker's CPU time for it
+    #: The rank is only the file's position (the trace said none).
+    rank_assigned: bool = False
 
 
 class RankWork:
@@ -194,8 +207,9 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
     det, clf, stage_notes = work.stages()
     try:
         t = source if loaded else load(source)
-        if t.meta.rank is None:
-            t.meta.rank = index          # as `load_job`: the file's position when none is said
+        if t.meta.rank is None:          # as `load_job`: the file's position when none is said
+            t.meta.rank, t.meta.rank_assigned = index, True
+        rank_assigned = t.meta.rank_assigned
         n_warnings = len(t.meta.warnings)
         summary = rank_summary(t)
         a = analyze(t, work.n_windows, det, clf, work.threshold, work.severity)
@@ -216,14 +230,15 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
         t = None  # the trace goes now, before the next rank is read
     return RankOutcome(index, path, a, summary, n_warnings, None, list(stage_notes),
                        _take_state(clf), peak_rss_bytes(), time.perf_counter() - t_start,
-                       time.process_time() - cpu_start)
+                       time.process_time() - cpu_start, rank_assigned)
 
 
 def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: JobConfig,
                   severity: SeverityConfig) -> JobAnalysis:
     """The job from its ranks' outcomes (in file order), as `load_job` + the serial loop made it:
     ranks ordered by rank id (renumbered when ids repeat), copies analysed once, cross-rank
-    findings from the summaries."""
+    findings from the summaries.  Traces that are not one job (`not_one_job`) keep their own
+    ranks and file order and are not compared."""
     failed = [o for o in outcomes if o.error is not None]
     ok = [o for o in outcomes if o.error is None]
     if not ok:
@@ -231,20 +246,29 @@ def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: Jo
         raise TraceapError(f"{path}: none of the {len(failed)} rank file(s) could be read "
                            f"({Path(first.path).name}: {first.error})")
     ok.sort(key=lambda o: o.summary.rank)        # stable: file order among equal ids
+    summaries = [o.summary for o in ok]
+    copies = find_copies(summaries)
+    drop = {i for g in copies for i in g[1:]}
+    # Copies are one trace; the others must agree to be one job's ranks.
+    why = not_one_job([x for i, x in enumerate(summaries) if i not in drop], config)
     ids = [o.summary.rank for o in ok]
-    if len(set(ids)) != len(ids):
+    if len(set(ids)) != len(ids) and not why:   # separate traces keep their own ranks
         for i, o in enumerate(ok):
             _renumber(o, i)
     notes = list(ok[0].stage_notes)
     summaries = [o.summary for o in ok]
-    copies = find_copies(summaries)
-    drop = {i for g in copies for i in g[1:]}
     copy_paths = [[summaries[i].path for i in g] for g in copies]
     for g in copies:
         names = ", ".join(Path(summaries[i].path).name or f"#{i}" for i in g)
         notes.append(f"{len(g)} inputs are copies of one trace ({names}): analysed once, not "
                      f"compared as ranks of a job")
     kept = [o for i, o in enumerate(ok) if i not in drop]
+    if why:  # separate traces: in the folder's order, as `traceap analyze` would take them
+        kept.sort(key=lambda o: Path(o.path).name)
+        for o in kept:   # ... each with the rank it says, or none
+            if o.rank_assigned:
+                o.summary = replace(o.summary, rank=None)
+                o.analysis.summary["rank"] = None
     summaries = [o.summary for o in kept]
     claims = same_rank_claims(summaries)
     for g in claims:
@@ -257,13 +281,16 @@ def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: Jo
     for a in ranks:
         a.notes[:0] = [n for n in notes if n not in a.notes]
     findings = (cross_rank_findings(summaries, config, severity)
-                if len(summaries) > 1 and not claims else [])
+                if len(summaries) > 1 and not claims and not why else [])
     job_notes = list(notes)
+    if why:
+        job_notes.insert(0, f"{path}: not one job ({'; '.join(why)}): analysed as "
+                            f"{len(kept)} separate traces")
     for o in failed:
         job_notes.append(f"rank file {Path(o.path).name} could not be read ({o.error}): left "
                          f"out; the other {len(ok)} rank(s) were analysed")
     return JobAnalysis(path=path, ranks=ranks, findings=findings, notes=job_notes,
-                       summaries=summaries, copies=copy_paths,
+                       summaries=summaries, copies=copy_paths, not_one_job=why,
                        unreadable=[{"path": o.path, "error": o.error} for o in failed])
 
 

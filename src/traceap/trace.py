@@ -138,6 +138,8 @@ class TraceMeta:
     display_time_unit: str | None = None
     schema_version: object = None
     rank: int | None = None
+    #: True when `rank` is only the file's position in a folder (the trace said none).
+    rank_assigned: bool = False
     world_size: int | None = None
     backend: str | None = None
     warnings: list[str] = field(default_factory=list)

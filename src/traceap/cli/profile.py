@@ -35,6 +35,7 @@ def profile(
     messages go to stderr), and traceap exits with the command's exit code.  Steps are the
     optimizer's steps, else DataLoader batches, else SECONDS of time (--period)."""
     from ..profile import ProfileConfig, default_out, describe, run
+    from ..profile.runner import steps_text
 
     command = list(command or [])
     if command[:1] == ["--"]:
@@ -54,7 +55,7 @@ def profile(
 
     console = _console()
     r = run(command, cfg, on_start=lambda: _say(
-        console, f"{_NAME}: recording steps {skip + 1}-{skip + steps} of `{_quote(command)}` "
+        console, f"{_NAME}: recording {steps_text(skip + 1, steps)} of `{_quote(command)}` "
                  f"-> {cfg.out}", indent=""), reports=("report.html",) if html else ())
     how = ("stopped after its trace (--exit-after)" if r.stopped_by_traceap and r.exit_code == 0
            else f"exited with code {r.exit_code}")

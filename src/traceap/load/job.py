@@ -43,19 +43,18 @@ def trace_files(folder: str | os.PathLike) -> list[Path]:
 
 
 def load_job(folder: str | os.PathLike, files: list[Path] | None = None) -> Job:
-    """Load every trace in a folder (or just `files`) as the ranks of one job (rank from
-    distributedInfo or name)."""
+    """Load every trace in a folder (or just `files`), ordered by rank (from distributedInfo or
+    the file name; the file's position when neither says).
+
+    Whether they are one job's ranks, and the renumbering of ranks that repeat in one job, is
+    decided with the traces' summaries (`traceap.job.analyze_job`): copies of one trace are one
+    trace, and traces that disagree (world size, clocks, ...) keep their own ranks."""
     files = trace_files(folder) if files is None else [Path(f) for f in files]
     if not files:
         raise TraceFormatError(f"{folder}: no .json or .json.gz traces in this folder")
     traces = [load(f) for f in track(files, "loading ranks")]
     for i, t in enumerate(traces):
         if t.meta.rank is None:
-            t.meta.rank = i
+            t.meta.rank, t.meta.rank_assigned = i, True
     traces.sort(key=lambda t: t.meta.rank)
-    ranks = [t.meta.rank for t in traces]
-    if len(set(ranks)) != len(ranks):
-        for i, t in enumerate(traces):
-            t.meta.warnings.append(f"duplicate rank ids in job; rank {t.meta.rank} renumbered {i}")
-            t.meta.rank = i
     return Job(str(folder), traces)

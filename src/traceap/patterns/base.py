@@ -41,6 +41,11 @@ class AntiPattern(ABC):
     fix: str = ""
     #: One line on the mechanism, shown beside the evidence.
     mechanism: str = ""
+    #: Keys of `describe`'s numbers that say how much of the mechanism a trace holds, whatever
+    #: it costs (copies, bytes, loader time): a bigger cause can hide a pattern's cost but not
+    #: these, so `traceap diff` compares them to tell a pattern that appeared from one that
+    #: was there, hidden.
+    amount: tuple[str, ...] = ()
 
     def measures(self, windows: Windows) -> Measures:
         """Per-window measures, including `score` and `lost_us` (cached per Windows)."""
@@ -63,6 +68,13 @@ class AntiPattern(ABC):
     @abstractmethod
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
         """The evidence sentence and its numbers for windows `idx`."""
+
+    def amounts(self, windows: Windows) -> dict[str, float]:
+        """The `amount` numbers over the whole trace (empty without GPU work)."""
+        if not self.amount or not windows.trace.has_gpu:
+            return {}
+        _, numbers = self.describe(windows, np.arange(windows.n), self.measures(windows))
+        return {k: float(numbers[k]) for k in self.amount if numbers.get(k) is not None}
 
     def score_windows(self, windows: Windows) -> np.ndarray:
         """Per-window score in [0, 1]."""

@@ -83,6 +83,7 @@ class CpuBound(AntiPattern):
     id = "cpu_bound"
     title = "CPU-bound: the GPU waits while the host runs Python between short kernels"
     mechanism = "the host runs Python between launches; the GPU drains the queue and idles"
+    amount = ("n_short_kernels",)
     fix = """\
 Launch fewer, bigger kernels, or take the host out of the loop:
 

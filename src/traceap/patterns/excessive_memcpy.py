@@ -37,6 +37,7 @@ class ExcessiveMemcpy(AntiPattern):
     id = "excessive_memcpy"
     title = "Frequent host<->device copies and synchronisations (.item(), .cpu())"
     mechanism = "DtoH/HtoD copies with cudaStreamSynchronize stall the host and then the GPU"
+    amount = ("n_copies", "n_sync")
     fix = """\
 Keep values on the GPU inside the loop and synchronise rarely:
 

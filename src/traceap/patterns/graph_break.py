@@ -27,6 +27,7 @@ class GraphBreak(AntiPattern):
     id = "graph_break"
     title = "torch.compile graph breaks (eager code between compiled regions)"
     mechanism = "several compiled regions per step with eager ops and GPU gaps between them"
+    amount = ("n_gaps",)
     fix = """\
 Find and remove the breaks, then make the compiler refuse new ones:
 

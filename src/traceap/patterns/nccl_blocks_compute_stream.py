@@ -26,6 +26,7 @@ class NcclBlocksComputeStream(AntiPattern):
     id = "nccl_blocks_compute_stream"
     title = "NCCL collectives on the compute stream (compute waits for communication)"
     mechanism = "collectives queued on the stream of the model's kernels serialise with them"
+    amount = ("n_nccl_on_compute_stream",)
     fix = """\
 Run collectives on their own stream and let compute continue:
 

@@ -70,6 +70,7 @@ class NcclComputeNoOverlap(AntiPattern):
     id = "nccl_compute_no_overlap"
     title = "Communication not overlapped with compute (exposed NCCL time)"
     mechanism = "collectives run while no compute kernel runs, so the step waits for them"
+    amount = ("comm_us",)
     fix = """\
 Let gradient communication run during backward:
 

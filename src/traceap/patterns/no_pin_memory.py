@@ -27,6 +27,7 @@ class NoPinMemory(AntiPattern):
     id = "no_pin_memory"
     title = "Host-to-device copies from pageable memory (no pin_memory)"
     mechanism = "pageable HtoD copies are staged by the driver and block the launching thread"
+    amount = ("n_copies", "bytes")
     fix = """\
 Copy batches from page-locked (pinned) memory, asynchronously:
 

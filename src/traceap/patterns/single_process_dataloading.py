@@ -40,6 +40,7 @@ class SingleProcessDataloading(AntiPattern):
     id = "single_process_dataloading"
     title = "Data loading in the training process (GPU waits for the next batch)"
     mechanism = "DataLoader.__next__ runs on the main thread while the GPU has nothing queued"
+    amount = ("loader_us",)
     fix = """\
 Load batches in worker processes so the next batch is ready when the GPU finishes a step:
 

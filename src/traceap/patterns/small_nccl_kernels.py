@@ -51,6 +51,7 @@ class SmallNcclKernels(AntiPattern):
     id = "small_nccl_kernels"
     title = "Many small NCCL collectives (gradients sent in tiny messages)"
     mechanism = "each collective pays a fixed latency; small messages never reach link bandwidth"
+    amount = ("n_small_nccl",)
     fix = """\
 Send gradients in fewer, larger messages:
 

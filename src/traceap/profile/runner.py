@@ -111,6 +111,11 @@ class ProfileRun:
         return any(r.get("stopped_by_traceap") for r in self.records)
 
 
+def steps_text(first: int, n: int) -> str:
+    """'steps 2-4', or 'step 2' for one step (never 'steps 2-2')."""
+    return f"steps {first}-{first + n - 1}" if n > 1 else f"step {first}"
+
+
 def default_out(command: list[str]) -> Path:
     """traceap-profile/<script>-<date-time>: a fresh folder per run, so runs never mix."""
     script = next((Path(a).stem for a in command[1:] if a.endswith(".py")),
@@ -276,8 +281,7 @@ def describe(run_: ProfileRun, cfg: ProfileConfig) -> list[str]:
             what = {"optimizer": "optimizer steps", "dataloader": "DataLoader batches",
                     "time": f"time-based steps of {r.get('period_s', cfg.period_s):g} s"}.get(
                         src, src)
-            steps = (f"steps {first}-{first + n - 1}" if n > 1 else f"step {first}" if n
-                     else f"part of step {first}")
+            steps = steps_text(first, n) if n else f"part of step {first}"
             lines.append(f"{who}: recorded {steps} ({n} of {cfg.steps}, marked by {what}) -> "
                          f"{r['trace']}")
             if src == "time":

@@ -442,11 +442,25 @@ def job_notes(job) -> list[str]:
     return out
 
 
+def _render_separate(job, console: Console) -> None:
+    """Traces in one folder that are not one job's ranks: the reason in one line, then each
+    trace as `traceap analyze TRACE` prints it."""
+    console.print(Text(job.notes[0], style="bold yellow"), soft_wrap=True)
+    for a in job.ranks:
+        console.print()
+        render(a, console)
+    rest = [n for n in job.notes[1:] if not any(n in a.notes for a in job.ranks)]
+    _notes(console, rest)
+
+
 def render_job(job, console: Console | None = None) -> None:
     """Print a job: a timeline per rank, cross-rank findings, then each rank's findings (fixes
     shown once per pattern)."""
     from ..idle import busy_pct
     console = console or Console()
+    if getattr(job, "not_one_job", None):
+        _render_separate(job, console)
+        return
     console.print(Text(f"job {job.path}: {len(job.ranks)} ranks", style="bold"), soft_wrap=True)
     width = console_width(console)
     for a in job.ranks:

@@ -452,8 +452,11 @@ class Controller:
         if stop:
             self.stopped_by_traceap = True
             self._write_record()
-            _say(f"trace written after steps {self.skip + 1}-{self.skip + self.steps}; "
-                 f"stopping the run (--exit-after)")
+            # One step is "step 2", not "steps 2-2" (traceap.profile.runner.steps_text; this
+            # file runs in the user's process and imports nothing of traceap).
+            first, last = self.skip + 1, self.skip + self.steps
+            steps = f"steps {first}-{last}" if last > first else f"step {first}"
+            _say(f"trace written after {steps}; stopping the run (--exit-after)")
             raise SystemExit(0)
 
     def _finish(self) -> None:
