@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .findings import SEVERITY, Finding, SeverityConfig, StepBasis, judge
-from .idle import CAUSES, MECHANISMS, measure
+from .idle import CAUSES, MECHANISMS, measure, pattern_of
 from .trace import Trace, merged_intervals
 from .units import fmt_us
 from .windows import covered_time
@@ -254,6 +254,7 @@ def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
     straggler, so what it shows is communication no compute hides."""
     from .patterns import REGISTRY
 
+    pid = pattern_of("nccl")  # the pattern whose time exposed collectives are
     comp = np.array([p.compute_us for p in prof])
     comm = np.array([p.comm_us for p in prof])
     exposed = np.array([p.exposed_comm_us for p in prof])
@@ -265,13 +266,13 @@ def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
     inherent = float(exposed[k])
     p = prof[k]
     return _finding(
-        "nccl_compute_no_overlap", p, inherent, "Exposed communication on every rank",
+        pid, p, inherent, "Exposed communication on every rank",
         (f"communication is exposed on every rank: {fmt_us(inherent)} to "
          f"{fmt_us(float(np.max(exposed)))} {_unit(p)}"
          f"({100 * float(np.min(share)):.0f}-{100 * float(np.max(share)):.0f}% of GPU time); "
          f"the minimum over ranks (rank {p.rank}) is not waiting for a straggler but "
          f"communication that no compute hides"),
-        REGISTRY["nccl_compute_no_overlap"].fix, None,
+        REGISTRY[pid].fix, None,
         {"exposed_min_us": round(inherent, 1), "exposed_max_us": round(float(np.max(exposed)), 1),
          "compute_us": round(float(comp[k]), 1)}, severity, cap=float(comp[k]))
 

@@ -77,6 +77,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .measures.signals import busy_rows  # noqa: F401 - part of this module's interface
+from .patterns._registry import mechanism_of_pattern, pattern_of_mechanism
 from .trace import CopyKind, Kind, Trace, merged_intervals
 from .units import fmt_us
 from .windows import Windows, covered_time
@@ -96,30 +97,30 @@ CAUSE_TITLES = {
 
 
 class Mechanism(NamedTuple):
-    """One way the GPU ends up idle: its id, the cause it rolls up into, its pattern (or None),
-    and whether a fix can only hide it under the compute there is (collectives: overlapping
-    them better cannot gain more than the compute they would overlap)."""
+    """One way the GPU ends up idle: its id, the cause it rolls up into, and whether a fix can
+    only hide it under the compute there is (collectives: overlapping them better cannot gain
+    more than the compute they would overlap).  The pattern whose time a mechanism is declares
+    it (`AntiPattern.account = IdleCause(id)`); `pattern_of` reads that from the registry."""
 
     id: str
     cause: str
-    pattern: str | None
     hides_under_compute: bool = False
 
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
-    Mechanism("warmup", "warmup", None),
-    Mechanism("nccl_on_compute_stream", "communication", "nccl_blocks_compute_stream", True),
-    Mechanism("small_nccl", "communication", "small_nccl_kernels"),
-    Mechanism("nccl", "communication", "nccl_compute_no_overlap", True),
-    Mechanism("compile_gaps", "compile_gaps", "graph_break"),
-    Mechanism("data_loading", "data_loading", "single_process_dataloading"),
-    Mechanism("pageable_copies", "host_copy_sync", "no_pin_memory"),
-    Mechanism("host_copies_syncs", "host_copy_sync", "excessive_memcpy"),
-    Mechanism("input_copies", "host_copy_sync", None),
-    Mechanism("unrecorded_host", "not_explained", None),
-    Mechanism("python_host", "launch_bound", "cpu_bound"),
-    Mechanism("launch_bound", "launch_bound", None),
+    Mechanism("warmup", "warmup"),
+    Mechanism("nccl_on_compute_stream", "communication", True),
+    Mechanism("small_nccl", "communication"),
+    Mechanism("nccl", "communication", True),
+    Mechanism("compile_gaps", "compile_gaps"),
+    Mechanism("data_loading", "data_loading"),
+    Mechanism("pageable_copies", "host_copy_sync"),
+    Mechanism("host_copies_syncs", "host_copy_sync"),
+    Mechanism("input_copies", "host_copy_sync"),      # large pinned uploads: no pattern
+    Mechanism("unrecorded_host", "not_explained"),
+    Mechanism("python_host", "launch_bound"),
+    Mechanism("launch_bound", "launch_bound"),        # the framework's own launches: no pattern
 )
 #: What each mechanism is, for a sentence that splits a cause into its parts.
 MECHANISM_TITLES = {
@@ -139,7 +140,18 @@ MECHANISM_TITLES = {
 }
 NOT_EXPLAINED = len(MECHANISMS)  # the code of idle time no mechanism covers
 MECHANISM_IDS = tuple(m.id for m in MECHANISMS) + ("not_explained",)
-MECHANISM_OF_PATTERN = {m.pattern: m.id for m in MECHANISMS if m.pattern}
+
+
+def pattern_of(mechanism: str) -> str | None:
+    """The anti-pattern whose time a mechanism's idle time is (the registry's declarations),
+    or None (warm-up, large pinned uploads, the framework's own launches, ...)."""
+    return pattern_of_mechanism().get(mechanism)
+
+
+def mechanism_of(pattern: str) -> str | None:
+    """The mechanism holding an anti-pattern's idle time, or None (an unknown id, or a
+    pattern whose time is not idle time)."""
+    return mechanism_of_pattern().get(pattern)
 
 #: One-off start-up calls (runtime/driver API).
 WARMUP_CALLS = (r"^(cuda|hip)(Malloc|MallocAsync|MallocManaged|MallocHost|HostAlloc|HostRegister"
@@ -260,7 +272,8 @@ class IdleAccount:
     @property
     def by_pattern(self) -> dict[str, float]:
         """Idle time per anti-pattern id (the mechanisms that belong to a pattern)."""
-        return {m.pattern: self.by_mechanism[m.id] for m in MECHANISMS if m.pattern}
+        owner = pattern_of_mechanism()
+        return {owner[m.id]: self.by_mechanism[m.id] for m in MECHANISMS if m.id in owner}
 
     def time_in(self, mechanism: str, starts: Iterable[float], ends: Iterable[float]) -> float:
         """Idle time of one mechanism (an id of MECHANISM_IDS) inside disjoint ranges."""
@@ -768,7 +781,7 @@ def cause_per_window(windows: Windows, config: IdleConfig = IdleConfig()) -> dic
 
 def pattern_lost(windows: Windows, pattern: str) -> np.ndarray:
     """Per window: the idle time an anti-pattern's mechanism costs (zeros for other ids)."""
-    mid = MECHANISM_OF_PATTERN.get(pattern)
+    mid = mechanism_of(pattern)
     return per_window(windows)[mid].copy() if mid else np.zeros(windows.n)
 
 
@@ -787,7 +800,8 @@ def compute_per_step(account: IdleAccount, n_steps: int) -> float:
 def gain_cap_us(account: IdleAccount, pattern: str, n_steps: int) -> float | None:
     """The most fixing an anti-pattern can gain per step (in total without steps), where less
     than its time lost (`Mechanism.hides_under_compute`); None where it is not capped."""
-    mech = next((m for m in MECHANISMS if m.pattern == pattern), None)
+    mid = mechanism_of(pattern)
+    mech = next((m for m in MECHANISMS if m.id == mid), None)
     return compute_per_step(account, n_steps) if mech and mech.hides_under_compute else None
 
 
@@ -896,9 +910,9 @@ def explained_share(account: IdleAccount) -> float:
 
 
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
-           "MECHANISM_OF_PATTERN", "MECHANISM_TITLES", "Mechanism", "busy_fraction_of",
+           "MECHANISM_TITLES", "Mechanism", "busy_fraction_of",
            "busy_pct", "cause_split", "busy_per_window", "busy_rows", "compute_per_step",
-           "gain_cap_us", "gpu_span",
+           "gain_cap_us", "gpu_span", "mechanism_of", "pattern_of",
            "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
            "launch_bound_note", "host_late_outside_collectives", "host_late_under_nccl",
            "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",

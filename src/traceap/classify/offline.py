@@ -31,8 +31,8 @@ TIE = 0.05
 def priority(pattern: str) -> int:
     """A pattern's place in the idle account's cause order (`traceap.idle.MECHANISMS`): the
     more specific mechanism first; unknown ids last."""
-    from ..idle import MECHANISM_IDS, MECHANISM_OF_PATTERN
-    mid = MECHANISM_OF_PATTERN.get(pattern)
+    from ..idle import MECHANISM_IDS, mechanism_of
+    mid = mechanism_of(pattern)
     return MECHANISM_IDS.index(mid) if mid else len(MECHANISM_IDS)
 #: Optional learned head: windows -> {pattern id: per-window probability}.
 PatternHead = Callable[[Windows], dict[str, np.ndarray]]

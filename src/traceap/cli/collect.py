@@ -52,13 +52,13 @@ def collect(
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
     from ..collect.causes import GPU_ONLY
-    from ..manifest import PATTERNS
+    from ..patterns import pattern_ids
 
     if list_models:
         for name, spec in MODELS.items():
             typer.echo(f"{name:24s} {spec.task:22s} {spec.image_size}px")
         typer.echo("patterns: none, " + ", ".join(
-            p + (" (GPU)" if p in GPU_ONLY else "") for p in PATTERNS))
+            p + (" (GPU)" if p in GPU_ONLY else "") for p in pattern_ids()))
         return
     chosen = device
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

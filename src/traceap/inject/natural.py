@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import idle
 from ..findings import SEVERITY, SeverityConfig, judge, step_basis
-from ..manifest import PATTERNS
+from ..patterns._registry import pattern_ids, pieces, register_piece
 from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
 
 #: Runtime calls that wait on the GPU only on the GPU side (never block the host).
@@ -96,14 +96,16 @@ def pattern_gain_pct(trace: Trace, pattern: str, severity: SeverityConfig = SEVE
     its finding: the idle account's time lost, per steady step, capped where it can only
     hide under compute."""
     acc = idle.measure(trace)
-    mech = idle.MECHANISM_OF_PATTERN[pattern]
+    mech = idle.mechanism_of(pattern)
+    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
+        return 0.0
     basis = step_basis(trace, acc)
     _, _, pct, _ = judge(float(acc.by_mechanism[mech]), acc.in_steady_steps(mech), basis,
                          idle.gain_cap_us(acc, pattern, basis.n_steps), severity)
     return pct
 
 
-def natural_labels(trace: Trace, patterns=PATTERNS, config: NaturalConfig = NaturalConfig(),
+def natural_labels(trace: Trace, patterns=None, config: NaturalConfig = NaturalConfig(),
                    severity: SeverityConfig = SEVERITY) -> NaturalLabels:
     """Where each pattern shows by itself (the rules), kept as an anomaly when its cost
     reaches `severity.medium_pct` of the step, else listed in `below_cut`."""
@@ -112,25 +114,34 @@ def natural_labels(trace: Trace, patterns=PATTERNS, config: NaturalConfig = Natu
         return NaturalLabels([], [], {}, cut)
     ctx = _Context(trace)
     found = []
-    for p in patterns:
-        fn = _RULES.get(p)
+    rules = pieces("label")
+    for p in pattern_ids() if patterns is None else patterns:
+        fn = rules.get(p)
         if fn is None:
             continue
         for a, b in fn(ctx, config):
             if b > a and b > ctx.steady_from:
                 found.append((max(float(a), ctx.steady_from), float(b), p))
     gain = {p: round(pattern_gain_pct(trace, p, severity), 3)
-            for p in sorted({p for _, _, p in found}, key=PATTERNS.index)}
+            for p in sorted({p for _, _, p in found}, key=pattern_ids().index)}
     return NaturalLabels(sorted(x for x in found if gain[x[2]] >= cut),
                          sorted(x for x in found if gain[x[2]] < cut), gain, cut)
 
 
-def natural_anomalies(trace: Trace, patterns=PATTERNS, config: NaturalConfig = NaturalConfig(),
+def natural_anomalies(trace: Trace, patterns=None, config: NaturalConfig = NaturalConfig(),
                       severity: SeverityConfig = SEVERITY) -> list[tuple[float, float, str]]:
     """(start_us, end_us, pattern) intervals the trace shows by itself whose pattern costs at
     least the reporting cut (`natural_labels`), sorted by start."""
     return natural_labels(trace, patterns, config, severity).anomalies
 
+
+
+def _label_rule(pattern: str):
+    """Register the decorated function as `pattern`'s natural-label rule (the registry's
+    `label` piece): (context, config) -> (start, end) intervals where the trace shows it."""
+    def register(fn):
+        return register_piece("label", pattern, fn)
+    return register
 
 class _Context:
     """Quantities every rule reads: kernels, compute idle, steps, the compute stream."""
@@ -173,6 +184,7 @@ class _Context:
         return None
 
 
+@_label_rule("single_process_dataloading")
 def _dataloading(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     for r in c.rows_named("enumerate(DataLoader)#_SingleProcessDataLoaderIter").tolist():
@@ -184,6 +196,7 @@ def _dataloading(c: _Context, cfg: NaturalConfig):
             yield gs[0], ge[-1]
 
 
+@_label_rule("small_nccl_kernels")
 def _small_nccl(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     k = c.nccl_k[np.argsort(tr.ts[c.nccl_k], kind="stable")]
@@ -203,6 +216,7 @@ def _small_nccl(c: _Context, cfg: NaturalConfig):
         run = [i] if i < len(k) and tiny[i] else []
 
 
+@_label_rule("nccl_blocks_compute_stream")
 def _nccl_on_compute(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     if c.compute_stream is None:
@@ -216,6 +230,7 @@ def _nccl_on_compute(c: _Context, cfg: NaturalConfig):
             yield tr.ts[r], tr.end[r]
 
 
+@_label_rule("nccl_compute_no_overlap")
 def _exposed_comm(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     k = c.nccl_k
@@ -231,6 +246,7 @@ def _exposed_comm(c: _Context, cfg: NaturalConfig):
                 yield a, b
 
 
+@_label_rule("no_pin_memory")
 def _pageable(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     m = tr.rows(Kind.GPU_MEMCPY)
@@ -251,6 +267,7 @@ def _pageable(c: _Context, cfg: NaturalConfig):
                 yield tr.ts[r], tr.end[r]
 
 
+@_label_rule("excessive_memcpy")
 def _syncs(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     rt = np.flatnonzero(tr.is_sync)
@@ -269,6 +286,7 @@ def _syncs(c: _Context, cfg: NaturalConfig):
             yield from gaps
 
 
+@_label_rule("graph_break")
 def _graph_breaks(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     r = c.rows_named("Torch-Compiled Region")
@@ -286,6 +304,7 @@ def _graph_breaks(c: _Context, cfg: NaturalConfig):
             yield gs[0], ge[-1]
 
 
+@_label_rule("cpu_bound")
 def _launch_bound(c: _Context, cfg: NaturalConfig):
     tr = c.tr
     k = c.compute_k[np.argsort(tr.ts[c.compute_k], kind="stable")]
@@ -308,16 +327,6 @@ def _launch_bound(c: _Context, cfg: NaturalConfig):
             yield gs[ok][0], ge[ok][-1]
 
 
-_RULES = {
-    "single_process_dataloading": _dataloading,
-    "small_nccl_kernels": _small_nccl,
-    "nccl_blocks_compute_stream": _nccl_on_compute,
-    "nccl_compute_no_overlap": _exposed_comm,
-    "no_pin_memory": _pageable,
-    "excessive_memcpy": _syncs,
-    "graph_break": _graph_breaks,
-    "cpu_bound": _launch_bound,
-}
 
 
 __all__ = ["NaturalConfig", "NaturalLabels", "natural_anomalies", "natural_labels",

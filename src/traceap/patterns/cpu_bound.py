@@ -30,6 +30,7 @@ from ..measures.signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, pe
                                 rows_in_windows, rows_named, sum_in, top_names)
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows, covered_time
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, gaps_and_ops
 
@@ -83,6 +84,12 @@ class CpuBound(AntiPattern):
     id = "cpu_bound"
     title = "CPU-bound: the GPU waits while the host runs Python between short kernels"
     mechanism = "the host runs Python between launches; the GPU drains the queue and idles"
+    letter = "C"
+    color = "#D55E00"
+    short = "CPU"
+    account = IdleCause("python_host")
+    signature = ("the GPU is mostly idle between many short kernels; kernels finish faster than the "
+                 "CPU launches them (short kernels, long launch delays, busy cudaLaunchKernel).")
     fix = """\
 Launch fewer, bigger kernels, or take the host out of the loop:
 
@@ -200,4 +207,4 @@ def acc_code(mechanism: str) -> int:
     return MECHANISM_IDS.index(mechanism)
 
 
-PATTERN = CpuBound()
+PATTERN = register_pattern(CpuBound())

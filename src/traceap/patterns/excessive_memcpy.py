@@ -27,6 +27,7 @@ from ..measures.signals import (compute_rows, count_in, enclosing_annotations, f
                                 sum_in, top_names, union_in)
 from ..trace import CopyKind, Trace, merged_intervals
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, longest_first
 
@@ -37,6 +38,12 @@ class ExcessiveMemcpy(AntiPattern):
     id = "excessive_memcpy"
     title = "Frequent host<->device copies and synchronisations (.item(), .cpu())"
     mechanism = "DtoH/HtoD copies with cudaStreamSynchronize stall the host and then the GPU"
+    letter = "M"
+    color = "#009E73"
+    short = "MEM"
+    account = IdleCause("host_copies_syncs")
+    signature = ("many or large HtoD/DtoH memcpys (from .item(), .cpu(), .tolist(), .to(device) inside "
+                 "the loop) taking a large share of the window, often with synchronising calls.")
     fix = """\
 Keep values on the GPU inside the loop and synchronise rarely:
 
@@ -175,4 +182,4 @@ def outside_breaks(trace, rows: np.ndarray) -> np.ndarray:
     return rows[~inside]
 
 
-PATTERN = ExcessiveMemcpy()
+PATTERN = register_pattern(ExcessiveMemcpy())

@@ -19,6 +19,7 @@ from ..measures.compile_regions import BreakConfig, break_gaps, frame_ids
 from ..measures.signals import cached, count_in, fmt_us, ramp, sum_in, union_in
 from ..trace import Kind, Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, named_rows
 
@@ -27,6 +28,13 @@ class GraphBreak(AntiPattern):
     id = "graph_break"
     title = "torch.compile graph breaks (eager code between compiled regions)"
     mechanism = "several compiled regions per step with eager ops and GPU gaps between them"
+    letter = "G"
+    color = "#CC79A7"
+    short = "GB"
+    account = IdleCause("compile_gaps")
+    signature = ("torch.compile split into pieces: several `Torch-Compiled Region` / `CompiledFunction` "
+                 "/ `TorchDynamo Cache Lookup` entries, eager aten ops and GPU gaps between "
+                 "triton_* kernels.")
     fix = """\
 Find and remove the breaks, then make the compiler refuse new ones:
 
@@ -96,4 +104,4 @@ tensor, use torch.where / torch.cond); unsupported third-party calls (wrap them 
                 event_rows(trace, rows, limit))
 
 
-PATTERN = GraphBreak()
+PATTERN = register_pattern(GraphBreak())

@@ -18,6 +18,7 @@ from ..measures.signals import (compute_rows, count_in, fmt_us, overlap_in, ramp
                                 spans, top_names, union_in)
 from ..trace import Kind, Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, longest_first
 
@@ -26,6 +27,14 @@ class NcclBlocksComputeStream(AntiPattern):
     id = "nccl_blocks_compute_stream"
     title = "NCCL collectives on the compute stream (compute waits for communication)"
     mechanism = "collectives queued on the stream of the model's kernels serialise with them"
+    letter = "B"
+    color = "#8F6D00"
+    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
+    terminal_color = "#C9A227"
+    short = "NBS"
+    account = IdleCause("nccl_on_compute_stream")
+    signature = ("NCCL kernels run on the same stream as compute kernels, so compute waits behind "
+                 "communication on that stream.")
     fix = """\
 Run collectives on their own stream and let compute continue:
 
@@ -93,4 +102,4 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
                 event_rows(t, longest_first(t, rows), limit, detail="nelems"))
 
 
-PATTERN = NcclBlocksComputeStream()
+PATTERN = register_pattern(NcclBlocksComputeStream())

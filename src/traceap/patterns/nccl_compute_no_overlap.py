@@ -26,6 +26,7 @@ from ..measures.signals import (cached, compute_rows, count_in, fmt_us, nccl_row
                                 rows_in_windows, rows_named, spans, top_names, union_in)
 from ..trace import Kind, Trace, busy_union, merged_intervals
 from ..windows import Windows, covered_time
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs
 
@@ -70,6 +71,14 @@ class NcclComputeNoOverlap(AntiPattern):
     id = "nccl_compute_no_overlap"
     title = "Communication not overlapped with compute (exposed NCCL time)"
     mechanism = "collectives run while no compute kernel runs, so the step waits for them"
+    letter = "O"
+    color = "#6A3D9A"
+    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
+    terminal_color = "#9B6BD0"
+    short = "NNO"
+    account = IdleCause("nccl")
+    signature = ("NCCL kernels on their own stream but no compute runs while they do: communication "
+                 "is exposed and the GPU computes nothing during collectives.")
     fix = """\
 Let gradient communication run during backward:
 
@@ -162,4 +171,4 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
                 event_rows(t, rows, limit, detail="nelems", hidden=share))
 
 
-PATTERN = NcclComputeNoOverlap()
+PATTERN = register_pattern(NcclComputeNoOverlap())

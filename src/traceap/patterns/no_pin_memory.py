@@ -19,6 +19,7 @@ from ..measures.copies import PinConfig, pageable_h2d
 from ..measures.signals import fmt_bytes, fmt_us, ramp, sum_in, union_in
 from ..trace import CopyKind, Kind, MemKind, Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, longest_first
 
@@ -27,6 +28,12 @@ class NoPinMemory(AntiPattern):
     id = "no_pin_memory"
     title = "Host-to-device copies from pageable memory (no pin_memory)"
     mechanism = "pageable HtoD copies are staged by the driver and block the launching thread"
+    letter = "P"
+    color = "#56B4E9"
+    short = "NPM"
+    account = IdleCause("pageable_copies")
+    signature = ("`Memcpy HtoD (Pageable -> Device)` copies; the launching cudaMemcpyAsync blocks the "
+                 "host for about as long as the copy itself.")
     fix = """\
 Copy batches from page-locked (pinned) memory, asynchronously:
 
@@ -103,4 +110,4 @@ For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pi
                 event_rows(t, longest_first(t, mem), limit, detail="bytes"))
 
 
-PATTERN = NoPinMemory()
+PATTERN = register_pattern(NoPinMemory())

@@ -19,6 +19,7 @@ from ..idle import intersect, measure, pattern_lost
 from ..measures.signals import LOADER_NEXT, fmt_us, idle_while, ramp, rows_named, spans, union_in
 from ..trace import Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, named_rows
 
@@ -40,6 +41,13 @@ class SingleProcessDataloading(AntiPattern):
     id = "single_process_dataloading"
     title = "Data loading in the training process (GPU waits for the next batch)"
     mechanism = "DataLoader.__next__ runs on the main thread while the GPU has nothing queued"
+    letter = "D"
+    color = "#E69F00"
+    short = "SPD"
+    account = IdleCause("data_loading")
+    signature = ("a long `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (or collate/"
+                 "decode/transform ops) runs on the training thread while the GPU sits idle; "
+                 "no `_MultiProcessingDataLoaderIter`.")
     fix = """\
 Load batches in worker processes so the next batch is ready when the GPU finishes a step:
 
@@ -115,4 +123,4 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
                 event_rows(trace, rows, limit))
 
 
-PATTERN = SingleProcessDataloading()
+PATTERN = register_pattern(SingleProcessDataloading())

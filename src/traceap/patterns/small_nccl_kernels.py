@@ -19,6 +19,7 @@ from ..measures.signals import (compute_rows, count_in, fmt_us, nccl_rows, overl
                                 rows_in_windows, spans, sum_in, top_names, union_in)
 from ..trace import Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs
 
@@ -51,6 +52,12 @@ class SmallNcclKernels(AntiPattern):
     id = "small_nccl_kernels"
     title = "Many small NCCL collectives (gradients sent in tiny messages)"
     mechanism = "each collective pays a fixed latency; small messages never reach link bandwidth"
+    letter = "S"
+    color = "#0072B2"
+    short = "SNK"
+    account = IdleCause("small_nccl")
+    signature = ("many short NCCL kernels (tens of us, small messages) instead of a few large "
+                 "bucketed collectives.")
     fix = """\
 Send gradients in fewer, larger messages:
 
@@ -114,4 +121,4 @@ steps.  With gradient accumulation, wrap the non-final micro-batches in `model.n
                 event_rows(trace, rows, limit, detail="nelems"))
 
 
-PATTERN = SmallNcclKernels()
+PATTERN = register_pattern(SmallNcclKernels())

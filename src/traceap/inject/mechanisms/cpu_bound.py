@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...trace import Kind
+from ...patterns._registry import register_piece
 from .base import Base, Block, Busy, Instance, Plan, Unusable
 
 PATTERN = "cpu_bound"
@@ -81,3 +82,6 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable(f"no step has {config.min_ops} or more ops on the main thread to slow down")
     return Plan(PATTERN, instances)
+
+
+register_piece("inject", PATTERN, plan)

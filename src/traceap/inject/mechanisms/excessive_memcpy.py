@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import Base, Block, Instance, Plan, Unusable, copy_args, emit_call, item_sync
 
 PATTERN = "excessive_memcpy"
@@ -69,3 +70,6 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no step has work in its second part to read values back after")
     return Plan(PATTERN, instances)
+
+
+register_piece("inject", PATTERN, plan)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...trace import Kind
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import Base, Block, Busy, Instance, Plan, Unusable, emit_call, item_sync
 
 PATTERN = "graph_break"
@@ -88,3 +89,6 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable(f"no step has {config.min_kids} or more top-level ops to compile in pieces")
     return Plan(PATTERN, instances)
+
+
+register_piece("inject", PATTERN, plan)

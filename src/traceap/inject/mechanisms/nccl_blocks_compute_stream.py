@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import (ALLREDUCE_HOST_US, Base, Block, Instance, Plan, Unusable, collective,
                    distributed_info, emit_collective, late_points, world_size)
 
@@ -59,3 +60,6 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no backward (or late step) boundary to issue a collective at")
     return Plan(PATTERN, instances, distributed_info(base, world))
+
+
+register_piece("inject", PATTERN, plan)

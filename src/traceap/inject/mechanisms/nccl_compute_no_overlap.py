@@ -14,6 +14,7 @@ import numpy as np
 
 from ..dialect import Factory
 from ..physics import Barrier
+from ...patterns._registry import register_piece
 from .base import (ALLREDUCE_HOST_US, Base, Block, Busy, Instance, Plan, Unusable, collective,
                    distributed_info, emit_collective, world_size)
 
@@ -72,3 +73,6 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no step with an optimizer or two top-level ops to all-reduce before")
     return Plan(PATTERN, instances, distributed_info(base, world))
+
+
+register_piece("inject", PATTERN, plan)

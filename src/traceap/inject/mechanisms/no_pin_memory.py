@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import Base, Block, Instance, Launch, Plan, Unusable, copy_args, emit_call, op_launch
 
 PATTERN = "no_pin_memory"
@@ -64,3 +65,6 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("every step starts with more GPU work queued than a batch copy takes")
     return Plan(PATTERN, instances)
+
+
+register_piece("inject", PATTERN, plan)

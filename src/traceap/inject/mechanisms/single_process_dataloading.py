@@ -15,6 +15,7 @@ import numpy as np
 
 from ...trace import Kind
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import (Base, Block, Busy, Instance, Launch, NEST_US, Plan, Unusable, copy_args,
                    emit_call, host_op, loguniform, op_launch)
 
@@ -84,3 +85,6 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
         raise Unusable("every step starts with more GPU work queued than a batch fetch would "
                        "take: a stall there would not show")
     return Plan(PATTERN, instances)
+
+
+register_piece("inject", PATTERN, plan)
