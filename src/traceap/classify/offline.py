@@ -103,6 +103,9 @@ class OfflineClassifier:
         # a collective, a compiled region, a loader, a copy before the host's Python, which is
         # what is left when nothing more specific explains the wait.
         order = np.array([priority(p) for p in ids])
+        # A pattern the head has no output for (registered after the checkpoint was trained)
+        # is scored by its rule alone: say so, not that the model agrees.
+        head_ids = set(self.pattern_head(windows)) if self.pattern_head is not None else set()
         calls = []
         for w in window_indices:
             col = table[:, int(w)]
@@ -120,7 +123,7 @@ class OfflineClassifier:
             runner = sorted(col)[-2] if len(col) > 1 else 0.0
             ev = pat.evidence(windows, [int(w)])
             rule = float(rules[pat.id][int(w)])
-            how = f"rule score {conf:.2f}" if self.pattern_head is None else \
+            how = f"rule score {conf:.2f}" if pat.id not in head_ids else \
                 self._agreement(rule, conf)
             calls.append(PatternCall(
                 window=int(w), pattern=pat.id, confidence=round(conf, 4), evidence=ev.text,

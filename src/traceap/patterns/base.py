@@ -113,7 +113,9 @@ class AntiPattern(ABC):
         mech = self.account.mechanism if isinstance(self.account, IdleCause) else None
         if mech and len(idx) == windows.n:  # the whole trace: comparable with the idle summary
             split = cause_split(measure(windows.trace), mech)
-        return Evidence(f"{text}{place}; {fmt_us(lost)} of GPU idle time over the trace{split}.",
+        kind = "GPU idle time" if isinstance(self.account, IdleCause) else \
+            "GPU time spent inefficiently"
+        return Evidence(f"{text}{place}; {fmt_us(lost)} of {kind} over the trace{split}.",
                         lost, numbers)
 
     def time_lost(self, windows: Windows, account: IdleAccount) -> tuple[float, float | None]:
