@@ -14,7 +14,9 @@ Definitions (one for every report: terminal, HTML, JSON, `traceap info`, cross-r
   a fix (overlap, pinned async copies) would let compute fill them.
 
 Every idle microsecond goes to exactly one mechanism, the first in `MECHANISMS` whose
-intervals cover it; mechanisms roll up into the causes of `CAUSES`:
+intervals cover it; mechanisms roll up into the causes of `CAUSES`.  A pattern whose time is
+idle time names its mechanism in its declaration (`AntiPattern.account = IdleCause(id)`;
+`pattern_of` reads it from the registry), shown here as the pattern's subject in brackets:
 
  1 warmup          one-off start-up: allocator growth (cudaMalloc, cudaHostAlloc), stream and
                    CUDA-graph creation, module loading (cuModuleLoad, the slow first launch of a
@@ -23,25 +25,26 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
                    and a first profiler step much longer than the others whose extra time such
                    calls largely cover.  First, because a one-off cost is not the steady state.
  2 communication   an NCCL/RCCL kernel runs while no compute does (exposed communication):
-                   on a compute stream (nccl_blocks_compute_stream), small collectives
-                   (small_nccl_kernels), any other (nccl_compute_no_overlap).  Before the host
-                   causes: the device is executing a collective, not waiting for the host.
+                   on a compute stream [collectives on the compute stream], small
+                   collectives [small collectives], any other [exposed collectives].  Before
+                   the host causes: the device is executing a collective, not waiting for the
+                   host.
                    Except where nothing waits for the collective (no compute launched and
                    queued, the host in no sync: `host_late_under_nccl`): the host had not
                    launched the next work yet, the collective only looks exposed, and those
                    gaps are starved gaps for the host causes below.  Small collectives keep
                    the part of it the host spends in their own c10d calls (their cost).
- 3 compile_gaps    between two compiled regions of one step (graph_break): eager code, often a
+ 3 compile_gaps    between two compiled regions of one step [graph breaks]: eager code, often a
                    data-dependent op (.item(), nonzero) with its copy and sync, so a gap framed
                    by compiled regions is a break before it is a copy.
- 4 data_loading    `DataLoader.__next__` runs on the host (single_process_dataloading): named
+ 4 data_loading    `DataLoader.__next__` runs on the host [data loading]: named
                    host work, so it goes before the copies and syncs around it.  A GPU idle gap
                    that the loader fills for at least half of its length is the loader's whole:
                    the batch's upload and the relaunch after it are part of waiting for data.
- 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call:
-                   no_pin_memory; other DtoH / small HtoD copies: excessive_memcpy; large pinned
-                   input uploads: no pattern), and the GPU gap after a host-blocking sync
-                   (excessive_memcpy): all of it when the sync fetched values to the host (a DtoH
+ 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call
+                   [pageable copies]; other DtoH / small HtoD copies [host copies and syncs];
+                   large pinned input uploads: no pattern), and the GPU gap after a
+                   host-blocking sync [host copies and syncs]: all of it when the sync fetched values to the host (a DtoH
                    copy ends inside it: .item(), .tolist(), .cpu(): the host then works on what
                    it fetched, and keeping the values on the GPU removes both), at most the time
                    the host waited in it for a bare sync (an event/stream/device sync: the wait is
@@ -59,7 +62,7 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
  7 python_host     a starved gap (the launch of the work that ends it began only after the
                    device had gone idle) while the host ran Python between framework calls for
                    longer than `IdleConfig.python_ratio` x the framework call before it: the
-                   user's code, not the framework, kept the GPU waiting (cpu_bound).
+                   user's code, not the framework, kept the GPU waiting [CPU-bound Python].
  8 launch_bound    the rest of the starved gaps: the framework's own dispatch and launch calls
                    (a small model's steady state; no pattern: fixed by CUDA graphs or
                    torch.compile, not by removing a mistake).  Rolls up with python_host into
@@ -203,7 +206,7 @@ class IdleConfig:
     #: Python between two framework calls longer than this many times the framework call
     #: before it is the user's code holding the GPU up, not dispatch.  Chosen on the validation
     #: split of the real-based benchmark (`benchmarks/real_rules_report.py`): at 2 healthy
-    #: small-model windows stay under the cpu_bound flag (99%) while planted Python is found.
+    #: small-model windows stay under the CPU-bound rule's flag (99%) while planted Python is found.
     python_ratio: float = 2.0
 
 

@@ -35,7 +35,7 @@ def collect(
     image_size: int = typer.Option(None, "--image-size", help="Input size in px (default: the model's)."),
     workers: int = typer.Option(2, help="DataLoader worker processes of the clean loader."),
     compile_backend: str = typer.Option("inductor", "--compile-backend",
-                                        help="torch.compile backend for graph_break."),
+                                        help="torch.compile backend for the graph-break cause."),
     plan: Path = typer.Option(None, "--plan", help="Sweep a PLAN.yaml (models x patterns x "
                                                    "batch sizes); resumes where it stopped."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Re-record an id already there."),

@@ -378,7 +378,8 @@ _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
 
 
 def _aliases() -> dict[str, str]:
-    """'cpu bound' and 'cpu-bound' -> 'cpu_bound': ids as a small model writes them."""
+    """'some id' and 'some-id' -> 'some_id' for every pattern id: ids as a
+    small model writes them."""
     ids = pattern_ids()
     return {p.replace("_", " "): p for p in ids} | {p.replace("_", "-"): p for p in ids}
 

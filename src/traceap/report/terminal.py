@@ -257,7 +257,7 @@ def _axis(a, width: int) -> Text:
 
 
 def _legend(console: Console, windows_of: Sequence) -> None:
-    """'C cpu_bound   O nccl_compute_no_overlap' for the patterns flagged, wrapped to fit."""
+    """'L pattern_id   M other_id' (letter, id) for the patterns flagged, wrapped to fit."""
     seen: list[str | None] = []
     for windows in windows_of:
         for w in windows:
