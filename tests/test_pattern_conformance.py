@@ -156,6 +156,19 @@ def test_builtin_patterns_are_registered_in_order():
         assert sys.modules[f"traceap.patterns.{pid}"].PATTERN.id == pid
 
 
+def test_the_shared_piece_tables_name_registered_patterns():
+    # The simulator's switches and the recorder's causes are optional pieces kept in shared
+    # modules; an id there that no pattern registers is a stale or misspelt one.
+    from traceap.collect import causes
+    from traceap.synth import switches
+
+    for name, ids in [("synth.switches.TABLE2_WEIGHTS", switches.TABLE2_WEIGHTS),
+                      ("synth.switches.MULTI_GPU", switches.MULTI_GPU),
+                      ("collect.causes.GPU_ONLY", causes.GPU_ONLY),
+                      ("collect.causes.DISTRIBUTED", causes.DISTRIBUTED)]:
+        assert set(ids) <= set(pattern_ids()), f"{name} names unregistered ids"
+
+
 def test_a_pattern_missing_a_piece_is_named():
     class Half(toy_pattern.ToyPattern):
         id = "half_pattern"
