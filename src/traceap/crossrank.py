@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .findings import SEVERITY, Finding, SeverityConfig, StepBasis, judge
-from .idle import CAUSES, MECHANISMS, measure, pattern_of
+from .idle import CAUSES, MECHANISMS, measure
 from .trace import Trace, merged_intervals
 from .units import fmt_us
 from .windows import covered_time
@@ -252,6 +252,7 @@ def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
                         severity: SeverityConfig) -> Finding | None:
     """Communication exposed on every rank: the least exposed rank is waiting for no
     straggler, so what it shows is communication no compute hides."""
+    from .idle import pattern_of
     from .patterns import REGISTRY
 
     pid = pattern_of("nccl")  # the pattern whose time exposed collectives are

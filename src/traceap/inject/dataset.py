@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from ..manifest import MANIFEST, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
+from ..patterns._registry import is_pattern, pattern_ids
 from ..errors import DatasetError, TraceapError, TraceFormatError
 from ..load import load_bytes, read_bytes
-from ..patterns._registry import is_pattern, pattern_ids
 from .core import WARMUP_SHARE, Invalid, inject_one, warmup_share_in
 from .edit import Doc, gz_bytes, write_file
 from .mechanisms import Base, Unusable

@@ -40,14 +40,6 @@ class AntiPattern(ABC):
     mechanism); the module registers an instance (`_registry.register_pattern`).  Every other
     module reads these through the registry (tests/test_pattern_conformance.py checks them)."""
 
-    #: The pattern id (module name, manifest and JSON key: docs/FORMATS.md).
-    id: str = ""
-    #: The finding's title in every report.
-    title: str = ""
-    #: The curated fix: prose and code a user can paste.
-    fix: str = ""
-    #: One line on the mechanism, shown beside the evidence.
-    mechanism: str = ""
     #: One capital letter, written under flagged windows in the terminal timeline (unique).
     letter: str = ""
     #: "#RRGGBB" in the HTML report and the terminal (unique; colour-blind-safe first).
@@ -61,6 +53,13 @@ class AntiPattern(ABC):
     #: Whose time it is: `IdleCause(mechanism)` (a `traceap.idle` mechanism of GPU idle time)
     #: or `BusyInefficient()` (the GPU is busy but slow; `lost_us` measures it).
     account: IdleCause | BusyInefficient | None = None
+    #: The pattern id (module name, manifest and JSON key: docs/FORMATS.md), the finding's
+    #: title, and the curated fix (prose and code a user can paste).
+    id: str = ""
+    title: str = ""
+    fix: str = ""
+    #: One line on the mechanism, shown beside the evidence.
+    mechanism: str = ""
 
     def measures(self, windows: Windows) -> Measures:
         """Per-window measures, including `score` and `lost_us` (cached per Windows)."""

@@ -84,12 +84,6 @@ class CpuBound(AntiPattern):
     id = "cpu_bound"
     title = "CPU-bound: the GPU waits while the host runs Python between short kernels"
     mechanism = "the host runs Python between launches; the GPU drains the queue and idles"
-    letter = "C"
-    color = "#D55E00"
-    short = "CPU"
-    account = IdleCause("python_host")
-    signature = ("the GPU is mostly idle between many short kernels; kernels finish faster than the "
-                 "CPU launches them (short kernels, long launch delays, busy cudaLaunchKernel).")
     fix = """\
 Launch fewer, bigger kernels, or take the host out of the loop:
 
@@ -102,6 +96,13 @@ Also: raise the batch size (more work per kernel), use fused optimizers
 (`torch.optim.AdamW(params, fused=True)` or `foreach=True`), channels_last + AMP
 (`torch.autocast("cuda", dtype=torch.bfloat16)`), and move per-sample Python loops into
 batched tensor ops."""
+    letter = "C"
+    color = "#D55E00"
+    short = "CPU"
+    account = IdleCause("python_host")
+    signature = ("the GPU is mostly idle between many short kernels; kernels finish faster than "
+                 "the CPU launches them (short kernels, long launch delays, busy "
+                 "cudaLaunchKernel).")
 
     def __init__(self, config: CpuBoundConfig = CpuBoundConfig()):
         self.config = config

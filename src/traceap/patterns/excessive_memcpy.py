@@ -38,12 +38,6 @@ class ExcessiveMemcpy(AntiPattern):
     id = "excessive_memcpy"
     title = "Frequent host<->device copies and synchronisations (.item(), .cpu())"
     mechanism = "DtoH/HtoD copies with cudaStreamSynchronize stall the host and then the GPU"
-    letter = "M"
-    color = "#009E73"
-    short = "MEM"
-    account = IdleCause("host_copies_syncs")
-    signature = ("many or large HtoD/DtoH memcpys (from .item(), .cpu(), .tolist(), .to(device) inside "
-                 "the loop) taking a large share of the window, often with synchronising calls.")
     fix = """\
 Keep values on the GPU inside the loop and synchronise rarely:
 
@@ -57,6 +51,13 @@ Keep values on the GPU inside the loop and synchronise rarely:
 Also: create tensors directly on the device (`torch.zeros(n, device=device)`, not
 `torch.zeros(n).to(device)`), avoid `.cpu()`/`.numpy()`/`print(tensor)`/Python `if tensor:` in
 the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining syncs."""
+    letter = "M"
+    color = "#009E73"
+    short = "MEM"
+    account = IdleCause("host_copies_syncs")
+    signature = ("many or large HtoD/DtoH memcpys (from .item(), .cpu(), .tolist(), .to(device) "
+                 "inside the loop) taking a large share of the window, often with synchronising "
+                 "calls.")
 
     def __init__(self, config: MemcpyConfig = MemcpyConfig()):
         self.config = config

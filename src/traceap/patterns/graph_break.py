@@ -28,13 +28,6 @@ class GraphBreak(AntiPattern):
     id = "graph_break"
     title = "torch.compile graph breaks (eager code between compiled regions)"
     mechanism = "several compiled regions per step with eager ops and GPU gaps between them"
-    letter = "G"
-    color = "#CC79A7"
-    short = "GB"
-    account = IdleCause("compile_gaps")
-    signature = ("torch.compile split into pieces: several `Torch-Compiled Region` / `CompiledFunction` "
-                 "/ `TorchDynamo Cache Lookup` entries, eager aten ops and GPU gaps between "
-                 "triton_* kernels.")
     fix = """\
 Find and remove the breaks, then make the compiler refuse new ones:
 
@@ -47,6 +40,13 @@ tensor, use torch.where / torch.cond); unsupported third-party calls (wrap them 
 `torch.compiler.disable` outside the hot path or register a custom op); data-dependent shapes
 (`torch._dynamo.config.capture_scalar_outputs = True`, `mark_dynamic`).  Once clean, use
 `torch.compile(model, fullgraph=True)` so a new break is an error, not a slowdown."""
+    letter = "G"
+    color = "#CC79A7"
+    short = "GB"
+    account = IdleCause("compile_gaps")
+    signature = ("torch.compile split into pieces: several `Torch-Compiled Region` / "
+                 "`CompiledFunction` / `TorchDynamo Cache Lookup` entries, eager aten ops and GPU "
+                 "gaps between triton_* kernels.")
 
     def __init__(self, config: BreakConfig = BreakConfig()):
         self.config = config

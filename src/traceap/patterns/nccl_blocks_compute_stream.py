@@ -27,14 +27,6 @@ class NcclBlocksComputeStream(AntiPattern):
     id = "nccl_blocks_compute_stream"
     title = "NCCL collectives on the compute stream (compute waits for communication)"
     mechanism = "collectives queued on the stream of the model's kernels serialise with them"
-    letter = "B"
-    color = "#8F6D00"
-    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
-    terminal_color = "#C9A227"
-    short = "NBS"
-    account = IdleCause("nccl_on_compute_stream")
-    signature = ("NCCL kernels run on the same stream as compute kernels, so compute waits behind "
-                 "communication on that stream.")
     fix = """\
 Run collectives on their own stream and let compute continue:
 
@@ -51,6 +43,14 @@ Run collectives on their own stream and let compute continue:
     torch.cuda.current_stream().wait_stream(comm)
 
 Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a collective."""
+    letter = "B"
+    color = "#8F6D00"
+    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
+    terminal_color = "#C9A227"
+    short = "NBS"
+    account = IdleCause("nccl_on_compute_stream")
+    signature = ("NCCL kernels run on the same stream as compute kernels, so compute waits behind "
+                 "communication on that stream.")
 
     def __init__(self, config: BlockConfig = BlockConfig()):
         self.config = config

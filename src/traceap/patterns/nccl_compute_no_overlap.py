@@ -71,14 +71,6 @@ class NcclComputeNoOverlap(AntiPattern):
     id = "nccl_compute_no_overlap"
     title = "Communication not overlapped with compute (exposed NCCL time)"
     mechanism = "collectives run while no compute kernel runs, so the step waits for them"
-    letter = "O"
-    color = "#6A3D9A"
-    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
-    terminal_color = "#9B6BD0"
-    short = "NNO"
-    account = IdleCause("nccl")
-    signature = ("NCCL kernels on their own stream but no compute runs while they do: communication "
-                 "is exposed and the GPU computes nothing during collectives.")
     fix = """\
 Let gradient communication run during backward:
 
@@ -92,6 +84,14 @@ Don't all-reduce gradients yourself after `loss.backward()`; with FSDP use
 `backward_prefetch=BackwardPrefetch.BACKWARD_PRE` and `forward_prefetch=True`; with gradient
 accumulation, `model.no_sync()` on non-final micro-batches.  If one rank is slower (see the
 straggler finding), the others' NCCL time is waiting: balance the data/work per rank."""
+    letter = "O"
+    color = "#6A3D9A"
+    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
+    terminal_color = "#9B6BD0"
+    short = "NNO"
+    account = IdleCause("nccl")
+    signature = ("NCCL kernels on their own stream but no compute runs while they do: "
+                 "communication is exposed and the GPU computes nothing during collectives.")
 
     def __init__(self, config: OverlapConfig = OverlapConfig()):
         self.config = config

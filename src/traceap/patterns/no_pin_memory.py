@@ -28,12 +28,6 @@ class NoPinMemory(AntiPattern):
     id = "no_pin_memory"
     title = "Host-to-device copies from pageable memory (no pin_memory)"
     mechanism = "pageable HtoD copies are staged by the driver and block the launching thread"
-    letter = "P"
-    color = "#56B4E9"
-    short = "NPM"
-    account = IdleCause("pageable_copies")
-    signature = ("`Memcpy HtoD (Pageable -> Device)` copies; the launching cudaMemcpyAsync blocks the "
-                 "host for about as long as the copy itself.")
     fix = """\
 Copy batches from page-locked (pinned) memory, asynchronously:
 
@@ -44,6 +38,12 @@ Copy batches from page-locked (pinned) memory, asynchronously:
 
 For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pin_memory=True)`
 (or `t.pin_memory()`), then `.to(device, non_blocking=True)`."""
+    letter = "P"
+    color = "#56B4E9"
+    short = "NPM"
+    account = IdleCause("pageable_copies")
+    signature = ("`Memcpy HtoD (Pageable -> Device)` copies; the launching cudaMemcpyAsync blocks "
+                 "the host for about as long as the copy itself.")
 
     def __init__(self, config: PinConfig = PinConfig()):
         self.config = config

@@ -41,13 +41,6 @@ class SingleProcessDataloading(AntiPattern):
     id = "single_process_dataloading"
     title = "Data loading in the training process (GPU waits for the next batch)"
     mechanism = "DataLoader.__next__ runs on the main thread while the GPU has nothing queued"
-    letter = "D"
-    color = "#E69F00"
-    short = "SPD"
-    account = IdleCause("data_loading")
-    signature = ("a long `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (or collate/"
-                 "decode/transform ops) runs on the training thread while the GPU sits idle; "
-                 "no `_MultiProcessingDataLoaderIter`.")
     fix = """\
 Load batches in worker processes so the next batch is ready when the GPU finishes a step:
 
@@ -60,6 +53,13 @@ Load batches in worker processes so the next batch is ready when the GPU finishe
 
 If the workers still cannot keep up, move augmentation to the GPU (e.g. torchvision.transforms.v2
 on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image decoder."""
+    letter = "D"
+    color = "#E69F00"
+    short = "SPD"
+    account = IdleCause("data_loading")
+    signature = ("a long `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (or "
+                 "collate/decode/transform ops) runs on the training thread while the GPU sits "
+                 "idle; no `_MultiProcessingDataLoaderIter`.")
 
     def __init__(self, config: LoaderConfig = LoaderConfig()):
         self.config = config

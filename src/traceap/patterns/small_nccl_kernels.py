@@ -52,12 +52,6 @@ class SmallNcclKernels(AntiPattern):
     id = "small_nccl_kernels"
     title = "Many small NCCL collectives (gradients sent in tiny messages)"
     mechanism = "each collective pays a fixed latency; small messages never reach link bandwidth"
-    letter = "S"
-    color = "#0072B2"
-    short = "SNK"
-    account = IdleCause("small_nccl")
-    signature = ("many short NCCL kernels (tens of us, small messages) instead of a few large "
-                 "bucketed collectives.")
     fix = """\
 Send gradients in fewer, larger messages:
 
@@ -70,6 +64,12 @@ Send gradients in fewer, larger messages:
 Don't all-reduce tensors one by one (metrics, per-parameter loops): pack them with
 `torch.cat` or `torch.distributed.all_reduce_coalesced`, and reduce logging metrics every N
 steps.  With gradient accumulation, wrap the non-final micro-batches in `model.no_sync()`."""
+    letter = "S"
+    color = "#0072B2"
+    short = "SNK"
+    account = IdleCause("small_nccl")
+    signature = ("many short NCCL kernels (tens of us, small messages) instead of a few large "
+                 "bucketed collectives.")
 
     def __init__(self, config: SmallNcclConfig = SmallNcclConfig()):
         self.config = config
