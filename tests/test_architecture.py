@@ -23,13 +23,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "traceap"
 #: The layers of docs/ARCHITECTURE.md, lowest first.  A package may import packages of lower
 #: layers only; packages of one layer do not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "units", "progress"),                 # shared vocabulary
-    # The pattern registry (`traceap/patterns/_registry.py`) counts as a package of its own at
-    # the bottom: every layer reads the patterns' declarations through it (manifest validates
-    # ids, idle maps mechanisms to patterns, synth/collect/inject register pieces), and it
-    # imports nothing of traceap.  It loads the rule modules at the first read by the names in
-    # `traceap.patterns.BUILTIN`, at run time, so no import of it reaches up.
-    ("patterns._registry",),
+    ("errors", "units", "progress", "patterns._registry"),  # shared vocabulary (OWN_PACKAGES)
     ("trace",),                                      # the columnar Trace
     ("load", "windows"),                             # file -> Trace, Trace -> Windows
     ("manifest", "measures"),                        # pattern ids; shared trace measurements
@@ -104,7 +98,12 @@ def imports_of(module: str) -> set[str]:
 IMPORTS = {m: imports_of(m) for m in MODULES}
 
 
-#: Modules that count as packages of their own (see LAYERS).
+#: Modules that count as packages of their own.  The pattern registry
+#: (`traceap/patterns/_registry.py`) sits in the bottom layer: every layer reads the patterns'
+#: declarations through it (manifest validates ids, idle maps mechanisms to patterns, inject
+#: registers pieces), and it imports nothing of traceap.  It loads the rule modules at the
+#: first read, by the names in `traceap.patterns.BUILTIN` and at run time, so no import of it
+#: reaches up.
 OWN_PACKAGES = ("traceap.patterns._registry",)
 
 
