@@ -28,8 +28,7 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    on a compute stream [collectives on the compute stream], small
                    collectives [small collectives], any other [exposed collectives].  Before
                    the host causes: the device is executing a collective, not waiting for the
-                   host.
-                   Except where nothing waits for the collective (no compute launched and
+                   host.  Except where nothing waits for the collective (no compute launched and
                    queued, the host in no sync: `host_late_under_nccl`): the host had not
                    launched the next work yet, the collective only looks exposed, and those
                    gaps are starved gaps for the host causes below.  Small collectives keep
@@ -42,18 +41,18 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    that the loader fills for at least half of its length is the loader's whole:
                    the batch's upload and the relaunch after it are part of waiting for data.
  5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call
-                   [pageable copies]; other DtoH / small HtoD copies [host copies and syncs];
-                   large pinned input uploads: no pattern), and the GPU gap after a
-                   host-blocking sync [host copies and syncs]: all of it when the sync fetched values to the host (a DtoH
-                   copy ends inside it: .item(), .tolist(), .cpu(): the host then works on what
-                   it fetched, and keeping the values on the GPU removes both), at most the time
-                   the host waited in it for a bare sync (an event/stream/device sync: the wait is
-                   how far ahead of the device the host was, all it can have cost).  And the
-                   later starved gaps of the lead the sync lost, up to the compute the device ran
-                   while the host waited (`sync_debt`): a host far ahead of a deep queue that
-                   relaunches at the device's pace after the sync starves it until that lead
-                   would have been used up.  Not where Python or unrecorded host work fills those
-                   later gaps: that is named first.
+                   [pageable copies]; other DtoH / small HtoD copies [host copies and syncs]; large
+                   pinned input uploads: no pattern), and the GPU gap after a host-blocking sync
+                   [host copies and syncs]: all of it when the sync fetched values to the host (a
+                   DtoH copy ends inside it: .item(), .tolist(), .cpu(): the host then works on
+                   what it fetched, and keeping the values on the GPU removes both), at most the
+                   time the host waited in it for a bare sync (an event/stream/device sync: the
+                   wait is how far ahead of the device the host was, all it can have cost).  And
+                   the later starved gaps of the lead the sync lost, up to the compute the device
+                   ran while the host waited (`sync_debt`): a host far ahead of a deep queue that
+                   relaunches at the device's pace after the sync starves it until that lead would
+                   have been used up.  Not where Python or unrecorded host work fills those later
+                   gaps: that is named first.
  6 unrecorded_host a starved gap while the host recorded nothing for a long stretch (over
                    `IdleConfig.unrecorded_host_us` between framework calls: no op, no runtime
                    call): the host was busy with something the profiler did not see (model
