@@ -182,6 +182,14 @@ def test_a_pattern_missing_a_piece_is_named():
     assert "single" not in wrong["account"] and "data_loading" in wrong["account"]
 
 
+def test_a_piece_registered_twice_is_refused(toy):
+    from traceap.patterns import register_piece
+
+    register_piece("inject", toy.id, NotApplicable("a toy has no mechanism to plant"))  # same
+    with pytest.raises(ValueError, match="registered twice"):
+        register_piece("inject", toy.id, lambda base, rng: None)
+
+
 # -- the toy pattern: one module, every output --------------------------------------------------
 @pytest.fixture
 def toy():

@@ -91,8 +91,20 @@ def register_piece(piece: str, pattern_id: str, value: Any) -> Any:
     result)."""
     if piece not in _PIECES:
         raise ValueError(f"unknown piece {piece!r}; pieces: {', '.join(PIECES)}")
+    old = _PIECES[piece].get(pattern_id)
+    if old is not None and old != value and _name(old) != _name(value):
+        # Two modules claim one piece (say a mechanism and a NotApplicable left behind in the
+        # pattern's module): which one wins must not depend on the import order.
+        raise ValueError(f"pattern {pattern_id!r}: the {piece!r} piece is registered twice "
+                         f"({_name(old)}, {_name(value)})")
     _PIECES[piece][pattern_id] = value
     return value
+
+
+def _name(value: Any) -> str:
+    """'module.function' of a piece (the same after a module is reloaded), or its repr."""
+    qual = getattr(value, "__qualname__", None)
+    return f"{value.__module__}.{qual}" if qual else repr(value)
 
 
 def piece_of(piece: str, pattern_id: str) -> Any:
