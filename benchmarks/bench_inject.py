@@ -30,11 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import traceap  # noqa: E402
-from traceap.manifest import PATTERNS  # noqa: E402
+from traceap.patterns import pattern_ids  # noqa: E402
 from traceap.inject.core import Invalid, inject_one  # noqa: E402
 from traceap.inject.edit import Doc  # noqa: E402
 from traceap.inject.mechanisms import Base, Unusable  # noqa: E402
 from traceap.inject.natural import natural_anomalies  # noqa: E402
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 
 def timed(fn):

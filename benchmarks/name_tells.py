@@ -37,9 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import traceap  # noqa: E402
-from traceap.manifest import PATTERNS, Entry, read_manifest, trace_path  # noqa: E402
+from traceap.manifest import Entry, read_manifest, trace_path  # noqa: E402
+from traceap.patterns import pattern_ids  # noqa: E402
 from traceap.trace import Kind  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 #: Names whose numbers are counters, not identity: fold them so one name stands for the family.
 _FOLD = (

@@ -40,12 +40,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from traceap.analysis import analyze, resolve_classifier  # noqa: E402
-from traceap.manifest import PATTERNS, read_manifest, trace_path, window_labels, \
+from traceap.manifest import read_manifest, trace_path, window_labels, \
     window_pattern_sets, window_patterns  # noqa: E402
+from traceap.patterns import pattern_ids  # noqa: E402
 from traceap.detectors.registry import make_detector  # noqa: E402
 from traceap.eval import metrics  # noqa: E402
 from traceap.load import load  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 SHORT = {"single_process_dataloading": "dataload", "no_pin_memory": "no_pin",
          "excessive_memcpy": "memcpy", "graph_break": "graph_brk", "cpu_bound": "cpu_bound",

@@ -19,13 +19,15 @@ from traceap.job import JobAnalysis, analyze_job
 from traceap.cli import app
 from traceap.classify import make_classifier
 from traceap.classify.base import Classifier, PatternCall
-from traceap.manifest import PATTERNS
+from traceap.patterns import pattern_ids
 from traceap.errors import TraceapError
 from traceap.patterns import REGISTRY
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows
 
 from .conftest import CNN, DATA, SAMPLE, needs_shared, shared_trace_files
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 V1_KEYS = ["schema", "trace", "n_windows", "span_us", "windows", "findings"]
 WINDOW_KEYS = ["index", "start_us", "end_us", "score", "flagged", "pattern", "confidence"]
@@ -471,7 +473,8 @@ def _plain(render_fn, obj, width=80) -> list[str]:
 
 
 def test_terminal_report_fits_80_columns_and_reads_without_colour(dlrm):
-    from traceap.report.terminal import LETTERS, render
+    from traceap.report.terminal import pattern_letters, render
+    letters = pattern_letters()
     a = analyze(dlrm, n_windows=50, detector="expert")
     lines = _plain(render, a)
     code = set()
@@ -485,12 +488,12 @@ def test_terminal_report_fits_80_columns_and_reads_without_colour(dlrm):
                  and ln.strip())
     marks = lines[strip + 1][2:].ljust(50)
     for w in a.windows:
-        want = LETTERS.get(w.pattern, "?") if w.flagged else " "
+        want = letters.get(w.pattern, "?") if w.flagged else " "
         assert marks[w.index] == want, (w.index, w.pattern)
-    assert any(LETTERS[a.findings[0].pattern] in m for m in marks)
+    assert any(letters[a.findings[0].pattern] in m for m in marks)
     # each finding names its letter, and the legend spells the letters out
-    assert f"[{LETTERS[a.findings[0].pattern]}] {a.findings[0].title[:20]}" in "\n".join(lines)
-    assert f"{LETTERS[a.findings[0].pattern]} {a.findings[0].pattern}" in "\n".join(lines)
+    assert f"[{letters[a.findings[0].pattern]}] {a.findings[0].title[:20]}" in "\n".join(lines)
+    assert f"{letters[a.findings[0].pattern]} {a.findings[0].pattern}" in "\n".join(lines)
     # the header keeps each field on one line
     assert any("GPU busy" in ln and "%" in ln.split("GPU busy")[1] for ln in lines)
 

@@ -18,12 +18,15 @@ import pytest
 from typer.testing import CliRunner
 
 import traceap
-from traceap.manifest import PATTERNS, Anomaly, Entry, read_manifest, trace_path, write_manifest
+from traceap.manifest import Anomaly, Entry, read_manifest, trace_path, write_manifest
+from traceap.patterns import pattern_ids
 from traceap.errors import DatasetError
 from traceap.eval import EvalConfig, evaluate, metrics, plots, tables
 from traceap.eval.runner import select
 
 from .conftest import DATA, CNN
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 # (id, source file, split, task, label, [(start fraction, end fraction, pattern)])
 LAYOUT = [

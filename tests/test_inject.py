@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import traceap
-from traceap.manifest import PATTERNS, SPLITS, read_manifest, splits
+from traceap.manifest import SPLITS, read_manifest, splits
+from traceap.patterns import pattern_ids
 from traceap.errors import DatasetError, OutputError
 from traceap.inject.core import Invalid, inject_one
 from traceap.inject.dataset import InjectConfig, build
@@ -31,6 +32,8 @@ from traceap.inject.validate import Columns, compare, describe, offenders, valid
 from traceap.trace import Kind, merged_intervals
 
 from .conftest import DATA, CNN, needs_shared, shared_trace_files
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 V100 = DATA / "kineto2021_v100.json.gz"   # 2021 dialect: Operator / Runtime / Kernel, int us
 MI250 = DATA / "amd_mi250_train.json.gz"  # ROCm: hip* runtime calls, "Host" memcpys

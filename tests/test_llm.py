@@ -25,12 +25,14 @@ from traceap.llm.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, answer
                                 messages, parse_answer, parse_scores, score_messages,
                                 system_prompt)
 from traceap.classify.redetect import RedetectConfig, RedetectingClassifier, redetect
-from traceap.manifest import PATTERNS
+from traceap.patterns import pattern_ids
 from traceap.detectors.registry import make_detector
 from traceap.llm_setup import (LLMSetupError, ModelSpec, assemble, free_port, have_llama_server,
                                model_path, running_server)
 from traceap.patterns import REGISTRY
 from traceap.windows import Windows
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from traceap.manifest import PATTERNS, read_manifest, trace_path
+from traceap.manifest import read_manifest, trace_path
+from traceap.patterns import pattern_ids
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
@@ -26,6 +27,8 @@ from traceap.model.train import examples_from, featurize_entries, fit, score_exa
 from traceap.windows import Windows
 
 from .conftest import CNN
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 TINY = replace(preset("small"), d=16, layers=1, heads=2, max_events=16, windows=(20,),
                dropout=0.0, platform_dropout=0.0, lr=3e-3)

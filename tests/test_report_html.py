@@ -411,9 +411,9 @@ def test_browser_draws_the_timeline_without_errors(browser, analysis, tmp_path):
     assert browser.js("document.querySelectorAll('#timeline-0 .wmark.flag').length") == len(flagged)
     # Flagged bars carry their pattern's colour, the others grey.
     w = analysis.windows[flagged[0]]
-    from traceap.report.html import PATTERN_COLORS
+    from traceap.report.colors import pattern_colors
     fill = browser.js(f"document.querySelectorAll('#timeline-0 .wbar')[{w.index}].getAttribute('fill')")
-    assert fill == PATTERN_COLORS[w.pattern]
+    assert fill == pattern_colors()[w.pattern]
     # Hover: the tooltip names the window's kernels; the markup in a name stays text.
     rows = Windows(t, n).anchors
     evil_w = next(i for i in range(n) if (t.name[rows(i)] == evil_code).any())

@@ -10,8 +10,9 @@ import pytest
 import numpy as np
 
 import traceap
-from traceap.manifest import PATTERNS, read_manifest, trace_path, window_labels
-from traceap.errors import OutputError
+from traceap.manifest import read_manifest, trace_path, window_labels
+from traceap.patterns import pattern_ids
+from traceap.errors import DatasetError, OutputError
 from traceap.synth import SynthConfig, generate, plan, split_counts
 from traceap.synth.dataset import planned_files, simulate_job
 from traceap.synth.workloads import all_models
@@ -20,6 +21,8 @@ from traceap.synth.simulator import RunConfig, simulate
 from traceap.windows import Windows
 
 from .conftest import DATA
+
+PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 
 def _digest(folder) -> dict[str, str]:

@@ -291,9 +291,8 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
         if not cs and not len(rule_idx):
             continue
         idx = sorted(c.window for c in cs) if cs else rule_idx.tolist()
-        mech = idle_mod.MECHANISM_OF_PATTERN[pid]
-        lost = float(account.by_mechanism[mech])
-        per_step, gain, pct, sev = judge(lost, account.in_steady_steps(mech), basis,
+        lost, lost_in_steps = pat.time_lost(windows, account)
+        per_step, gain, pct, sev = judge(lost, lost_in_steps, basis,
                                          pat.gain_cap_us(windows, basis.n_steps), severity)
         if not cs and (pct < severity.medium_pct or lost <= 0):
             continue  # the rule's own flags matter only for a large measured cost

@@ -333,8 +333,10 @@ def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
                         severity: SeverityConfig) -> Finding | None:
     """Communication exposed on every rank: the least exposed rank is waiting for no
     straggler, so what it shows is communication no compute hides."""
+    from .idle import pattern_of
     from .patterns import REGISTRY
 
+    pid = pattern_of("nccl")  # the pattern whose time exposed collectives are
     comp = np.array([p.compute_us for p in prof])
     comm = np.array([p.comm_us for p in prof])
     exposed = np.array([p.exposed_comm_us for p in prof])
@@ -346,13 +348,13 @@ def _exposed_everywhere(prof: list[RankSummary], config: JobConfig,
     inherent = float(exposed[k])
     p = prof[k]
     return _finding(
-        "nccl_compute_no_overlap", p, inherent, "Exposed communication on every rank",
+        pid, p, inherent, "Exposed communication on every rank",
         (f"communication is exposed on every rank: {fmt_us(inherent)} to "
          f"{fmt_us(float(np.max(exposed)))} {_unit(p)}"
          f"({100 * float(np.min(share)):.0f}-{100 * float(np.max(share)):.0f}% of GPU time); "
          f"the minimum over ranks (rank {p.rank}) is not waiting for a straggler but "
          f"communication that no compute hides"),
-        REGISTRY["nccl_compute_no_overlap"].fix, None,
+        REGISTRY[pid].fix, None,
         {"exposed_min_us": round(inherent, 1), "exposed_max_us": round(float(np.max(exposed)), 1),
          "compute_us": round(float(comp[k]), 1)}, severity, cap=float(comp[k]))
 

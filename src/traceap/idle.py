@@ -14,7 +14,9 @@ Definitions (one for every report: terminal, HTML, JSON, `traceap info`, cross-r
   a fix (overlap, pinned async copies) would let compute fill them.
 
 Every idle microsecond goes to exactly one mechanism, the first in `MECHANISMS` whose
-intervals cover it; mechanisms roll up into the causes of `CAUSES`:
+intervals cover it; mechanisms roll up into the causes of `CAUSES`.  A pattern whose time is
+idle time names its mechanism in its declaration (`AntiPattern.account = IdleCause(id)`;
+`pattern_of` reads it from the registry), shown here as the pattern's subject in brackets:
 
  1 warmup          one-off start-up: allocator growth (cudaMalloc, cudaHostAlloc), stream and
                    CUDA-graph creation, module loading (cuModuleLoad, the slow first launch of a
@@ -23,34 +25,34 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
                    and a first profiler step much longer than the others whose extra time such
                    calls largely cover.  First, because a one-off cost is not the steady state.
  2 communication   an NCCL/RCCL kernel runs while no compute does (exposed communication):
-                   on a compute stream (nccl_blocks_compute_stream), small collectives
-                   (small_nccl_kernels), any other (nccl_compute_no_overlap).  Before the host
-                   causes: the device is executing a collective, not waiting for the host.
-                   Except where nothing waits for the collective (no compute launched and
+                   on a compute stream [collectives on the compute stream], small
+                   collectives [small collectives], any other [exposed collectives].  Before
+                   the host causes: the device is executing a collective, not waiting for the
+                   host.  Except where nothing waits for the collective (no compute launched and
                    queued, the host in no sync: `host_late_under_nccl`): the host had not
                    launched the next work yet, the collective only looks exposed, and those
                    gaps are starved gaps for the host causes below.  Small collectives keep
                    the part of it the host spends in their own c10d calls (their cost).
- 3 compile_gaps    between two compiled regions of one step (graph_break): eager code, often a
+ 3 compile_gaps    between two compiled regions of one step [graph breaks]: eager code, often a
                    data-dependent op (.item(), nonzero) with its copy and sync, so a gap framed
                    by compiled regions is a break before it is a copy.
- 4 data_loading    `DataLoader.__next__` runs on the host (single_process_dataloading): named
+ 4 data_loading    `DataLoader.__next__` runs on the host [data loading]: named
                    host work, so it goes before the copies and syncs around it.  A GPU idle gap
                    that the loader fills for at least half of its length is the loader's whole:
                    the batch's upload and the relaunch after it are part of waiting for data.
- 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call:
-                   no_pin_memory; other DtoH / small HtoD copies: excessive_memcpy; large pinned
-                   input uploads: no pattern), and the GPU gap after a host-blocking sync
-                   (excessive_memcpy): all of it when the sync fetched values to the host (a DtoH
-                   copy ends inside it: .item(), .tolist(), .cpu(): the host then works on what
-                   it fetched, and keeping the values on the GPU removes both), at most the time
-                   the host waited in it for a bare sync (an event/stream/device sync: the wait is
-                   how far ahead of the device the host was, all it can have cost).  And the
-                   later starved gaps of the lead the sync lost, up to the compute the device ran
-                   while the host waited (`sync_debt`): a host far ahead of a deep queue that
-                   relaunches at the device's pace after the sync starves it until that lead
-                   would have been used up.  Not where Python or unrecorded host work fills those
-                   later gaps: that is named first.
+ 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call
+                   [pageable copies]; other DtoH / small HtoD copies [host copies and syncs]; large
+                   pinned input uploads: no pattern), and the GPU gap after a host-blocking sync
+                   [host copies and syncs]: all of it when the sync fetched values to the host (a
+                   DtoH copy ends inside it: .item(), .tolist(), .cpu(): the host then works on
+                   what it fetched, and keeping the values on the GPU removes both), at most the
+                   time the host waited in it for a bare sync (an event/stream/device sync: the
+                   wait is how far ahead of the device the host was, all it can have cost).  And
+                   the later starved gaps of the lead the sync lost, up to the compute the device
+                   ran while the host waited (`sync_debt`): a host far ahead of a deep queue that
+                   relaunches at the device's pace after the sync starves it until that lead would
+                   have been used up.  Not where Python or unrecorded host work fills those later
+                   gaps: that is named first.
  6 unrecorded_host a starved gap while the host recorded nothing for a long stretch (over
                    `IdleConfig.unrecorded_host_us` between framework calls: no op, no runtime
                    call): the host was busy with something the profiler did not see (model
@@ -59,7 +61,7 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`:
  7 python_host     a starved gap (the launch of the work that ends it began only after the
                    device had gone idle) while the host ran Python between framework calls for
                    longer than `IdleConfig.python_ratio` x the framework call before it: the
-                   user's code, not the framework, kept the GPU waiting (cpu_bound).
+                   user's code, not the framework, kept the GPU waiting [CPU-bound Python].
  8 launch_bound    the rest of the starved gaps: the framework's own dispatch and launch calls
                    (a small model's steady state; no pattern: fixed by CUDA graphs or
                    torch.compile, not by removing a mistake).  Rolls up with python_host into
@@ -77,6 +79,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .measures.signals import busy_rows  # noqa: F401 - part of this module's interface
+from .patterns._registry import mechanism_of_pattern, pattern_of_mechanism
 from .trace import CopyKind, Kind, Trace, merged_intervals
 from .units import fmt_us
 from .windows import Windows, covered_time
@@ -96,30 +99,30 @@ CAUSE_TITLES = {
 
 
 class Mechanism(NamedTuple):
-    """One way the GPU ends up idle: its id, the cause it rolls up into, its pattern (or None),
-    and whether a fix can only hide it under the compute there is (collectives: overlapping
-    them better cannot gain more than the compute they would overlap)."""
+    """One way the GPU ends up idle: its id, the cause it rolls up into, and whether a fix can
+    only hide it under the compute there is (collectives: overlapping them better cannot gain
+    more than the compute they would overlap).  The pattern whose time a mechanism is declares
+    it (`AntiPattern.account = IdleCause(id)`); `pattern_of` reads that from the registry."""
 
     id: str
     cause: str
-    pattern: str | None
     hides_under_compute: bool = False
 
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
-    Mechanism("warmup", "warmup", None),
-    Mechanism("nccl_on_compute_stream", "communication", "nccl_blocks_compute_stream", True),
-    Mechanism("small_nccl", "communication", "small_nccl_kernels"),
-    Mechanism("nccl", "communication", "nccl_compute_no_overlap", True),
-    Mechanism("compile_gaps", "compile_gaps", "graph_break"),
-    Mechanism("data_loading", "data_loading", "single_process_dataloading"),
-    Mechanism("pageable_copies", "host_copy_sync", "no_pin_memory"),
-    Mechanism("host_copies_syncs", "host_copy_sync", "excessive_memcpy"),
-    Mechanism("input_copies", "host_copy_sync", None),
-    Mechanism("unrecorded_host", "not_explained", None),
-    Mechanism("python_host", "launch_bound", "cpu_bound"),
-    Mechanism("launch_bound", "launch_bound", None),
+    Mechanism("warmup", "warmup"),
+    Mechanism("nccl_on_compute_stream", "communication", True),
+    Mechanism("small_nccl", "communication"),
+    Mechanism("nccl", "communication", True),
+    Mechanism("compile_gaps", "compile_gaps"),
+    Mechanism("data_loading", "data_loading"),
+    Mechanism("pageable_copies", "host_copy_sync"),
+    Mechanism("host_copies_syncs", "host_copy_sync"),
+    Mechanism("input_copies", "host_copy_sync"),      # large pinned uploads: no pattern
+    Mechanism("unrecorded_host", "not_explained"),
+    Mechanism("python_host", "launch_bound"),
+    Mechanism("launch_bound", "launch_bound"),        # the framework's own launches: no pattern
 )
 #: What each mechanism is, for a sentence that splits a cause into its parts.
 MECHANISM_TITLES = {
@@ -139,7 +142,18 @@ MECHANISM_TITLES = {
 }
 NOT_EXPLAINED = len(MECHANISMS)  # the code of idle time no mechanism covers
 MECHANISM_IDS = tuple(m.id for m in MECHANISMS) + ("not_explained",)
-MECHANISM_OF_PATTERN = {m.pattern: m.id for m in MECHANISMS if m.pattern}
+
+
+def pattern_of(mechanism: str) -> str | None:
+    """The anti-pattern whose time a mechanism's idle time is (the registry's declarations),
+    or None (warm-up, large pinned uploads, the framework's own launches, ...)."""
+    return pattern_of_mechanism().get(mechanism)
+
+
+def mechanism_of(pattern: str) -> str | None:
+    """The mechanism holding an anti-pattern's idle time, or None (an unknown id, or a
+    pattern whose time is not idle time)."""
+    return mechanism_of_pattern().get(pattern)
 
 #: One-off start-up calls (runtime/driver API).
 WARMUP_CALLS = (r"^(cuda|hip)(Malloc|MallocAsync|MallocManaged|MallocHost|HostAlloc|HostRegister"
@@ -191,7 +205,7 @@ class IdleConfig:
     #: Python between two framework calls longer than this many times the framework call
     #: before it is the user's code holding the GPU up, not dispatch.  Chosen on the validation
     #: split of the real-based benchmark (`benchmarks/real_rules_report.py`): at 2 healthy
-    #: small-model windows stay under the cpu_bound flag (99%) while planted Python is found.
+    #: small-model windows stay under the CPU-bound rule's flag (99%) while planted Python is found.
     python_ratio: float = 2.0
 
 
@@ -260,7 +274,8 @@ class IdleAccount:
     @property
     def by_pattern(self) -> dict[str, float]:
         """Idle time per anti-pattern id (the mechanisms that belong to a pattern)."""
-        return {m.pattern: self.by_mechanism[m.id] for m in MECHANISMS if m.pattern}
+        owner = pattern_of_mechanism()
+        return {owner[m.id]: self.by_mechanism[m.id] for m in MECHANISMS if m.id in owner}
 
     def time_in(self, mechanism: str, starts: Iterable[float], ends: Iterable[float]) -> float:
         """Idle time of one mechanism (an id of MECHANISM_IDS) inside disjoint ranges."""
@@ -768,7 +783,7 @@ def cause_per_window(windows: Windows, config: IdleConfig = IdleConfig()) -> dic
 
 def pattern_lost(windows: Windows, pattern: str) -> np.ndarray:
     """Per window: the idle time an anti-pattern's mechanism costs (zeros for other ids)."""
-    mid = MECHANISM_OF_PATTERN.get(pattern)
+    mid = mechanism_of(pattern)
     return per_window(windows)[mid].copy() if mid else np.zeros(windows.n)
 
 
@@ -787,7 +802,8 @@ def compute_per_step(account: IdleAccount, n_steps: int) -> float:
 def gain_cap_us(account: IdleAccount, pattern: str, n_steps: int) -> float | None:
     """The most fixing an anti-pattern can gain per step (in total without steps), where less
     than its time lost (`Mechanism.hides_under_compute`); None where it is not capped."""
-    mech = next((m for m in MECHANISMS if m.pattern == pattern), None)
+    mid = mechanism_of(pattern)
+    mech = next((m for m in MECHANISMS if m.id == mid), None)
     return compute_per_step(account, n_steps) if mech and mech.hides_under_compute else None
 
 
@@ -896,9 +912,9 @@ def explained_share(account: IdleAccount) -> float:
 
 
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
-           "MECHANISM_OF_PATTERN", "MECHANISM_TITLES", "Mechanism", "busy_fraction_of",
+           "MECHANISM_TITLES", "Mechanism", "busy_fraction_of",
            "busy_pct", "cause_split", "busy_per_window", "busy_rows", "compute_per_step",
-           "gain_cap_us", "gpu_span",
+           "gain_cap_us", "gpu_span", "mechanism_of", "pattern_of",
            "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
            "launch_bound_note", "host_late_outside_collectives", "host_late_under_nccl",
            "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",

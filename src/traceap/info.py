@@ -187,7 +187,7 @@ def _launch_summary(trace: Trace, kernels: np.ndarray) -> dict:
     rt = np.flatnonzero(np.isin(trace.kind, LAUNCH_KINDS))
     delay = trace.launch_delay[kernels] if len(kernels) else np.zeros(0)
     delay = delay[np.isfinite(delay)]
-    # Host-blocking syncs: the ones the excessive_memcpy finding counts (device-side waits such
+    # Host-blocking syncs: the ones the host copy/sync finding counts (device-side waits such
     # as cudaStreamWaitEvent are sync calls too, but the host does not wait in them).
     blocking = sync_rows(trace)
     return {

@@ -14,18 +14,9 @@ import msgspec
 import numpy as np
 
 from .errors import DatasetError
+from .patterns._registry import is_pattern
 from .windows import Windows
 
-PATTERNS = (
-    "single_process_dataloading",
-    "no_pin_memory",
-    "excessive_memcpy",
-    "graph_break",
-    "cpu_bound",
-    "small_nccl_kernels",
-    "nccl_blocks_compute_stream",
-    "nccl_compute_no_overlap",
-)
 SPLITS = ("train", "validation", "test_seen", "test_unseen")
 TASKS = ("image_classification", "object_detection", "image_segmentation", "image_generation",
          "depth_estimation", "pose_estimation", "action_recognition", "other")
@@ -89,7 +80,7 @@ def read_manifest(dataset: str | os.PathLike) -> list[Entry]:
             raise DatasetError(f"{path}:{n}: unknown split {e.split!r}")
         if e.label not in ("good", "bad"):
             raise DatasetError(f"{path}:{n}: label must be 'good' or 'bad', not {e.label!r}")
-        bad = [p for p in list(e.patterns) + [a.pattern for a in e.anomalies] if p not in PATTERNS]
+        bad = [p for p in list(e.patterns) + [a.pattern for a in e.anomalies] if not is_pattern(p)]
         if bad:
             raise DatasetError(f"{path}:{n}: unknown pattern id {bad[0]!r}")
         entries.append(e)
@@ -183,6 +174,6 @@ def splits(entries: list[Entry]) -> dict[str, Split]:
     return out
 
 
-__all__ = ["Anomaly", "Entry", "PATTERNS", "SEEN_TASKS", "SPLITS", "Split", "TASKS",
+__all__ = ["Anomaly", "Entry", "SEEN_TASKS", "SPLITS", "Split", "TASKS",
            "encode_entry", "read_manifest", "splits", "trace_path", "window_labels",
            "window_pattern_sets", "window_patterns", "write_manifest"]

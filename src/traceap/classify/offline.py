@@ -31,8 +31,8 @@ TIE = 0.05
 def priority(pattern: str) -> int:
     """A pattern's place in the idle account's cause order (`traceap.idle.MECHANISMS`): the
     more specific mechanism first; unknown ids last."""
-    from ..idle import MECHANISM_IDS, MECHANISM_OF_PATTERN
-    mid = MECHANISM_OF_PATTERN.get(pattern)
+    from ..idle import MECHANISM_IDS, mechanism_of
+    mid = mechanism_of(pattern)
     return MECHANISM_IDS.index(mid) if mid else len(MECHANISM_IDS)
 #: Optional learned head: windows -> {pattern id: per-window probability}.
 PatternHead = Callable[[Windows], dict[str, np.ndarray]]
@@ -103,6 +103,9 @@ class OfflineClassifier:
         # a collective, a compiled region, a loader, a copy before the host's Python, which is
         # what is left when nothing more specific explains the wait.
         order = np.array([priority(p) for p in ids])
+        # A pattern the head has no output for (registered after the checkpoint was trained)
+        # is scored by its rule alone: say so, not that the model agrees.
+        head_ids = set(self.pattern_head(windows)) if self.pattern_head is not None else set()
         calls = []
         for w in window_indices:
             col = table[:, int(w)]
@@ -120,7 +123,7 @@ class OfflineClassifier:
             runner = sorted(col)[-2] if len(col) > 1 else 0.0
             ev = pat.evidence(windows, [int(w)])
             rule = float(rules[pat.id][int(w)])
-            how = f"rule score {conf:.2f}" if self.pattern_head is None else \
+            how = f"rule score {conf:.2f}" if pat.id not in head_ids else \
                 self._agreement(rule, conf)
             calls.append(PatternCall(
                 window=int(w), pattern=pat.id, confidence=round(conf, 4), evidence=ev.text,

@@ -35,7 +35,7 @@ def collect(
     image_size: int = typer.Option(None, "--image-size", help="Input size in px (default: the model's)."),
     workers: int = typer.Option(2, help="DataLoader worker processes of the clean loader."),
     compile_backend: str = typer.Option("inductor", "--compile-backend",
-                                        help="torch.compile backend for graph_break."),
+                                        help="torch.compile backend for the graph-break cause."),
     plan: Path = typer.Option(None, "--plan", help="Sweep a PLAN.yaml (models x patterns x "
                                                    "batch sizes); resumes where it stopped."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Re-record an id already there; or record into a folder that is not a collect dataset, beside its files (a manifest there is kept under another name)."),
@@ -52,13 +52,13 @@ def collect(
     from ..collect import MODELS, CollectConfig, load_plan, parse_patterns, run_plan
     from ..collect import collect as record
     from ..collect.causes import GPU_ONLY
-    from ..manifest import PATTERNS
+    from ..patterns import pattern_ids
 
     if list_models:
         for name, spec in MODELS.items():
             typer.echo(f"{name:24s} {spec.task:22s} {spec.image_size}px")
         typer.echo("patterns: none, " + ", ".join(
-            p + (" (GPU)" if p in GPU_ONLY else "") for p in PATTERNS))
+            p + (" (GPU)" if p in GPU_ONLY else "") for p in pattern_ids()))
         return
     chosen = device
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -7,13 +7,19 @@ from pathlib import Path
 import typer
 
 
+def _ids_help(what: str) -> str:
+    """'Comma-separated pattern ids to WHAT (default: all): a, b, c.' from the registry."""
+    from ..patterns import pattern_ids
+    return f"Comma-separated pattern ids to {what} (default: all): {', '.join(pattern_ids())}."
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def inject(
         traces: list[Path] = typer.Argument(..., help="Real Kineto traces, or folders of them."),
         out: Path = typer.Option(..., "--out", "-o", help="Dataset folder to write (manifest.jsonl + traces/)."),
         patterns: str = typer.Option("all", "--patterns",
-                                     help="Comma-separated pattern ids to plant (default: all eight)."),
+                                     help=_ids_help("plant")),
         copies: int = typer.Option(1, "--copies", min=1, help="Injected traces per base and pattern (different draws)."),
         seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same bytes."),
         jobs: int = typer.Option(1, "--jobs", min=1, help="Bases processed in parallel processes."),
@@ -30,10 +36,10 @@ def register(app: typer.Typer) -> None:
         trace per pattern and copy.  Bases without GPU work or without a usable insertion
         point are skipped with one line each.
         """
-        from ..manifest import PATTERNS
         from ..inject.dataset import InjectConfig, SplitPlan, build
+        from ..patterns import pattern_ids
 
-        chosen = PATTERNS if patterns.strip() in ("", "all") else tuple(
+        chosen = pattern_ids() if patterns.strip() in ("", "all") else tuple(
             p.strip() for p in patterns.split(",") if p.strip())
         config = InjectConfig(patterns=chosen, copies=copies, seed=seed, jobs=jobs, split=split,
                               task=task, overwrite=overwrite)
@@ -44,7 +50,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"traceap: {note}", err=True)
         counts = rep.counts()
         bases = counts.get("good", 0) + counts.get("natural", 0)
-        mix = ", ".join(f"{p}={counts[p]}" for p in PATTERNS if p in counts)
+        mix = ", ".join(f"{p}={counts[p]}" for p in pattern_ids() if p in counts)
         typer.echo(f"wrote {len(rep.entries)} traces from {bases} bases to {rep.out} in "
                    f"{rep.seconds:.1f} s ({counts.get('good', 0)} good, "
                    f"{counts.get('natural', 0)} with natural anomalies); skipped {len(rep.skipped)}")
@@ -58,7 +64,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def label(
         traces: list[Path] = typer.Argument(..., help="Kineto traces to label."),
-        patterns: str = typer.Option("all", "--patterns", help="Comma-separated pattern ids (default: all)."),
+        patterns: str = typer.Option("all", "--patterns", help=_ids_help("label")),
         json_out: bool = typer.Option(False, "--json", help="One JSON object per trace (anomalies in the manifest's form)."),
     ) -> None:
         """Natural labels: anomaly intervals a real trace shows by itself (see docs/INJECT.md).
@@ -69,15 +75,16 @@ def register(app: typer.Typer) -> None:
         import json
 
         from .. import load
-        from ..manifest import PATTERNS
         from ..errors import DatasetError
         from ..inject.natural import natural_labels
+        from ..patterns import pattern_ids
 
-        chosen = PATTERNS if patterns.strip() in ("", "all") else tuple(
+        known = pattern_ids()
+        chosen = known if patterns.strip() in ("", "all") else tuple(
             p.strip() for p in patterns.split(",") if p.strip())
-        bad = [p for p in chosen if p not in PATTERNS]
+        bad = [p for p in chosen if p not in known]
         if bad:
-            raise DatasetError(f"unknown pattern {bad[0]!r}; choose from {', '.join(PATTERNS)}")
+            raise DatasetError(f"unknown pattern {bad[0]!r}; choose from {', '.join(known)}")
         for path in traces:
             tr = load(path)
             lab = natural_labels(tr, chosen)

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..manifest import PATTERNS
 from ..errors import TraceapError
+from ..patterns._registry import pattern_ids
 from .markers import marker
 
 #: Patterns whose cause exists only on a GPU (pinned memory) or with NCCL between GPUs.
@@ -47,11 +47,12 @@ def parse_patterns(spec: str | list[str]) -> tuple[str, ...]:
     items = [p.strip() for p in items if p.strip()]
     if not items or items == ["none"]:
         return ()
-    unknown = [p for p in items if p not in PATTERNS]
+    known = pattern_ids()
+    unknown = [p for p in items if p not in known]
     if unknown:
         raise TraceapError(f"unknown pattern {unknown[0]!r}; use 'none' or one of: "
-                           + ", ".join(PATTERNS))
-    return tuple(p for p in PATTERNS if p in items)
+                           + ", ".join(known))
+    return tuple(p for p in known if p in items)
 
 
 def check_available(patterns: tuple[str, ...], device: str, world_size: int,

@@ -20,7 +20,8 @@ import numpy as np
 import orjson
 from torch.profiler import record_function
 
-from ..manifest import PATTERNS, Anomaly
+from ..manifest import Anomaly
+from ..patterns._registry import is_pattern
 from ..errors import TraceFormatError
 
 PREFIX = "traceap.anomaly::"
@@ -33,7 +34,7 @@ def marker(pattern: str, on: bool = True):
     """A profiler range marking injected code of `pattern`; a no-op context when `on` is false."""
     if not on:
         return nullcontext()
-    if pattern not in PATTERNS:
+    if not is_pattern(pattern):
         raise ValueError(f"unknown pattern id {pattern!r}")
     return record_function(PREFIX + pattern)
 

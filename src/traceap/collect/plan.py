@@ -7,7 +7,7 @@ A plan names a dataset folder and a list of runs; each run is a cross product:
     steps: 3
     runs:
       - models: [resnet18, vit_b_16]
-        patterns: [none, single_process_dataloading, "cpu_bound,excessive_memcpy"]
+        patterns: [none, PATTERN_ID, "PATTERN_ID,PATTERN_ID"]   # examples/collect_plan.yaml
         batch_sizes: [32, 64]
         inference: [false, true]
 

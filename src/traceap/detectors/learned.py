@@ -16,7 +16,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from ..manifest import PATTERNS
+from ..model.config import HEAD_PATTERNS
 from ..trace import Trace
 from ..windows import Windows
 from .base import clip01
@@ -52,7 +52,7 @@ class LearnedDetector:
     def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
         """Per pattern id: per-window probability from the learned pattern head."""
         probs = self._predict(windows).patterns
-        return {p: clip01(probs[:, i]) for i, p in enumerate(PATTERNS)}
+        return {p: clip01(probs[:, i]) for i, p in enumerate(HEAD_PATTERNS)}
 
     def __repr__(self) -> str:
         return f"LearnedDetector({str(self.predictor.checkpoint.path)!r})"

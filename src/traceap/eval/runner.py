@@ -22,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..manifest import PATTERNS, SEEN_TASKS, TASKS, Entry, read_manifest, trace_path, \
+from ..manifest import SEEN_TASKS, TASKS, Entry, read_manifest, trace_path, \
     window_labels, window_patterns
 from ..detectors.base import Detector
 from ..errors import DatasetError, TraceFormatError
 from ..load import load
+from ..patterns import pattern_ids
 from ..progress import track
 from ..trace import Trace
 from ..windows import Windows
@@ -307,8 +308,9 @@ class EvalResult:
                 every_pred += pred
         out["avg"] = metrics.mean_defined([v["accuracy"] for v in out["tasks"].values()])
         out["overall"] = metrics.accuracy(every_true, every_pred)
-        out["confusion"] = {"labels": list(PATTERNS) + [metrics.NO_PATTERN],
-                            "matrix": metrics.confusion(every_true, every_pred, PATTERNS).tolist()}
+        ids = pattern_ids()
+        out["confusion"] = {"labels": list(ids) + [metrics.NO_PATTERN],
+                            "matrix": metrics.confusion(every_true, every_pred, ids).tolist()}
         return out
 
     def _trace_level(self, n: int, name: str) -> dict:

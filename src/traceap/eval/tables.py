@@ -11,8 +11,8 @@ from pathlib import Path
 
 import orjson
 
-from ..manifest import PATTERNS
 from ..outputs import Claim, Owner, claim
+from ..patterns import get_pattern, is_pattern
 from .metrics import NO_PATTERN
 
 TASK_TITLES = {
@@ -27,12 +27,6 @@ TASK_TITLES = {
 }
 DETECTOR_TITLES = {"rule": "Rule", "clustering": "Clustering", "expert": "Expert rules",
                    "model": "Model (ours)", "llm": "Pure LLM"}
-#: Short column names for the confusion matrix, in PATTERNS order.
-PATTERN_SHORT = {
-    "single_process_dataloading": "SPD", "no_pin_memory": "NPM", "excessive_memcpy": "MEM",
-    "graph_break": "GB", "cpu_bound": "CPU", "small_nccl_kernels": "SNK",
-    "nccl_blocks_compute_stream": "NBS", "nccl_compute_no_overlap": "NNO", NO_PATTERN: "none",
-}
 GROUP_TITLES = {"seen": "Seen", "unseen": "Unseen", "train": "Train", "validation": "Validation"}
 
 
@@ -44,6 +38,14 @@ def pct(x: float | None, digits: int = 2) -> str:
 def num(x: float | None, digits: int = 2) -> str:
     """A plain number with fixed digits; "–" when undefined."""
     return "–" if x is None else f"{x:.{digits}f}"
+
+
+def pattern_short(pattern: str) -> str:
+    """A pattern's short column name for the confusion matrix (`AntiPattern.short`); "none"
+    for no pattern, the id itself for one no longer registered."""
+    if pattern == NO_PATTERN:
+        return "none"
+    return get_pattern(pattern).short if is_pattern(pattern) else pattern
 
 
 def _title(name: str, titles: dict[str, str]) -> str:
@@ -96,12 +98,12 @@ def confusion_table(s: dict, classifier: str, n: int) -> str:
     """Confusion matrix over the eight patterns (+ "none") at window count n."""
     conf = s["classification"][classifier][str(n)]["confusion"]
     labels = conf["labels"]
-    header = ["true \\ predicted"] + [PATTERN_SHORT.get(p, p) for p in labels]
+    header = ["true \\ predicted"] + [pattern_short(p) for p in labels]
     rows = []
     for p, row in zip(labels, conf["matrix"]):
         if p == NO_PATTERN:
             continue
-        rows.append([f"{PATTERN_SHORT[p]} `{p}`"] + [f"**{v}**" if q == p and v else str(v)
+        rows.append([f"{pattern_short(p)} `{p}`"] + [f"**{v}**" if q == p and v else str(v)
                                                       for q, v in zip(labels, row)])
     return _table(header, rows)
 
@@ -285,6 +287,6 @@ def write(s: dict, out: str | os.PathLike) -> tuple[Path, Path]:
     return md, js
 
 
-__all__ = ["OWNER", "PATTERN_SHORT", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
+__all__ = ["OWNER", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
            "confusion_table", "detection_table", "markdown", "pct", "timing_table",
            "trace_level_table", "write"]

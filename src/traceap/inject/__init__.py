@@ -14,10 +14,9 @@ from __future__ import annotations
 from .core import Invalid, Output, inject_one
 from .dataset import InjectConfig, InjectReport, build
 from .edit import Doc
-from .mechanisms import MECHANISMS, Base, Unusable
+from .mechanisms import Base, Unusable, mechanisms
 from .natural import NaturalConfig, natural_anomalies
 from .validate import validate
 
-__all__ = ["Base", "Doc", "InjectConfig", "InjectReport", "Invalid", "MECHANISMS",
-           "NaturalConfig", "Output", "Unusable", "build", "inject_one", "natural_anomalies",
-           "validate"]
+__all__ = ["Base", "Doc", "InjectConfig", "InjectReport", "Invalid", "NaturalConfig", "Output",
+           "Unusable", "build", "inject_one", "mechanisms", "natural_anomalies", "validate"]

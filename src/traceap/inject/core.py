@@ -12,11 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 from isal import isal_zlib
 
+from ..patterns._registry import NotApplicable, piece_of
 from ..trace import Kind, merged_intervals
 from ..windows import covered_time
 from .dialect import Factory
 from .edit import PH_FLOW_END, PH_FLOW_START, PH_FLOW_STEP, PH_INSTANT, PH_X
-from .mechanisms import MECHANISMS, Base, Plan, Unusable
+from .mechanisms import Base, Plan, Unusable
 from .mechanisms.base import idle_intervals
 from .physics import Result, propagate
 from .validate import Columns, Tree, anomalies_outside, compare, describe, offenders, span_of
@@ -485,7 +486,10 @@ def base_offenders(base: Base) -> tuple[dict, Tree]:
 def inject_one(base: Base, pattern: str, rng: np.random.Generator,
                extra_anomalies: list | None = None) -> Output:
     """Plant one pattern into a base; raises `Unusable` or `Invalid` with a reason."""
-    plan = MECHANISMS[pattern].plan(base, rng)
+    how = piece_of("inject", pattern)
+    if isinstance(how, NotApplicable):
+        raise Unusable(f"{pattern} is not planted by traceap inject: {how.reason}")
+    plan = how(base, rng)
     res, new_ts, new_end, new_dur, f = realize(base, plan)
     t0 = base.tl.t0
     anomalies = _union(sorted((a + t0, b + t0) for inst in plan.instances for a, b in inst.intervals))

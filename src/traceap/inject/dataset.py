@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..manifest import MANIFEST, PATTERNS, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
+from ..manifest import MANIFEST, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
+from ..patterns._registry import is_pattern, pattern_ids
 from ..errors import DatasetError, TraceapError, TraceFormatError
 from ..load import load_bytes, read_bytes
 from ..outputs import Claim, Owner, claim
@@ -40,7 +41,7 @@ _TRACE_SUFFIXES = (".json", ".json.gz")
 class InjectConfig:
     """What to write."""
 
-    patterns: tuple = PATTERNS
+    patterns: tuple = field(default_factory=pattern_ids)
     copies: int = 1
     seed: int = 0
     jobs: int = 1
@@ -49,9 +50,9 @@ class InjectConfig:
     overwrite: bool = False
 
     def __post_init__(self):
-        bad = [p for p in self.patterns if p not in PATTERNS]
+        bad = [p for p in self.patterns if not is_pattern(p)]
         if bad:
-            raise DatasetError(f"unknown pattern {bad[0]!r}; choose from {', '.join(PATTERNS)}")
+            raise DatasetError(f"unknown pattern {bad[0]!r}; choose from {', '.join(pattern_ids())}")
         if self.copies < 1:
             raise DatasetError("--copies must be at least 1")
         if self.jobs < 1:
@@ -332,14 +333,14 @@ def inject_base(path: Path, bid: str, config: InjectConfig, out: Path) -> tuple[
     data = path.read_bytes()
     (out / "traces" / f"{bid}.pt.trace.json.gz").write_bytes(
         data if data[:2] == b"\x1f\x8b" else gz_bytes(raw))
-    nat_patterns = sorted({p for _, _, p in natural}, key=PATTERNS.index)
+    nat_patterns = sorted({p for _, _, p in natural}, key=pattern_ids().index)
     entries.append(entry(bid, world_size=ws, rank=rank,
                          label="bad" if natural else "good", patterns=nat_patterns,
                          anomalies=[Anomaly(a, b, p) for a, b, p in natural],
                          source="natural"))
     crc = zlib.crc32(bid.encode())
     for pattern in config.patterns:
-        k = PATTERNS.index(pattern)
+        k = pattern_ids().index(pattern)
         for copy in range(config.copies):
             rng = np.random.default_rng([config.seed, crc, k, copy])
             eid = f"{bid}__{pattern}__c{copy}"

@@ -1,6 +1,7 @@
 """Natural labels: anomaly intervals a real trace shows by itself, read from its own events.
 
-Each rule names the mechanism's events (a `_SingleProcessDataLoaderIter.__next__` range, a
+Each pattern's rule (`natural_label` in `inject/mechanisms/<id>.py`, the registry's `label`
+piece, reading a `NaturalContext`) names the mechanism's events (a `_SingleProcessDataLoaderIter.__next__` range, a
 run of tiny NCCL kernels, an NCCL kernel on the compute stream, ...) and keeps only the
 part where the GPU demonstrably waits (no kernel runs) or, for communication, where the
 collective is not hidden by compute.  The thresholds are deliberately conservative and
@@ -27,11 +28,9 @@ import numpy as np
 
 from .. import idle
 from ..findings import SEVERITY, SeverityConfig, judge, step_basis
-from ..manifest import PATTERNS
-from ..trace import CopyKind, Kind, MemKind, Trace, merged_intervals
-
-#: Runtime calls that wait on the GPU only on the GPU side (never block the host).
-_GPU_SIDE = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
+from ..patterns._registry import pattern_ids, pieces
+from ..trace import Kind, Trace, merged_intervals
+from . import mechanisms  # noqa: F401 - each mechanism module registers its label rule
 
 
 @dataclass(frozen=True)
@@ -96,43 +95,46 @@ def pattern_gain_pct(trace: Trace, pattern: str, severity: SeverityConfig = SEVE
     its finding: the idle account's time lost, per steady step, capped where it can only
     hide under compute."""
     acc = idle.measure(trace)
-    mech = idle.MECHANISM_OF_PATTERN[pattern]
+    mech = idle.mechanism_of(pattern)
+    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
+        return 0.0
     basis = step_basis(trace, acc)
     _, _, pct, _ = judge(float(acc.by_mechanism[mech]), acc.in_steady_steps(mech), basis,
                          idle.gain_cap_us(acc, pattern, basis.n_steps), severity)
     return pct
 
 
-def natural_labels(trace: Trace, patterns=PATTERNS, config: NaturalConfig = NaturalConfig(),
+def natural_labels(trace: Trace, patterns=None, config: NaturalConfig = NaturalConfig(),
                    severity: SeverityConfig = SEVERITY) -> NaturalLabels:
     """Where each pattern shows by itself (the rules), kept as an anomaly when its cost
     reaches `severity.medium_pct` of the step, else listed in `below_cut`."""
     cut = severity.medium_pct
     if not trace.has_gpu:
         return NaturalLabels([], [], {}, cut)
-    ctx = _Context(trace)
+    ctx = NaturalContext(trace)
     found = []
-    for p in patterns:
-        fn = _RULES.get(p)
+    rules = pieces("label")
+    for p in pattern_ids() if patterns is None else patterns:
+        fn = rules.get(p)
         if fn is None:
             continue
         for a, b in fn(ctx, config):
             if b > a and b > ctx.steady_from:
                 found.append((max(float(a), ctx.steady_from), float(b), p))
     gain = {p: round(pattern_gain_pct(trace, p, severity), 3)
-            for p in sorted({p for _, _, p in found}, key=PATTERNS.index)}
+            for p in sorted({p for _, _, p in found}, key=pattern_ids().index)}
     return NaturalLabels(sorted(x for x in found if gain[x[2]] >= cut),
                          sorted(x for x in found if gain[x[2]] < cut), gain, cut)
 
 
-def natural_anomalies(trace: Trace, patterns=PATTERNS, config: NaturalConfig = NaturalConfig(),
+def natural_anomalies(trace: Trace, patterns=None, config: NaturalConfig = NaturalConfig(),
                       severity: SeverityConfig = SEVERITY) -> list[tuple[float, float, str]]:
     """(start_us, end_us, pattern) intervals the trace shows by itself whose pattern costs at
     least the reporting cut (`natural_labels`), sorted by start."""
     return natural_labels(trace, patterns, config, severity).anomalies
 
 
-class _Context:
+class NaturalContext:
     """Quantities every rule reads: kernels, compute idle, steps, the compute stream."""
 
     def __init__(self, tr: Trace):
@@ -171,153 +173,6 @@ class _Context:
             if s[0] <= t <= s[1]:
                 return s
         return None
-
-
-def _dataloading(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    for r in c.rows_named("enumerate(DataLoader)#_SingleProcessDataLoaderIter").tolist():
-        s, e = tr.ts[r], tr.end[r]
-        if e - s < cfg.fetch_min_us:
-            continue
-        gs, ge = c.idle_in(s, e)
-        if (ge - gs).sum() >= cfg.fetch_idle_share * (e - s):
-            yield gs[0], ge[-1]
-
-
-def _small_nccl(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    k = c.nccl_k[np.argsort(tr.ts[c.nccl_k], kind="stable")]
-    if len(k) < cfg.tiny_run_min:
-        return
-    nbytes = np.where(tr.comm_nelems[k] >= 0, tr.comm_nelems[k] * 4.0, 0.0)
-    tiny = (tr.dur[k] <= cfg.tiny_nccl_us) & (nbytes <= cfg.tiny_nccl_bytes)
-    start, end = tr.ts[k], tr.end[k]
-    run = []
-    for i in range(len(k) + 1):
-        ok = i < len(k) and tiny[i] and (not run or start[i] - end[run[-1]] <= cfg.tiny_run_gap_us)
-        if ok:
-            run.append(i)
-            continue
-        if len(run) >= cfg.tiny_run_min:
-            yield start[run[0]], end[run[-1]]
-        run = [i] if i < len(k) and tiny[i] else []
-
-
-def _nccl_on_compute(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    if c.compute_stream is None:
-        return
-    k = c.nccl_k[(tr.stream[c.nccl_k] == c.compute_stream) & (tr.dur[c.nccl_k] >= cfg.blocking_nccl_min_us)]
-    comp_start = np.sort(tr.ts[c.compute_k[tr.stream[c.compute_k] == c.compute_stream]])
-    for r in k.tolist():
-        # only where compute is queued behind it on the same stream
-        j = np.searchsorted(comp_start, tr.end[r])
-        if j < len(comp_start):
-            yield tr.ts[r], tr.end[r]
-
-
-def _exposed_comm(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    k = c.nccl_k
-    if c.compute_stream is not None:
-        k = k[tr.stream[k] != c.compute_stream]
-    if not len(k):
-        return
-    ns, ne = merged_intervals(tr.ts[k], tr.end[k])
-    for s, e in zip(ns, ne):
-        gs, ge = c.idle_in(s, e)
-        for a, b in zip(gs, ge):
-            if b - a >= cfg.exposed_min_us:
-                yield a, b
-
-
-def _pageable(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    m = tr.rows(Kind.GPU_MEMCPY)
-    m = m[(tr.copy_kind[m] == CopyKind.HTOD) & (tr.copy_src[m] == MemKind.PAGEABLE) & (tr.launch[m] >= 0)]
-    if not len(m):
-        return
-    rt = tr.launch[m]
-    blocking = tr.end[rt] >= tr.end[m] - 1.0
-    m = m[blocking]
-    for s0, s1 in c.steps or [(tr.span[0], tr.span[1])]:
-        inside = m[(tr.ts[m] >= s0) & (tr.ts[m] < s1)]
-        total = tr.dur[inside].sum()
-        if total < max(cfg.pageable_min_us, cfg.pageable_step_share * (s1 - s0)):
-            continue
-        idle = sum((lambda g: (g[1] - g[0]).sum())(c.idle_in(tr.ts[r], tr.end[r])) for r in inside.tolist())
-        if idle >= 0.5 * total:
-            for r in inside.tolist():
-                yield tr.ts[r], tr.end[r]
-
-
-def _syncs(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    rt = np.flatnonzero(tr.is_sync)
-    rt = rt[~np.isin(tr.names_array[tr.name[rt]], _GPU_SIDE)]
-    if not len(rt):
-        return
-    for s0, s1 in c.steps or [(tr.span[0], tr.span[1])]:
-        inside = rt[(tr.ts[rt] >= s0) & (tr.ts[rt] < s1)]
-        gaps = []
-        for r in inside.tolist():
-            gs, ge = c.idle_in(tr.end[r] - 1.0, min(s1, tr.end[r] + 10_000.0))
-            if len(gs) and gs[0] <= tr.end[r] + 1.0 and ge[0] - gs[0] >= cfg.sync_idle_us:
-                gaps.append((gs[0], ge[0]))
-        total = sum(b - a for a, b in gaps)
-        if len(gaps) >= cfg.syncs_per_step and total >= cfg.sync_step_share * (s1 - s0):
-            yield from gaps
-
-
-def _graph_breaks(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    r = c.rows_named("Torch-Compiled Region")
-    if len(r) < 2:
-        return
-    r = r[np.argsort(tr.ts[r])]
-    for a, b in zip(r[:-1].tolist(), r[1:].tolist()):
-        s, e = tr.end[a], tr.ts[b]
-        if e - s < cfg.break_gap_us:
-            continue
-        if c.step_of(s) != c.step_of(e):
-            continue  # a step boundary between two regions is not a break
-        gs, ge = c.idle_in(s, e)
-        if (ge - gs).sum() >= 0.5 * (e - s):
-            yield gs[0], ge[-1]
-
-
-def _launch_bound(c: _Context, cfg: NaturalConfig):
-    tr = c.tr
-    k = c.compute_k[np.argsort(tr.ts[c.compute_k], kind="stable")]
-    # a single step cannot tell a launch-bound model from warm-up (first calls, allocator,
-    # cuDNN autotuning): only traces with a steady state after their first step are labelled
-    if len(k) < 2 or len(c.steps) < 2:
-        return
-    lat = tr.launch_delay[k]
-    waited = np.isfinite(lat) & (lat <= cfg.launch_bound_slack_us)
-    for s0, s1 in c.steps:
-        if s1 - s0 < cfg.min_step_us:
-            continue
-        gs, ge = c.idle_in(s0, s1)
-        # a gap is launch-bound when the kernel that ends it started right after its launch
-        j = np.searchsorted(tr.ts[k], ge - 1e-6)
-        ok = j < len(k)
-        ok[ok] = waited[j[ok]] & (np.abs(tr.ts[k][j[ok]] - ge[ok]) < 1.0)
-        lb = (ge - gs)[ok].sum()
-        if lb >= cfg.launch_bound_share * (s1 - s0):
-            yield gs[ok][0], ge[ok][-1]
-
-
-_RULES = {
-    "single_process_dataloading": _dataloading,
-    "small_nccl_kernels": _small_nccl,
-    "nccl_blocks_compute_stream": _nccl_on_compute,
-    "nccl_compute_no_overlap": _exposed_comm,
-    "no_pin_memory": _pageable,
-    "excessive_memcpy": _syncs,
-    "graph_break": _graph_breaks,
-    "cpu_bound": _launch_bound,
-}
 
 
 __all__ = ["NaturalConfig", "NaturalLabels", "natural_anomalies", "natural_labels",

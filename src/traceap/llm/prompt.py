@@ -17,42 +17,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..manifest import PATTERNS
+from ..patterns import pattern_ids, patterns
 from ..trace import CopyKind, Kind, MemKind
 from ..units import fmt_us
 from ..windows import Windows
 
 NONE = "none"
 
-#: The eight anti-patterns as the model is told them: what each looks like in a window.
-SIGNATURES: dict[str, str] = {
-    "single_process_dataloading":
-        "a long `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (or collate/"
-        "decode/transform ops) runs on the training thread while the GPU sits idle; "
-        "no `_MultiProcessingDataLoaderIter`.",
-    "no_pin_memory":
-        "`Memcpy HtoD (Pageable -> Device)` copies; the launching cudaMemcpyAsync blocks the "
-        "host for about as long as the copy itself.",
-    "excessive_memcpy":
-        "many or large HtoD/DtoH memcpys (from .item(), .cpu(), .tolist(), .to(device) inside "
-        "the loop) taking a large share of the window, often with synchronising calls.",
-    "graph_break":
-        "torch.compile split into pieces: several `Torch-Compiled Region` / `CompiledFunction` "
-        "/ `TorchDynamo Cache Lookup` entries, eager aten ops and GPU gaps between "
-        "triton_* kernels.",
-    "cpu_bound":
-        "the GPU is mostly idle between many short kernels; kernels finish faster than the "
-        "CPU launches them (short kernels, long launch delays, busy cudaLaunchKernel).",
-    "small_nccl_kernels":
-        "many short NCCL kernels (tens of us, small messages) instead of a few large "
-        "bucketed collectives.",
-    "nccl_blocks_compute_stream":
-        "NCCL kernels run on the same stream as compute kernels, so compute waits behind "
-        "communication on that stream.",
-    "nccl_compute_no_overlap":
-        "NCCL kernels on their own stream but no compute runs while they do: communication "
-        "is exposed and the GPU computes nothing during collectives.",
-}
+def signatures() -> dict[str, str]:
+    """Every registered anti-pattern as the model is told it: what each looks like in a
+    window (`AntiPattern.signature`)."""
+    return {p.id: p.signature for p in patterns()}
+
 
 _FIELDS = (
     "Reply with one JSON object with these fields, in this order: "
@@ -71,7 +47,7 @@ def system_prompt(allow_none: bool = True) -> str:
     head = ("You are an expert in PyTorch performance. You read a digest of one time window of "
             "a PyTorch profiler (Kineto) trace and name the performance anti-pattern it shows. "
             "The anti-patterns and their signatures:\n"
-            + "\n".join(f"- {p}: {s}" for p, s in SIGNATURES.items()) + "\n")
+            + "\n".join(f"- {p}: {s}" for p, s in signatures().items()) + "\n")
     if allow_none:
         return head + ("If the window shows none of them (a busy GPU doing normal work), use "
                        'pattern "none" and false_alarm true.\n') + _FIELDS.format(
@@ -81,9 +57,6 @@ def system_prompt(allow_none: bool = True) -> str:
         _FIELDS.format(choices="one of the ids above", false_alarm="false")
 
 
-SYSTEM = system_prompt(True)
-
-
 def answer_schema(allow_none: bool = True) -> dict:
     """JSON schema of the answer (evidence first, so a small model states facts before it
     chooses; string lengths bounded so a rambling model still closes the object)."""
@@ -91,7 +64,7 @@ def answer_schema(allow_none: bool = True) -> dict:
         "type": "object",
         "properties": {
             "evidence": {"type": "string", "maxLength": 300},
-            "pattern": {"type": "string", "enum": [*PATTERNS, NONE] if allow_none else [*PATTERNS]},
+            "pattern": {"type": "string", "enum": [*pattern_ids(), NONE] if allow_none else [*pattern_ids()]},
             "confidence": {"type": "number"},
             "false_alarm": {"type": "boolean"},
             "fix": {"type": "string", "maxLength": 160},
@@ -112,7 +85,7 @@ class AnswerError(ValueError):
 class Answer:
     """A validated answer for one window."""
 
-    pattern: str            # one of PATTERNS, or "none"
+    pattern: str            # a registered pattern id, or "none"
     confidence: float       # in [0, 1]
     evidence: str
     fix: str
@@ -402,7 +375,13 @@ def messages(windows: Windows, w: int, config: DigestConfig = DigestConfig(),
 
 # -- the answer ------------------------------------------------------------------------------
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
-_ALIASES = {p.replace("_", " "): p for p in PATTERNS} | {p.replace("_", "-"): p for p in PATTERNS}
+
+
+def _aliases() -> dict[str, str]:
+    """'some id' and 'some-id' -> 'some_id' for every pattern id: ids as a
+    small model writes them."""
+    ids = pattern_ids()
+    return {p.replace("_", " "): p for p in ids} | {p.replace("_", "-"): p for p in ids}
 
 
 def extract_json(text: str) -> dict:
@@ -436,8 +415,8 @@ def parse_answer(text: str, allow_none: bool = True) -> Answer:
         raise AnswerError(f"missing field(s): {', '.join(missing)}")
     raw = str(obj["pattern"]).strip()
     pattern = raw.lower()
-    pattern = _ALIASES.get(pattern, pattern)
-    if pattern not in PATTERNS and (pattern != NONE or not allow_none):
+    pattern = _aliases().get(pattern, pattern)
+    if pattern not in pattern_ids() and (pattern != NONE or not allow_none):
         raise AnswerError(f"unknown pattern {raw!r}")
     try:
         conf = float(obj["confidence"])
@@ -453,13 +432,15 @@ def parse_answer(text: str, allow_none: bool = True) -> Answer:
 
 
 # -- the pure-LLM baseline: score every window of a sub-trace -----------------------------------
-SCORE_SYSTEM = (
-    "You are an expert in PyTorch performance. You read a PyTorch profiler trace cut into "
-    "consecutive time windows, one summary line per window, and score each window for "
-    "performance anti-patterns (0 = normal, 1 = certainly an anti-pattern). The anti-patterns:\n"
-    + "\n".join(f"- {p}: {s}" for p, s in SIGNATURES.items())
-    + '\nAnswer with one JSON object only: {"scores": [one number per window, in order]}.'
-)
+def score_system() -> str:
+    """The pure-LLM baseline's system prompt: the task and every pattern's signature."""
+    return (
+        "You are an expert in PyTorch performance. You read a PyTorch profiler trace cut into "
+        "consecutive time windows, one summary line per window, and score each window for "
+        "performance anti-patterns (0 = normal, 1 = certainly an anti-pattern). The anti-patterns:\n"
+        + "\n".join(f"- {p}: {s}" for p, s in signatures().items())
+        + '\nAnswer with one JSON object only: {"scores": [one number per window, in order]}.'
+    )
 
 
 def score_schema(n: int) -> dict:
@@ -494,7 +475,7 @@ def score_messages(windows: Windows, idx: np.ndarray) -> list[dict]:
              + _top_host_op(windows, int(w)) for j, w in enumerate(idx)]
     user = (f"{len(idx)} windows of {_us(windows.width_us)} each:\n" + "\n".join(lines)
             + f"\n\nGive exactly {len(idx)} scores.")
-    return [{"role": "system", "content": SCORE_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": score_system()}, {"role": "user", "content": user}]
 
 
 def parse_scores(text: str, n: int) -> np.ndarray:
@@ -514,6 +495,7 @@ def parse_scores(text: str, n: int) -> np.ndarray:
     return arr
 
 
-__all__ = ["ANSWER_SCHEMA", "Answer", "AnswerError", "DigestConfig", "NONE", "SIGNATURES",
-           "SYSTEM", "answer_schema", "digest", "extract_json", "messages", "parse_answer", "parse_scores",
-           "score_messages", "score_schema", "summary_line"]
+__all__ = ["ANSWER_SCHEMA", "Answer", "AnswerError", "DigestConfig", "NONE",
+           "answer_schema", "digest", "extract_json", "messages", "parse_answer", "parse_scores",
+           "score_messages", "score_schema", "score_system", "signatures", "summary_line",
+           "system_prompt"]

@@ -1,8 +1,8 @@
 """NCCL collectives the communication rules and the idle account both measure.
 
 `blocking_nccl`: NCCL kernels on a stream that carries the model's compute, the signature of
-`nccl_blocks_compute_stream` and the collectives `nccl_compute_no_overlap` leaves to it.
-`small_nccl`: short (or small) collectives, the signature of `small_nccl_kernels`.  The idle
+the collectives-on-the-compute-stream rule, and the collectives the exposed-communication rule
+leaves to it.  `small_nccl`: short (or small) collectives, the small-collectives signature.  The idle
 account (`traceap.idle`, cause `communication`) splits exposed communication with the same rows.
 """
 

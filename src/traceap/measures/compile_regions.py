@@ -1,9 +1,9 @@
 """torch.compile regions and the eager stretches between them, measured on the GPU.
 
-Measurements of the trace, below both the rules and the idle account.  Shared by
-`graph_break` (the stretches are the anti-pattern), `excessive_memcpy` (a copy inside
-one belongs to the break, not to a memcpy habit), `nccl_compute_no_overlap` (a compiled model
-gets the DDPOptimizer hint) and the idle account (`traceap.idle`).  Gaps are measured on the
+Measurements of the trace, below both the rules and the idle account.  Shared by the
+graph-break rule (the stretches are the anti-pattern), the host copy/sync rule (a copy inside
+one belongs to the break, not to a memcpy habit), the exposed-communication rule (a compiled
+model gets the DDPOptimizer hint) and the idle account (`traceap.idle`).  Gaps are measured on the
 device, from the last kernel a region launched to the first kernel of the next region, within
 one step.
 """

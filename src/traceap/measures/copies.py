@@ -1,8 +1,8 @@
 """Host<->device copies and host-blocking syncs: which copies are a habit, which are pageable
 uploads, and the GPU gap each sync costs.
 
-Measurements of the trace, below both the rules that score them (`excessive_memcpy`,
-`no_pin_memory`) and the idle account (`traceap.idle`, cause `host_copy_sync`), so that both
+Measurements of the trace, below both the rules that score them (the host copy/sync rule and
+the pageable-copy rule) and the idle account (`traceap.idle`, cause `host_copy_sync`), so that both
 count the same copies.  The configs are the rules' configs: one threshold, one place.
 """
 
@@ -55,7 +55,7 @@ class MemcpyConfig:
 def host_copies(trace, batch_bytes: float = 64e3) -> np.ndarray:
     """The copies of the habit: every DtoH copy, and HtoD copies smaller than an input batch
     (`torch.tensor(x, device=...)`, per-sample uploads).  Batch uploads are the normal
-    once-per-step input transfer (pinned) or the no_pin_memory pattern (pageable)."""
+    once-per-step input transfer (pinned) or the pageable-copy pattern (pageable)."""
     def make():
         rows = trace.rows(Kind.GPU_MEMCPY)
         kind = trace.copy_kind[rows]

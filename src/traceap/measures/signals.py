@@ -23,7 +23,7 @@ T = TypeVar("T")
 HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
 
 #: `enumerate(DataLoader)#..._next__` annotations and with_stack python frames of the loader
-#: (single_process_dataloading, and the idle account's data_loading cause).
+#: (the data-loading rule, and the idle account's data_loading cause).
 LOADER_NEXT = r"DataLoader.*__next__|torch/utils/data/dataloader\.py\(\d+\): __next__"
 
 

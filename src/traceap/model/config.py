@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from ..patterns import BUILTIN
+
+#: The pattern ids the pattern head predicts, one output each, in order: the built-in patterns,
+#: as the checkpoints were trained.  A pattern registered at run time has no output; a new
+#: built-in one appended to `traceap.patterns.BUILTIN` needs a retrained checkpoint.
+HEAD_PATTERNS: tuple[str, ...] = BUILTIN
+
 #: Paper Table 5's switches, plus `names_masked` (every event nameless: does the detector lean
 #: on names only the simulator ties to a pattern?).
 ABLATIONS = ("no_event_adapter", "no_transformer", "no_relation", "names_masked")

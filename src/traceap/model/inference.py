@@ -18,9 +18,8 @@ import math
 
 import numpy as np
 
-from ..manifest import PATTERNS
 from ..errors import ModelError
-from .config import ModelConfig
+from .config import HEAD_PATTERNS, ModelConfig
 from .features import UNKNOWN_PLATFORM, summary_dim
 from .ops import gelu, layer_norm, linear, relu, sigmoid, softmax_
 
@@ -300,7 +299,7 @@ class InferenceModel:
         p = w.sub("patterns.head.")
         self.pattern_norm = p.norm("0", cfg.D)
         self.pattern_hidden = p.linear("1", cfg.D, cfg.D)
-        self.pattern_out = p.linear("3", cfg.D, len(PATTERNS))
+        self.pattern_out = p.linear("3", cfg.D, len(HEAD_PATTERNS))
 
     def platform_id(self, name: str) -> int:
         """Index of a platform in the table (0 = unknown / unseen)."""

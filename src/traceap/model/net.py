@@ -10,8 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..manifest import PATTERNS
-from .config import ModelConfig, preset
+from .config import HEAD_PATTERNS, ModelConfig, preset
 from .event_encoder import EventEncoder
 from .features import UNKNOWN_PLATFORM, TraceFeatures, batch_arrays, summary_dim
 from .heads import PatternHead, SVMHyperplane
@@ -33,7 +32,7 @@ class TraceAPModel(nn.Module):
         self.events = EventEncoder(cfg)
         self.windows = WindowEncoder(cfg, len(self.platforms), summary_dim(cfg))
         self.relation = WindowToWindow(cfg)
-        self.patterns = PatternHead(cfg.D, len(PATTERNS))
+        self.patterns = PatternHead(cfg.D, len(HEAD_PATTERNS))
         self.svm = SVMHyperplane(cfg.D)
 
     def platform_id(self, name: str) -> int:

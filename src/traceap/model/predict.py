@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..manifest import PATTERNS
+from .config import HEAD_PATTERNS
 from ..windows import Windows
 from .checkpoint import Checkpoint, load_model
 from .features import TraceFeatures, batch_arrays, featurize
@@ -27,7 +27,7 @@ class Prediction:
     """Model outputs for one trace's windows."""
 
     scores: np.ndarray     # float64 [N] in [0, 1]
-    patterns: np.ndarray   # float64 [N, len(PATTERNS)] in [0, 1]
+    patterns: np.ndarray   # float64 [N, len(HEAD_PATTERNS)] in [0, 1]
 
 
 class Predictor:

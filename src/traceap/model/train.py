@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..manifest import PATTERNS, Entry, read_manifest, trace_path
+from ..manifest import Entry, read_manifest, trace_path
 from ..errors import DatasetError
 from ..progress import track
 from .checkpoint import save_model
-from .config import ModelConfig, preset
+from .config import HEAD_PATTERNS, ModelConfig, preset
 from .features import FeatureWork, TraceFeatures, featurize_trace
 from .losses import total_loss, trace_score
 from .pretrain import pretrain
@@ -150,10 +150,10 @@ def window_labels_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
 
 def window_patterns_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
     """[N, P] float32: 1 where a window overlaps an anomaly of that pattern."""
-    y = np.zeros((feats.n_windows, len(PATTERNS)), dtype=np.float32)
+    y = np.zeros((feats.n_windows, len(HEAD_PATTERNS)), dtype=np.float32)
     for a, hit in _anomaly_hits(entry, feats):
-        if a.pattern in PATTERNS:
-            y[hit, PATTERNS.index(a.pattern)] = 1.0
+        if a.pattern in HEAD_PATTERNS:
+            y[hit, HEAD_PATTERNS.index(a.pattern)] = 1.0
     return y
 
 
@@ -173,8 +173,8 @@ def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeat
     base_of = {e.base: i for i, e in enumerate(entries)
                if e.base and e.source == "natural" and not e.is_bad}
     for e in entries:
-        target = np.array([p in e.patterns for p in PATTERNS], np.float32) if e.is_bad else \
-            np.zeros(len(PATTERNS), np.float32)
+        target = np.array([p in e.patterns for p in HEAD_PATTERNS], np.float32) if e.is_bad else \
+            np.zeros(len(HEAD_PATTERNS), np.float32)
         partner = base_of.get(e.base, -1) if e.is_bad and e.source == "injected" else -1
         x = Example(e.id, int(e.is_bad), target, feats[e.id], group, partner, e.source)
         if with_window_labels:
@@ -399,7 +399,7 @@ def _window_targets(batch: Sequence[Example], n: int
     known = [x.labels_known and n in x.window_labels for x in batch]
     labels = np.stack([x.window_labels[n] if k else np.zeros(n, bool)
                        for x, k in zip(batch, known)])
-    patterns = np.stack([x.window_patterns[n] if k else np.zeros((n, len(PATTERNS)), np.float32)
+    patterns = np.stack([x.window_patterns[n] if k else np.zeros((n, len(HEAD_PATTERNS)), np.float32)
                          for x, k in zip(batch, known)])
     return (torch.from_numpy(labels.astype(np.float32)), torch.tensor(known),
             torch.from_numpy(patterns))

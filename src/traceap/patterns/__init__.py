@@ -1,29 +1,54 @@
-"""The eight anti-patterns, one module each: signature score, evidence in numbers, curated fix.
+"""The anti-patterns, one module each: signature score, evidence in numbers, curated fix.
 
-`REGISTRY[id]` maps each pattern id of `traceap.manifest.PATTERNS` (docs/FORMATS.md) to its rule.
-A new anti-pattern is a new module here with a `PATTERN` object, added to `_MODULES`.
+Each module `traceap/patterns/<id>.py` declares its pattern on its rule class (see
+`traceap.patterns.base.AntiPattern`) and registers it (`_registry.register_pattern`); the
+registry's accessors (`patterns`, `pattern_ids`, `get_pattern`, ...) are what the rest of
+traceap reads.  `REGISTRY[id]` is the live id -> rule table.  A new anti-pattern is a new module
+here, named in `BUILTIN` (docs/ARCHITECTURE.md, "Adding an anti-pattern").
+
+This package's top is light on purpose: the low layers (manifest, idle, synth, collect) read
+the registry, and the rules import the idle account, so the rules load at the first read,
+not when `traceap.patterns` is imported.
 """
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 
-from ..manifest import PATTERNS
-from .base import AntiPattern, Evidence, runs_of
+from . import _registry
+from ._registry import (BusyInefficient, IdleCause, NotApplicable, get_pattern, is_pattern,
+                        pattern_ids, patterns, register_pattern, register_piece)
 
-_MODULES = PATTERNS  # module name == pattern id
+#: The built-in pattern modules (module name == pattern id), in report order: the order of the
+#: ids in docs/FORMATS.md, of the JSON's per-pattern keys and of the model's pattern head.
+BUILTIN = (
+    "single_process_dataloading",
+    "no_pin_memory",
+    "excessive_memcpy",
+    "graph_break",
+    "cpu_bound",
+    "small_nccl_kernels",
+    "nccl_blocks_compute_stream",
+    "nccl_compute_no_overlap",
+)
 
-REGISTRY: dict[str, AntiPattern] = {
-    name: importlib.import_module(f"{__name__}.{name}").PATTERN for name in _MODULES
-}
-assert all(REGISTRY[k].id == k for k in REGISTRY)
+_FROM_BASE = ("AntiPattern", "Evidence", "runs_of")
+
+
+def __getattr__(name: str):
+    # REGISTRY and the base classes load the rules (which import the idle account) on first use.
+    if name == "REGISTRY":
+        _registry._load_builtin()
+        return _registry._PATTERNS
+    if name in _FROM_BASE:
+        from . import base
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pattern_scores(windows) -> dict[str, np.ndarray]:
     """Every pattern's per-window score, by id."""
-    return {pid: p.score_windows(windows) for pid, p in REGISTRY.items()}
+    return {p.id: p.score_windows(windows) for p in patterns()}
 
 
 def nearby(scores: np.ndarray, weight: float, reach: int) -> np.ndarray:
@@ -42,4 +67,6 @@ def nearby(scores: np.ndarray, weight: float, reach: int) -> np.ndarray:
     return out
 
 
-__all__ = ["AntiPattern", "Evidence", "REGISTRY", "nearby", "pattern_scores", "runs_of"]
+__all__ = ["AntiPattern", "BUILTIN", "BusyInefficient", "Evidence", "IdleCause", "NotApplicable",
+           "REGISTRY", "get_pattern", "is_pattern", "nearby", "pattern_ids", "pattern_scores",
+           "patterns", "register_pattern", "register_piece", "runs_of"]

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..idle import MECHANISM_OF_PATTERN, cause_split, measure
+from ..idle import IdleAccount, cause_split, measure
 from ..measures.signals import cached, fmt_us
 from ..trace import Trace
 from ..units import plural
 from ..windows import Windows
+from ._registry import BusyInefficient, IdleCause
 from .proof import Proof, longest_gpu_events
 
 Measures = dict[str, np.ndarray]
@@ -34,8 +35,26 @@ class Evidence:
 
 
 class AntiPattern(ABC):
-    """One anti-pattern: subclasses set `id`, `title`, `fix` and implement `measure`/`describe`."""
+    """One anti-pattern, declared whole: subclasses set every attribute below and implement
+    `measure` / `describe` (and `proof_events` where the longest GPU events do not show the
+    mechanism); the module registers an instance (`_registry.register_pattern`).  Every other
+    module reads these through the registry (tests/test_pattern_conformance.py checks them)."""
 
+    #: One capital letter, written under flagged windows in the terminal timeline (unique).
+    letter: str = ""
+    #: "#RRGGBB" in the HTML report and the terminal (unique; colour-blind-safe first).
+    color: str = ""
+    #: A lighter "#RRGGBB" of the same hue where `color` is too dim on a dark terminal.
+    terminal_color: str | None = None
+    #: Two to four capitals: the eval tables' confusion-matrix column (unique).
+    short: str = ""
+    #: What the pattern looks like in one window, as the LLM is told it (`traceap.llm.prompt`).
+    signature: str = ""
+    #: Whose time it is: `IdleCause(mechanism)` (a `traceap.idle` mechanism of GPU idle time)
+    #: or `BusyInefficient()` (the GPU is busy but slow; `lost_us` measures it).
+    account: IdleCause | BusyInefficient | None = None
+    #: The pattern id (module name, manifest and JSON key: docs/FORMATS.md), the finding's
+    #: title, and the curated fix (prose and code a user can paste).
     id: str = ""
     title: str = ""
     fix: str = ""
@@ -102,11 +121,30 @@ class AntiPattern(ABC):
         at = at[(at >= 0) & (at < windows.n)]
         place = f"; flagged {_where(windows, at)}" if len(at) else ""
         split = ""
-        mech = MECHANISM_OF_PATTERN.get(self.id)
+        mech = self.account.mechanism if isinstance(self.account, IdleCause) else None
         if mech and len(idx) == windows.n:  # the whole trace: comparable with the idle summary
             split = cause_split(measure(windows.trace), mech)
-        return Evidence(f"{text}{place}; {fmt_us(lost)} of GPU idle time over the trace{split}.",
+        kind = "GPU idle time" if isinstance(self.account, IdleCause) else \
+            "GPU time spent inefficiently"
+        return Evidence(f"{text}{place}; {fmt_us(lost)} of {kind} over the trace{split}.",
                         lost, numbers)
+
+    def time_lost(self, windows: Windows, account: IdleAccount) -> tuple[float, float | None]:
+        """(time lost over the trace, the part of it inside the steady profiler steps, or None
+        without steps): the idle account's mechanism for an `IdleCause` pattern, the rule's own
+        `lost_us` for a `BusyInefficient` one (a window's share inside the steady steps)."""
+        if isinstance(self.account, IdleCause):
+            mech = self.account.mechanism
+            return float(account.by_mechanism[mech]), account.in_steady_steps(mech)
+        lost = self.measures(windows)["lost_us"]
+        if not account.steady_steps:
+            return float(lost.sum()), None
+        a, b = windows.edges[:-1], windows.edges[1:]
+        inside = np.zeros(windows.n)
+        for s, e, _ in account.steady_steps:
+            inside += np.clip(np.minimum(b, e) - np.maximum(a, s), 0.0, None)
+        share = np.clip(inside / max(windows.width_us, 1e-9), 0.0, 1.0)
+        return float(lost.sum()), float((lost * share).sum())
 
     def title_for(self, numbers: dict) -> str:
         """The title that fits this evidence (a pattern whose evidence can take two forms,

@@ -30,6 +30,7 @@ from ..measures.signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, pe
                                 rows_in_windows, rows_named, sum_in, top_names)
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows, covered_time
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, gaps_and_ops
 
@@ -96,6 +97,13 @@ Also: raise the batch size (more work per kernel), use fused optimizers
 (`torch.optim.AdamW(params, fused=True)` or `foreach=True`), channels_last + AMP
 (`torch.autocast("cuda", dtype=torch.bfloat16)`), and move per-sample Python loops into
 batched tensor ops."""
+    letter = "C"
+    color = "#D55E00"
+    short = "CPU"
+    account = IdleCause("python_host")
+    signature = ("the GPU is mostly idle between many short kernels; kernels finish faster than "
+                 "the CPU launches them (short kernels, long launch delays, busy "
+                 "cudaLaunchKernel).")
 
     def __init__(self, config: CpuBoundConfig = CpuBoundConfig()):
         self.config = config
@@ -201,4 +209,4 @@ def acc_code(mechanism: str) -> int:
     return MECHANISM_IDS.index(mechanism)
 
 
-PATTERN = CpuBound()
+PATTERN = register_pattern(CpuBound())

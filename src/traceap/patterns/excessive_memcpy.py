@@ -27,6 +27,7 @@ from ..measures.signals import (compute_rows, count_in, enclosing_annotations, f
                                 sum_in, top_names, union_in)
 from ..trace import CopyKind, Trace, merged_intervals
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, longest_first
 
@@ -51,6 +52,13 @@ Keep values on the GPU inside the loop and synchronise rarely:
 Also: create tensors directly on the device (`torch.zeros(n, device=device)`, not
 `torch.zeros(n).to(device)`), avoid `.cpu()`/`.numpy()`/`print(tensor)`/Python `if tensor:` in
 the step, and use `torch.cuda.set_sync_debug_mode("warn")` to find the remaining syncs."""
+    letter = "M"
+    color = "#009E73"
+    short = "MEM"
+    account = IdleCause("host_copies_syncs")
+    signature = ("many or large HtoD/DtoH memcpys (from .item(), .cpu(), .tolist(), .to(device) "
+                 "inside the loop) taking a large share of the window, often with synchronising "
+                 "calls.")
 
     def __init__(self, config: MemcpyConfig = MemcpyConfig()):
         self.config = config
@@ -176,4 +184,4 @@ def outside_breaks(trace, rows: np.ndarray) -> np.ndarray:
     return rows[~inside]
 
 
-PATTERN = ExcessiveMemcpy()
+PATTERN = register_pattern(ExcessiveMemcpy())

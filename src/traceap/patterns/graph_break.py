@@ -19,6 +19,7 @@ from ..measures.compile_regions import BreakConfig, break_gaps, frame_ids
 from ..measures.signals import cached, count_in, fmt_us, ramp, sum_in, union_in
 from ..trace import Kind, Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, named_rows
 
@@ -40,6 +41,13 @@ tensor, use torch.where / torch.cond); unsupported third-party calls (wrap them 
 `torch.compiler.disable` outside the hot path or register a custom op); data-dependent shapes
 (`torch._dynamo.config.capture_scalar_outputs = True`, `mark_dynamic`).  Once clean, use
 `torch.compile(model, fullgraph=True)` so a new break is an error, not a slowdown."""
+    letter = "G"
+    color = "#CC79A7"
+    short = "GB"
+    account = IdleCause("compile_gaps")
+    signature = ("torch.compile split into pieces: several `Torch-Compiled Region` / "
+                 "`CompiledFunction` / `TorchDynamo Cache Lookup` entries, eager aten ops and GPU "
+                 "gaps between triton_* kernels.")
 
     def __init__(self, config: BreakConfig = BreakConfig()):
         self.config = config
@@ -97,4 +105,4 @@ tensor, use torch.where / torch.cond); unsupported third-party calls (wrap them 
                 event_rows(trace, rows, limit))
 
 
-PATTERN = GraphBreak()
+PATTERN = register_pattern(GraphBreak())

@@ -18,6 +18,7 @@ from ..measures.signals import (compute_rows, count_in, fmt_us, overlap_in, ramp
                                 spans, top_names, union_in)
 from ..trace import Kind, Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, longest_first
 
@@ -43,6 +44,14 @@ Run collectives on their own stream and let compute continue:
     torch.cuda.current_stream().wait_stream(comm)
 
 Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a collective."""
+    letter = "B"
+    color = "#8F6D00"
+    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
+    terminal_color = "#C9A227"
+    short = "NBS"
+    account = IdleCause("nccl_on_compute_stream")
+    signature = ("NCCL kernels run on the same stream as compute kernels, so compute waits behind "
+                 "communication on that stream.")
 
     def __init__(self, config: BlockConfig = BlockConfig()):
         self.config = config
@@ -94,4 +103,4 @@ Avoid `torch.cuda.synchronize()` / blocking `.wait()` right after launching a co
                 event_rows(t, longest_first(t, rows), limit, detail="nelems"))
 
 
-PATTERN = NcclBlocksComputeStream()
+PATTERN = register_pattern(NcclBlocksComputeStream())

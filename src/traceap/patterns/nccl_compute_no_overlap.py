@@ -26,6 +26,7 @@ from ..measures.signals import (cached, compute_rows, count_in, fmt_us, nccl_row
                                 rows_in_windows, rows_named, spans, top_names, union_in)
 from ..trace import Kind, Trace, busy_union, merged_intervals
 from ..windows import Windows, covered_time
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs
 
@@ -84,6 +85,14 @@ Don't all-reduce gradients yourself after `loss.backward()`; with FSDP use
 `backward_prefetch=BackwardPrefetch.BACKWARD_PRE` and `forward_prefetch=True`; with gradient
 accumulation, `model.no_sync()` on non-final micro-batches.  If one rank is slower (see the
 straggler finding), the others' NCCL time is waiting: balance the data/work per rank."""
+    letter = "O"
+    color = "#6A3D9A"
+    #: Lighter, same hue: the HTML colour is too dim on a dark terminal.
+    terminal_color = "#9B6BD0"
+    short = "NNO"
+    account = IdleCause("nccl")
+    signature = ("NCCL kernels on their own stream but no compute runs while they do: "
+                 "communication is exposed and the GPU computes nothing during collectives.")
 
     def __init__(self, config: OverlapConfig = OverlapConfig()):
         self.config = config
@@ -163,4 +172,4 @@ straggler finding), the others' NCCL time is waiting: balance the data/work per 
                 event_rows(t, rows, limit, detail="nelems", hidden=share))
 
 
-PATTERN = NcclComputeNoOverlap()
+PATTERN = register_pattern(NcclComputeNoOverlap())

@@ -19,6 +19,7 @@ from ..measures.copies import PinConfig, pageable_h2d
 from ..measures.signals import fmt_bytes, fmt_us, ramp, sum_in, union_in
 from ..trace import CopyKind, Kind, MemKind, Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, longest_first
 
@@ -38,6 +39,12 @@ Copy batches from page-locked (pinned) memory, asynchronously:
 
 For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pin_memory=True)`
 (or `t.pin_memory()`), then `.to(device, non_blocking=True)`."""
+    letter = "P"
+    color = "#56B4E9"
+    short = "NPM"
+    account = IdleCause("pageable_copies")
+    signature = ("`Memcpy HtoD (Pageable -> Device)` copies; the launching cudaMemcpyAsync blocks "
+                 "the host for about as long as the copy itself.")
 
     def __init__(self, config: PinConfig = PinConfig()):
         self.config = config
@@ -104,4 +111,4 @@ For tensors you build yourself, pin once and reuse: `buf = torch.empty(shape, pi
                 event_rows(t, longest_first(t, mem), limit, detail="bytes"))
 
 
-PATTERN = NoPinMemory()
+PATTERN = register_pattern(NoPinMemory())

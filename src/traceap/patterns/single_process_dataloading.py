@@ -19,6 +19,7 @@ from ..idle import intersect, measure, pattern_lost
 from ..measures.signals import LOADER_NEXT, fmt_us, idle_while, ramp, rows_named, spans, union_in
 from ..trace import Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs, named_rows
 
@@ -53,6 +54,13 @@ Load batches in worker processes so the next batch is ready when the GPU finishe
 
 If the workers still cannot keep up, move augmentation to the GPU (e.g. torchvision.transforms.v2
 on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image decoder."""
+    letter = "D"
+    color = "#E69F00"
+    short = "SPD"
+    account = IdleCause("data_loading")
+    signature = ("a long `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (or "
+                 "collate/decode/transform ops) runs on the training thread while the GPU sits "
+                 "idle; no `_MultiProcessingDataLoaderIter`.")
 
     def __init__(self, config: LoaderConfig = LoaderConfig()):
         self.config = config
@@ -116,4 +124,4 @@ on CUDA tensors or NVIDIA DALI), cache decoded images, or use a faster image dec
                 event_rows(trace, rows, limit))
 
 
-PATTERN = SingleProcessDataloading()
+PATTERN = register_pattern(SingleProcessDataloading())

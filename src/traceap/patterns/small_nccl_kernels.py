@@ -19,6 +19,7 @@ from ..measures.signals import (compute_rows, count_in, fmt_us, nccl_rows, overl
                                 rows_in_windows, spans, sum_in, top_names, union_in)
 from ..trace import Trace
 from ..windows import Windows
+from ._registry import IdleCause, register_pattern
 from .base import AntiPattern, Measures
 from .proof import Proof, event_rows, in_runs
 
@@ -64,6 +65,12 @@ Send gradients in fewer, larger messages:
 Don't all-reduce tensors one by one (metrics, per-parameter loops): pack them with
 `torch.cat` or `torch.distributed.all_reduce_coalesced`, and reduce logging metrics every N
 steps.  With gradient accumulation, wrap the non-final micro-batches in `model.no_sync()`."""
+    letter = "S"
+    color = "#0072B2"
+    short = "SNK"
+    account = IdleCause("small_nccl")
+    signature = ("many short NCCL kernels (tens of us, small messages) instead of a few large "
+                 "bucketed collectives.")
 
     def __init__(self, config: SmallNcclConfig = SmallNcclConfig()):
         self.config = config
@@ -115,4 +122,4 @@ steps.  With gradient accumulation, wrap the non-final micro-batches in `model.n
                 event_rows(trace, rows, limit, detail="nelems"))
 
 
-PATTERN = SmallNcclKernels()
+PATTERN = register_pattern(SmallNcclKernels())

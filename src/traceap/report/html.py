@@ -30,7 +30,7 @@ from ..patterns.proof import Proof, longest_gpu_events, merge_spans
 from ..trace import Kind, Trace
 from ..units import fmt_us, plural
 from ..windows import Windows
-from .colors import BUSY_COLOR, CAUSE_COLORS, PATTERN_COLORS
+from .colors import BUSY_COLOR, cause_colors, pattern_colors
 
 UNKNOWN_COLOR = "#7b3294"
 TOP = 3  # kernels / CPU ops per window in the hover
@@ -59,7 +59,7 @@ def render_html(analysis, trace=None) -> str:
     sections = [_RankView.build(r, k) for k, r in enumerate(ranks)]
     # Sorted: the same report byte for byte from one run to the next (and across workers).
     titles = {p: pattern_title(p) for p in sorted(_all_patterns(sections, cross))}
-    data = {"colors": PATTERN_COLORS, "titles": titles,
+    data = {"colors": pattern_colors(), "titles": titles,
             "ranks": [s.data for s in sections]}
     is_job = len(sections) > 1 or job_path is not None
     title = Path(job_path or ranks[0].analysis.trace_path or "trace").name
@@ -460,7 +460,7 @@ def _threshold(a) -> float | None:
 
 
 def _all_patterns(sections: Sequence[_RankView], cross: list) -> set[str]:
-    out = set(PATTERN_COLORS)
+    out = set(pattern_colors())
     for s in sections:
         out |= {p for p in s.data["pattern"] if p}
         out |= {f.pattern for f in s.findings}
@@ -484,7 +484,8 @@ def _lost_bars(lost: dict[str, float], titles: dict[str, str] | None = None) -> 
 def _idle_bar(acc, findings: list, prefix: str) -> str:
     """The stacked bar: the GPU span as busy time and idle time by cause; a cause's part links to
     the finding its time belongs to (the largest one of that cause's patterns)."""
-    cause_of = {m.pattern: m.cause for m in idle_mod.MECHANISMS if m.pattern}
+    cause_of = {idle_mod.pattern_of(m.id): m.cause for m in idle_mod.MECHANISMS
+                if idle_mod.pattern_of(m.id)}
     target: dict[str, tuple[float, int]] = {}
     for k, f in enumerate(findings):
         c = cause_of.get(f.pattern)
@@ -496,7 +497,7 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
     for cause, us in parts:
         if us <= 0:
             continue
-        color = BUSY_COLOR if cause == "busy" else CAUSE_COLORS[cause]
+        color = BUSY_COLOR if cause == "busy" else cause_colors()[cause]
         name = "GPU busy" if cause == "busy" else idle_mod.CAUSE_TITLES[cause]
         share = (f"{acc.busy_pct}% of the GPU span" if cause == "busy" else
                  f"{100 * us / max(tot, 1e-9):.1f}% of the idle time")
@@ -627,7 +628,7 @@ def _e(s) -> str:
 
 
 def _color(p: str | None) -> str:
-    return PATTERN_COLORS.get(p or "", UNKNOWN_COLOR)
+    return pattern_colors().get(p or "", UNKNOWN_COLOR)
 
 
 def _ranges(ws: list[int]) -> str:

@@ -25,32 +25,27 @@ from rich.text import Text
 
 from ..findings import cost_sentence, finding_order
 from ..units import fmt_us, plural
-from .colors import TERMINAL_CAUSE_COLORS, TERMINAL_COLORS
+from ..patterns import patterns
+from .colors import terminal_cause_colors, terminal_colors
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-#: Colours per pattern (the HTML report's hues, as close as a terminal gets).
-COLORS = TERMINAL_COLORS
 UNNAMED = "magenta"
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
-#: One letter per pattern, written under its flagged windows and beside its findings, so the
-#: timeline reads without colour (pipes, logs, colour-blind readers).  "?" = flagged, unnamed.
-LETTERS = {
-    "single_process_dataloading": "D",
-    "no_pin_memory": "P",
-    "excessive_memcpy": "M",
-    "graph_break": "G",
-    "cpu_bound": "C",
-    "small_nccl_kernels": "S",
-    "nccl_blocks_compute_stream": "B",
-    "nccl_compute_no_overlap": "O",
-}
+#: Written under a flagged window no pattern was named for.
 UNNAMED_LETTER = "?"
 ELLIPSIS = "\u2026"
 
 
+def pattern_letters() -> dict[str, str]:
+    """Pattern id -> its letter (`AntiPattern.letter`), written under its flagged windows and
+    beside its findings, so the timeline reads without colour (pipes, logs, colour-blind
+    readers)."""
+    return {p.id: p.letter for p in patterns()}
+
+
 def letter(pattern: str | None) -> str:
     """The timeline letter of a pattern id ("?" for a flagged window without a pattern)."""
-    return LETTERS.get(pattern or "", UNNAMED_LETTER)
+    return pattern_letters().get(pattern or "", UNNAMED_LETTER)
 
 
 # -- fitting text to the console -------------------------------------------------------------
@@ -203,7 +198,7 @@ def timeline(analysis, width: int = 100) -> Text:
         w = analysis.windows[k]
         ch = BLOCKS[min(int(w.score * len(BLOCKS)), len(BLOCKS) - 1)]
         if w.flagged:
-            style = COLORS.get(w.pattern, UNNAMED) if w.pattern else UNNAMED
+            style = terminal_colors().get(w.pattern, UNNAMED) if w.pattern else UNNAMED
         else:
             style = "grey42"
         text.append(ch, style=style)
@@ -216,7 +211,7 @@ def timeline_letters(analysis, width: int = 100) -> Text:
     for k in _bins(analysis, width):
         w = analysis.windows[k]
         if w.flagged:
-            text.append(letter(w.pattern), style=COLORS.get(w.pattern, UNNAMED)
+            text.append(letter(w.pattern), style=terminal_colors().get(w.pattern, UNNAMED)
                         if w.pattern else UNNAMED)
         else:
             text.append(" ")
@@ -262,7 +257,7 @@ def _axis(a, width: int) -> Text:
 
 
 def _legend(console: Console, windows_of: Sequence) -> None:
-    """'C cpu_bound   O nccl_compute_no_overlap' for the patterns flagged, wrapped to fit."""
+    """'L pattern_id   M other_id' (letter, id) for the patterns flagged, wrapped to fit."""
     seen: list[str | None] = []
     for windows in windows_of:
         for w in windows:
@@ -272,7 +267,8 @@ def _legend(console: Console, windows_of: Sequence) -> None:
         console.print(Text("  no window flagged", style="dim"))
         return
     fields = [f"{letter(p)} {p or 'flagged, no pattern named'}" for p in seen]
-    style = {f: COLORS.get(p, UNNAMED) if p else UNNAMED for f, p in zip(fields, seen)}
+    colors = terminal_colors()
+    style = {f: colors.get(p, UNNAMED) if p else UNNAMED for f, p in zip(fields, seen)}
     for line in wrap_fields(fields, console_width(console)):
         text = Text()
         for part in re.split(r"(\s{3,})", line):
@@ -339,7 +335,7 @@ def idle_line(account, width: int = 24, letters: bool = False, columns: int = 80
     for (cause, _), n in zip(parts, cells):
         ch = "=" if cause == "busy" else (CAUSE_SHORT[cause][1] if letters else "█")
         text.append(("░" if cause == "busy" and not letters else ch) * n,
-                    style=TERMINAL_CAUSE_COLORS.get(cause, ""))
+                    style=terminal_cause_colors().get(cause, ""))
     named = sorted(((c, v) for c, v in by.items() if v > 0), key=lambda cv: -cv[1])
     items = [f"{CAUSE_SHORT[c][0]} {fmt_us(v)}" for c, v in named]
     lines: list[str] = []
@@ -371,9 +367,9 @@ def render_finding(console: Console, f, span_us: float, show_fix: bool = True) -
     width = console_width(console)
     number = f"#{f.rank} " if isinstance(f.rank, int) and f.windows else "- "
     severity = f"{f.severity.upper():6s} "
-    mark = f"[{LETTERS[f.pattern]}] " if f.pattern in LETTERS else ""
+    mark = f"[{letter(f.pattern)}] " if f.pattern in pattern_letters() else ""
     lead = len(number) + len(severity) + len(mark)
-    color = COLORS.get(f.pattern, "")
+    color = terminal_colors().get(f.pattern, "")
     for i, line in enumerate(wrap_words(f"{f.title} ({f.pattern})", width - lead)):
         head = Text()
         if i == 0:

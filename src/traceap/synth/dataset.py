@@ -64,7 +64,7 @@ class SynthConfig:
     infer_fraction: float = 0.35
     #: jobs at batch 1-8 (latency checks, debugging runs)
     small_batch_fraction: float = 0.4
-    #: torch.compile is common in PyTorch 2.x training scripts; graph_break runs add to this
+    #: torch.compile is common in PyTorch 2.x training scripts; graph-break runs add to this
     compiled_fraction: float = 0.4
 
     def __post_init__(self):
@@ -227,8 +227,8 @@ def cover_every_pattern(jobs: list[JobPlan], merge: bool = True) -> list[JobPlan
     (when `merge`: the configuration draws 2-GPU jobs at all).
 
     Quota sampling per split (`_pick_patterns`) follows Table 2 but leaves the rare NCCL
-    patterns out of small datasets (`--traces 48 --seed 11` had no nccl_blocks_compute_stream
-    and no nccl_compute_no_overlap: they need a multi-GPU training job).  A plan that already
+    patterns out of small datasets (`--traces 48 --seed 11` had neither collectives on the
+    compute stream nor exposed collectives: they need a multi-GPU training job).  A plan that already
     holds every pattern is returned unchanged, so such datasets keep their bytes."""
     order = {sp: i for i, sp in enumerate(SPLIT_ORDER)}
     for _ in range(len(switches.TABLE2_WEIGHTS)):  # a merge may free patterns to place again

@@ -1,14 +1,27 @@
-"""The eight mechanisms, one module each, by pattern id (`traceap.manifest.PATTERNS`)."""
+"""The injection mechanisms, one module each, named by its pattern id.
+
+Each module plants its pattern into a real trace (`plan(base, rng) -> Plan`) and registers
+`plan` as the pattern's `inject` piece (`traceap.patterns._registry`); importing this package
+imports every module in it, so a new mechanism is a new module here and nothing else.
+"""
 
 from __future__ import annotations
 
-from . import (cpu_bound, excessive_memcpy, graph_break, nccl_blocks_compute_stream,
-               nccl_compute_no_overlap, no_pin_memory, single_process_dataloading,
-               small_nccl_kernels)
+import importlib
+import pkgutil
+
+from ...patterns._registry import pieces
 from .base import Base, Instance, Plan, Unusable
 
-MECHANISMS = {m.PATTERN: m for m in (
-    single_process_dataloading, no_pin_memory, excessive_memcpy, graph_break, cpu_bound,
-    small_nccl_kernels, nccl_blocks_compute_stream, nccl_compute_no_overlap)}
+for _m in pkgutil.iter_modules(__path__):
+    if _m.name != "base" and not _m.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["Base", "Instance", "MECHANISMS", "Plan", "Unusable"]
+
+def mechanisms() -> dict:
+    """Pattern id -> its `plan(base, rng) -> Plan`, for every pattern that can be planted, in
+    pattern order."""
+    return pieces("inject")
+
+
+__all__ = ["Base", "Instance", "Plan", "Unusable", "mechanisms"]

@@ -202,7 +202,7 @@ class Instance:
     #: Each labelled interval must hold at least this much GPU idle, or the instance is dropped.
     min_idle_us: float = 50.0
     #: (first row, last row, name): cpu_op ranges over runs of base rows, placed once those
-    #: rows have moved (graph_break's compiled regions).
+    #: rows have moved (a graph break's compiled regions).
     wrap: list | None = None
     spans: list = field(default_factory=list)
     intervals: list = field(default_factory=list)

@@ -11,11 +11,16 @@ the first to the last stretch of GPU idle inside the slowed stretch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...trace import Kind
+from ...patterns._registry import register_piece
 from .base import Base, Block, Busy, Instance, Plan, Unusable
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "cpu_bound"
 
@@ -81,3 +86,34 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable(f"no step has {config.min_ops} or more ops on the main thread to slow down")
     return Plan(PATTERN, instances)
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    k = c.compute_k[np.argsort(tr.ts[c.compute_k], kind="stable")]
+    # a single step cannot tell a launch-bound model from warm-up (first calls, allocator,
+    # cuDNN autotuning): only traces with a steady state after their first step are labelled
+    if len(k) < 2 or len(c.steps) < 2:
+        return
+    lat = tr.launch_delay[k]
+    waited = np.isfinite(lat) & (lat <= cfg.launch_bound_slack_us)
+    for s0, s1 in c.steps:
+        if s1 - s0 < cfg.min_step_us:
+            continue
+        gs, ge = c.idle_in(s0, s1)
+        # a gap is launch-bound when the kernel that ends it started right after its launch
+        j = np.searchsorted(tr.ts[k], ge - 1e-6)
+        ok = j < len(k)
+        ok[ok] = waited[j[ok]] & (np.abs(tr.ts[k][j[ok]] - ge[ok]) < 1.0)
+        lb = (ge - gs)[ok].sum()
+        if lb >= cfg.launch_bound_share * (s1 - s0):
+            yield gs[ok][0], ge[ok][-1]
+
+
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)

@@ -10,11 +10,16 @@ where the GPU idles during the burst.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import Base, Block, Instance, Plan, Unusable, copy_args, emit_call, item_sync
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "excessive_memcpy"
 
@@ -69,3 +74,32 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no step has work in its second part to read values back after")
     return Plan(PATTERN, instances)
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+#: Runtime calls that wait on the GPU only on the GPU side (never block the host).
+_GPU_SIDE = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
+
+
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    rt = np.flatnonzero(tr.is_sync)
+    rt = rt[~np.isin(tr.names_array[tr.name[rt]], _GPU_SIDE)]
+    if not len(rt):
+        return
+    for s0, s1 in c.steps or [(tr.span[0], tr.span[1])]:
+        inside = rt[(tr.ts[rt] >= s0) & (tr.ts[rt] < s1)]
+        gaps = []
+        for r in inside.tolist():
+            gs, ge = c.idle_in(tr.end[r] - 1.0, min(s1, tr.end[r] + 10_000.0))
+            if len(gs) and gs[0] <= tr.end[r] + 1.0 and ge[0] - gs[0] >= cfg.sync_idle_us:
+                gaps.append((gs[0], ge[0]))
+        total = sum(b - a for a, b in gaps)
+        if len(gaps) >= cfg.syncs_per_step and total >= cfg.sync_step_share * (s1 - s0):
+            yield from gaps
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)

@@ -10,12 +10,17 @@ and the GPU drains and idles.  Label: where the GPU idles at the breaks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...trace import Kind
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import Base, Block, Busy, Instance, Plan, Unusable, emit_call, item_sync
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "graph_break"
 
@@ -88,3 +93,27 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable(f"no step has {config.min_kids} or more top-level ops to compile in pieces")
     return Plan(PATTERN, instances)
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    r = c.rows_named("Torch-Compiled Region")
+    if len(r) < 2:
+        return
+    r = r[np.argsort(tr.ts[r])]
+    for a, b in zip(r[:-1].tolist(), r[1:].tolist()):
+        s, e = tr.end[a], tr.ts[b]
+        if e - s < cfg.break_gap_us:
+            continue
+        if c.step_of(s) != c.step_of(e):
+            continue  # a step boundary between two regions is not a break
+        gs, ge = c.idle_in(s, e)
+        if (ge - gs).sum() >= 0.5 * (e - s):
+            yield gs[0], ge[-1]
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)

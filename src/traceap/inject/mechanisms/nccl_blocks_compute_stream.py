@@ -10,12 +10,17 @@ collective's span on the compute stream.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import (ALLREDUCE_HOST_US, Base, Block, Instance, Plan, Unusable, collective,
                    distributed_info, emit_collective, late_points, world_size)
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "nccl_blocks_compute_stream"
 
@@ -59,3 +64,23 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no backward (or late step) boundary to issue a collective at")
     return Plan(PATTERN, instances, distributed_info(base, world))
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    if c.compute_stream is None:
+        return
+    k = c.nccl_k[(tr.stream[c.nccl_k] == c.compute_stream) & (tr.dur[c.nccl_k] >= cfg.blocking_nccl_min_us)]
+    comp_start = np.sort(tr.ts[c.compute_k[tr.stream[c.compute_k] == c.compute_stream]])
+    for r in k.tolist():
+        # only where compute is queued behind it on the same stream
+        j = np.searchsorted(comp_start, tr.end[r])
+        if j < len(comp_start):
+            yield tr.ts[r], tr.end[r]
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)

@@ -9,13 +9,19 @@ compute to hide it.  Label: the collective's span.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..dialect import Factory
 from ..physics import Barrier
+from ...patterns._registry import register_piece
+from ...trace import merged_intervals
 from .base import (ALLREDUCE_HOST_US, Base, Block, Busy, Instance, Plan, Unusable, collective,
                    distributed_info, emit_collective, world_size)
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "nccl_compute_no_overlap"
 #: Names that start the optimizer step (torch.optim's record_function, fused/foreach ops).
@@ -72,3 +78,25 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no step with an optimizer or two top-level ops to all-reduce before")
     return Plan(PATTERN, instances, distributed_info(base, world))
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    k = c.nccl_k
+    if c.compute_stream is not None:
+        k = k[tr.stream[k] != c.compute_stream]
+    if not len(k):
+        return
+    ns, ne = merged_intervals(tr.ts[k], tr.end[k])
+    for s, e in zip(ns, ne):
+        gs, ge = c.idle_in(s, e)
+        for a, b in zip(gs, ge):
+            if b - a >= cfg.exposed_min_us:
+                yield a, b
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)

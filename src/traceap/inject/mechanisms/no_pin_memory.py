@@ -10,11 +10,17 @@ idles around the copies.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..dialect import Factory
+from ...patterns._registry import register_piece
+from ...trace import CopyKind, Kind, MemKind
 from .base import Base, Block, Instance, Launch, Plan, Unusable, copy_args, emit_call, op_launch
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "no_pin_memory"
 
@@ -64,3 +70,30 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("every step starts with more GPU work queued than a batch copy takes")
     return Plan(PATTERN, instances)
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    m = tr.rows(Kind.GPU_MEMCPY)
+    m = m[(tr.copy_kind[m] == CopyKind.HTOD) & (tr.copy_src[m] == MemKind.PAGEABLE) & (tr.launch[m] >= 0)]
+    if not len(m):
+        return
+    rt = tr.launch[m]
+    blocking = tr.end[rt] >= tr.end[m] - 1.0
+    m = m[blocking]
+    for s0, s1 in c.steps or [(tr.span[0], tr.span[1])]:
+        inside = m[(tr.ts[m] >= s0) & (tr.ts[m] < s1)]
+        total = tr.dur[inside].sum()
+        if total < max(cfg.pageable_min_us, cfg.pageable_step_share * (s1 - s0)):
+            continue
+        idle = sum((lambda g: (g[1] - g[0]).sum())(c.idle_in(tr.ts[r], tr.end[r])) for r in inside.tolist())
+        if idle >= 0.5 * total:
+            for r in inside.tolist():
+                yield tr.ts[r], tr.end[r]
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)

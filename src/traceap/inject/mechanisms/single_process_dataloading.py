@@ -10,13 +10,18 @@ problem here).  Label: where the GPU idles during the fetch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...trace import Kind
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import (Base, Block, Busy, Instance, Launch, NEST_US, Plan, Unusable, copy_args,
                    emit_call, host_op, loguniform, op_launch)
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "single_process_dataloading"
 ANNOTATION = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -84,3 +89,21 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
         raise Unusable("every step starts with more GPU work queued than a batch fetch would "
                        "take: a stall there would not show")
     return Plan(PATTERN, instances)
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    for r in c.rows_named("enumerate(DataLoader)#_SingleProcessDataLoaderIter").tolist():
+        s, e = tr.ts[r], tr.end[r]
+        if e - s < cfg.fetch_min_us:
+            continue
+        gs, ge = c.idle_in(s, e)
+        if (ge - gs).sum() >= cfg.fetch_idle_share * (e - s):
+            yield gs[0], ge[-1]
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)

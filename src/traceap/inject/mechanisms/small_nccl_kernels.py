@@ -9,12 +9,17 @@ paid in launch latency, not bandwidth.  Label: the span of each dense run of col
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..dialect import Factory
+from ...patterns._registry import register_piece
 from .base import (ALLREDUCE_HOST_US, Base, Block, Instance, Plan, Unusable, collective,
                    distributed_info, emit_collective, late_points, world_size)
+
+if TYPE_CHECKING:
+    from ..natural import NaturalConfig, NaturalContext
 
 PATTERN = "small_nccl_kernels"
 
@@ -62,3 +67,29 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no backward (or late step) boundary to issue collectives at")
     return Plan(PATTERN, instances, distributed_info(base, world))
+
+
+# -- the natural label: where a real trace shows the pattern by itself ----------------------
+def natural_label(c: NaturalContext, cfg: NaturalConfig):
+    """Where a real trace shows this pattern by itself (`traceap label`; thresholds in
+    `NaturalConfig`): (start, end) intervals."""
+    tr = c.tr
+    k = c.nccl_k[np.argsort(tr.ts[c.nccl_k], kind="stable")]
+    if len(k) < cfg.tiny_run_min:
+        return
+    nbytes = np.where(tr.comm_nelems[k] >= 0, tr.comm_nelems[k] * 4.0, 0.0)
+    tiny = (tr.dur[k] <= cfg.tiny_nccl_us) & (nbytes <= cfg.tiny_nccl_bytes)
+    start, end = tr.ts[k], tr.end[k]
+    run = []
+    for i in range(len(k) + 1):
+        ok = i < len(k) and tiny[i] and (not run or start[i] - end[run[-1]] <= cfg.tiny_run_gap_us)
+        if ok:
+            run.append(i)
+            continue
+        if len(run) >= cfg.tiny_run_min:
+            yield start[run[0]], end[run[-1]]
+        run = [i] if i < len(k) and tiny[i] else []
+
+
+register_piece("inject", PATTERN, plan)
+register_piece("label", PATTERN, natural_label)
