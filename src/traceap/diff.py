@@ -2,7 +2,7 @@
 
     from traceap.diff import compare
     d = compare("before/", "after/")          # traces, folders of ranks or analysis JSONs
-    d.verdict            # 'step time -23% (...): single_process_dataloading fixed'
+    d.verdict            # 'step time -23% (...): <pattern> fixed'
     d.to_json()                                # traceap.diff/v1 (docs/FORMATS.md)
 
 Each side is reduced to the same numbers, per profiler step so that recordings of different
