@@ -39,7 +39,7 @@ WHICH_IMPORT_TORCH = textwrap.dedent("""
             app(args, standalone_mode=False)
         except SystemExit:
             pass
-        seen[" ".join(args[:1] + args[-1:])] = "torch" in sys.modules
+        seen[" ".join(args)] = "torch" in sys.modules
     print(json.dumps(seen))
 """)
 
@@ -57,6 +57,8 @@ def test_import_info_analyze_and_diff_never_import_torch(tmp_path):
     runs = [["info", str(SAMPLE)],
             ["analyze", str(SAMPLE), "--detector", "expert", "--json", str(a)],   # rules only
             ["analyze", str(SAMPLE), "--json", str(b)],      # the default: the model, in numpy
+            *(["analyze", str(SAMPLE), "--detector", d, "--json", str(tmp_path / f"{d}.json")]
+              for d in ("rule", "clustering", "model")),
             ["diff", str(a), str(b)]]
     r = _python(WHICH_IMPORT_TORCH, json.dumps(runs), tmp=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -87,10 +89,12 @@ def test_pyproject_admits_a_range_of_torch_releases_from_the_tested_oldest():
     (torch,) = [Requirement(d) for d in deps if Requirement(d).name == "torch"]
     assert str(torch.specifier) == f">={TORCH_MIN[0]}.{TORCH_MIN[1]}", \
         "pyproject's torch floor and traceap._torch.TORCH_MIN must say the same"
-    # the two newest minor releases when this was written, a nightly and a vendor build
-    for version in ("2.12.0", "2.13.0", "2.14.1", "2.15.0", "2.16.0.dev20261201", "2.13.0a0"):
+    # the oldest tested, the two newest minor releases when this was written (2.14, 2.15), a
+    # nightly and a vendor build
+    for version in ("2.6.0", "2.12.0", "2.13.0", "2.14.1", "2.15.0", "2.16.0.dev20261201",
+                    "2.13.0a0"):
         assert torch.specifier.contains(version, prereleases=True), version
-    assert not torch.specifier.contains("2.11.0")
+    assert not torch.specifier.contains("2.5.1")
 
 
 def test_release_of_reads_nightlies_and_vendor_builds():

@@ -16,7 +16,7 @@ from .errors import TorchMissingError
 
 #: The oldest torch release traceap is tested with (pyproject.toml's `torch>=` says the same;
 #: tests/test_torch_free.py checks that they agree).
-TORCH_MIN = (2, 12)
+TORCH_MIN = (2, 6)
 
 
 def torch_requirement() -> str:
