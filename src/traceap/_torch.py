@@ -1,6 +1,6 @@
 """The one door to torch, for the commands that need it (`train`, `collect`, the torch engine).
 
-Reading traces, `info`, `diff`, `inject`, `synth` and `analyze` (the bundled model runs in numpy,
+`import traceap`, `info`, `diff` and `analyze` (the bundled model runs in numpy,
 `traceap/model/inference.py`) never import torch: importing it costs about two seconds, and a
 user's own torch (any release from TORCH_MIN on, a nightly, a vendor build) is theirs to pick.
 Only training and recording need it; they come through here, so a missing or too old torch is
