@@ -8,7 +8,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-# torch first and pinned: anything looser pulls a multi-GB CUDA build.
+# torch first and pinned: anything looser pulls a multi-GB CUDA build. (traceap itself accepts
+# torch>=2.6, so a user's own environment keeps its torch; this pin is for this .venv only.)
 .venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 # Ray (the `ray` extra) for the Ray tests; optional: without it (offline, no cached wheels)

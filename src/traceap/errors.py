@@ -23,3 +23,7 @@ class OutputError(TraceapError):
 
 class ModelError(TraceapError):
     """A model checkpoint is missing, corrupt or incompatible."""
+
+
+class TorchMissingError(TraceapError):
+    """A command that needs torch (training, recording) runs where torch is absent or too old."""

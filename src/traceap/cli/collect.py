@@ -42,7 +42,9 @@ def collect(
     list_models: bool = typer.Option(False, "--list", help="List the models and patterns."),
 ) -> None:
     """Record a real profiler trace, labelled, into a dataset (one recording or a --plan)."""
-    import torch
+    from .._torch import require_torch
+
+    torch = require_torch("traceap collect")
 
     # `timeout`, a batch system or `kill` stop a sweep with SIGTERM: end like Ctrl-C, so the
     # recording's temporary files are removed, the manifest stays whole, the sweep stops.

@@ -82,8 +82,9 @@ def train(
 
     Trace labels by default; window labels too with --set w_window=... / w_window_pattern=...
     """
-    import torch
+    from .._torch import require_torch
 
+    torch = require_torch("traceap train")
     from ..model.checkpoint import prepare_out
     from ..model.config import preset
     from ..model.train import train as run_train

@@ -66,8 +66,9 @@ class Checkpoint:
         return self._model
 
     def _build(self, state: dict[str, np.ndarray]):
-        import torch
+        from .._torch import require_torch
 
+        torch = require_torch("the torch model (engine='torch')")
         from .net import TraceAPModel
         model = TraceAPModel(self.config, list(self.platforms))
         try:
