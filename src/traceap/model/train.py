@@ -247,6 +247,167 @@ def _cycler(n: int, rng: np.random.Generator):
         yield from rng.permutation(n)
 
 
+@dataclass
+class _Groups:
+    """The train examples by label and by dataset group, and each group's share of the bad
+    traces of a step."""
+
+    goods: list[int]
+    bads: list[int]
+    groups: list[int]                  # the groups that have bad traces
+    good_by: dict[int, list[int]]
+    bad_by: dict[int, list[int]]
+    weights: np.ndarray                # per entry of `groups`, sums to 1
+
+
+def _group_examples(examples: Sequence[Example], mix: Sequence[float] | None) -> _Groups:
+    """Split the examples by label and group; `mix` weighs the groups (default: by bad traces)."""
+    goods = [i for i, x in enumerate(examples) if x.label == 0]
+    bads = [i for i, x in enumerate(examples) if x.label == 1]
+    if not goods or not bads:
+        raise DatasetError("training needs both good and bad traces in the train split")
+    groups = sorted({x.group for x in examples})
+    good_by = {g: [i for i in goods if examples[i].group == g] for g in groups}
+    bad_by = {g: [i for i in bads if examples[i].group == g] for g in groups}
+    groups = [g for g in groups if bad_by[g]]
+    weights = np.array([len(bad_by[g]) for g in groups], np.float64) if mix is None else \
+        np.array([float(mix[g]) if g < len(mix) else 0.0 for g in groups], np.float64)
+    if weights.sum() <= 0:
+        raise DatasetError("the mix gives no weight to any dataset with bad traces")
+    weights /= weights.sum()
+    return _Groups(goods, bads, groups, good_by, bad_by, weights)
+
+
+def _new_model(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.ndarray],
+               pretrain_feats: Sequence[dict[int, TraceFeatures]],
+               log: Callable[[str], None] | None) -> tuple[TraceAPModel, list[dict], float]:
+    """A fresh model over every platform seen, pretrained when `cfg.pretrain_steps` asks;
+    (model, pretraining rows, when pretraining started)."""
+    if cfg.pretrain_steps > 0 and not pretrain_feats:
+        raise DatasetError("pretrain_steps needs unlabelled traces to pretrain on "
+                           "(traceap train --pretrain-on DATASET|TRACES)")
+    platforms = sorted({f.platform for x in examples for f in x.feats.values()}
+                       | {f.platform for x in pretrain_feats for f in x.values()})
+    model = TraceAPModel(cfg, platforms)
+    t_pre = time.perf_counter()
+    pre_rows = pretrain(model, list(pretrain_feats), cfg.pretrain_steps,
+                        lambda fs, r: collate(fs, model, text_table, cfg.platform_dropout, r),
+                        cfg.windows, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed,
+                        cfg.pretrain_mask, log)
+    return model, pre_rows, t_pre
+
+
+@dataclass
+class _Schedule:
+    """The optimiser, its warm-up + cosine learning rate, and the step budget."""
+
+    params: list
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    pairs: int                         # (good, bad) pairs per step
+    per_epoch: int                     # steps per epoch
+    epochs: int
+    total: int                         # steps in all
+
+
+def _schedule(model: TraceAPModel, cfg: ModelConfig, groups: _Groups, epochs: int | None,
+              max_steps: int | None, steps_per_epoch: int | None) -> _Schedule:
+    """AdamW over the trainable parameters; an epoch shows every bad (or good) trace once
+    unless `steps_per_epoch` says otherwise; warm-up over 5% of the steps (at most 50)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    pairs = cfg.batch_size // 2
+    per_epoch = steps_per_epoch or math.ceil(max(len(groups.goods), len(groups.bads)) / pairs)
+    epochs = cfg.epochs if epochs is None else epochs
+    total = max(1, per_epoch * epochs if max_steps is None else min(per_epoch * epochs, max_steps))
+    warmup = max(1, min(50, total // 20))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    return _Schedule(params, opt, sched, pairs, per_epoch, epochs, total)
+
+
+class _PairSampler:
+    """A step's batch: bad traces drawn by group weight, each with a good partner (its own
+    unmodified base with probability `cfg.pair_same_base`, else a good trace of its group)."""
+
+    def __init__(self, examples: Sequence[Example], groups: _Groups, cfg: ModelConfig,
+                 rng: np.random.Generator, pairs: int):
+        self.examples, self.g, self.cfg, self.rng, self.pairs = examples, groups, cfg, rng, pairs
+        self.bad_iter = {g: _cycler(len(groups.bad_by[g]), rng) for g in groups.groups}
+        self.good_iter = {g: _cycler(len(groups.good_by[g]), rng) for g in groups.groups
+                          if groups.good_by[g]}
+        self.any_good = _cycler(len(groups.goods), rng)
+
+    def partner_of(self, i: int) -> int:
+        """The good trace shown beside bad trace i."""
+        x = self.examples[i]
+        if x.partner >= 0 and self.rng.random() < self.cfg.pair_same_base:
+            return x.partner
+        g = x.group
+        return (self.g.good_by[g][next(self.good_iter[g])] if g in self.good_iter
+                else self.g.goods[next(self.any_good)])
+
+    def draw(self) -> tuple[int, list[Example]]:
+        """(window count N, the batch: the partners, then the bad traces)."""
+        n = int(self.rng.choice(self.cfg.windows))
+        groups = self.g.groups
+        picked = self.rng.choice(len(groups), size=self.pairs, p=self.g.weights)
+        b = [self.g.bad_by[groups[j]][next(self.bad_iter[groups[j]])] for j in picked]
+        return n, [self.examples[self.partner_of(i)] for i in b] + [self.examples[i] for i in b]
+
+
+def _train_step(model: TraceAPModel, batch_ex: list[Example], n: int, cfg: ModelConfig,
+                text_table: dict[str, np.ndarray], rng: np.random.Generator,
+                gen: torch.Generator, sch: _Schedule, sums: dict[str, float]) -> int:
+    """One optimiser step on a batch; adds its loss terms to `sums`, returns how many of its
+    traces the trace score got right."""
+    batch = collate([x.feats[n] for x in batch_ex], model, text_table, cfg.platform_dropout, rng)
+    y = torch.tensor([x.label for x in batch_ex], dtype=torch.float32)
+    targets = torch.from_numpy(np.stack([x.patterns for x in batch_ex]))
+    out = model(batch)
+    terms = total_loss(out, y, targets, model.svm.fc.weight, cfg, gen,
+                       _window_targets(batch_ex, n) if cfg.window_supervised else None)
+    sch.opt.zero_grad(set_to_none=True)
+    terms["total"].backward()
+    torch.nn.utils.clip_grad_norm_(sch.params, 1.0)
+    sch.opt.step()
+    sch.sched.step()
+    for k, v in terms.items():
+        sums[k] = sums.get(k, 0.0) + float(v.detach())
+    with torch.no_grad():
+        ts = trace_score(out["scores"], cfg.trace_pool, cfg.topk_fraction)
+        return int(((ts > 0.5).float() == y).sum())
+
+
+def _validate(model: TraceAPModel, val: Sequence[Sequence[Example]], val_windows: int,
+              text_table: dict[str, np.ndarray], row: dict) -> str:
+    """Score every validation list into `row` (`validation`, `val_score`); the log's part."""
+    per = [validation_metrics(v, score_examples(model, v, val_windows, text_table)) for v in val]
+    row["validation"] = per
+    row["val_score"] = float(np.mean([m["score"] for m in per]))
+    return " | val " + "; ".join(
+        f"AUC {m['window_auc'] or float('nan'):.3f} flagged {m['healthy_flagged'] or 0:.3f}"
+        for m in per)
+
+
+def _epoch_line(epoch: int, epochs: int, row: dict, msg: str) -> str:
+    """The log line of an epoch: mean loss terms, trace accuracy, time, validation."""
+    return (f"epoch {epoch + 1}/{epochs}: loss {row.get('total', float('nan')):.4f} "
+            f"(trace {row.get('trace', float('nan')):.3f}, pattern "
+            f"{row.get('pattern', float('nan')):.3f}"
+            + "".join(f", {k.replace('_', ' ')} {row[k]:.3f}"
+                      for k in ("window", "window_pattern") if k in row)
+            + f") trace acc {row['trace_acc']:.3f} "
+            f"[{row['seconds']:.0f} s]" + msg)
+
+
+def _stamp(train_log: TrainLog, t0: float, c0: float, step: int) -> None:
+    """Wall and CPU seconds since training began, and the steps taken, into the log."""
+    train_log.seconds = time.perf_counter() - t0
+    train_log.cpu_seconds = time.process_time() - c0
+    train_log.steps = step
+
+
 def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.ndarray],
         epochs: int | None = None, log: Callable[[str], None] | None = None,
         max_steps: int | None = None,
@@ -267,127 +428,52 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     once).  `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint).
     `pretrain_feats`: features of unlabelled traces (per trace, N -> features) for
     `cfg.pretrain_steps` self-supervised steps before training (`traceap.model.pretrain`)."""
-    goods = [i for i, x in enumerate(examples) if x.label == 0]
-    bads = [i for i, x in enumerate(examples) if x.label == 1]
-    if not goods or not bads:
-        raise DatasetError("training needs both good and bad traces in the train split")
-    groups = sorted({x.group for x in examples})
-    good_by = {g: [i for i in goods if examples[i].group == g] for g in groups}
-    bad_by = {g: [i for i in bads if examples[i].group == g] for g in groups}
-    groups = [g for g in groups if bad_by[g]]
-    weights = np.array([len(bad_by[g]) for g in groups], np.float64) if mix is None else \
-        np.array([float(mix[g]) if g < len(mix) else 0.0 for g in groups], np.float64)
-    if weights.sum() <= 0:
-        raise DatasetError("the mix gives no weight to any dataset with bad traces")
-    weights /= weights.sum()
+    groups = _group_examples(examples, mix)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    if cfg.pretrain_steps > 0 and not pretrain_feats:
-        raise DatasetError("pretrain_steps needs unlabelled traces to pretrain on "
-                           "(traceap train --pretrain-on DATASET|TRACES)")
-    platforms = sorted({f.platform for x in examples for f in x.feats.values()}
-                       | {f.platform for x in pretrain_feats for f in x.values()})
-    model = TraceAPModel(cfg, platforms)
-    t_pre = time.perf_counter()
-    pre_rows = pretrain(model, list(pretrain_feats), cfg.pretrain_steps,
-                        lambda fs, r: collate(fs, model, text_table, cfg.platform_dropout, r),
-                        cfg.windows, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.seed,
-                        cfg.pretrain_mask, log)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    pairs = cfg.batch_size // 2
-    per_epoch = steps_per_epoch or math.ceil(max(len(goods), len(bads)) / pairs)
-    epochs = cfg.epochs if epochs is None else epochs
-    total = max(1, per_epoch * epochs if max_steps is None else min(per_epoch * epochs, max_steps))
-    warmup = max(1, min(50, total // 20))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    model, pre_rows, t_pre = _new_model(examples, cfg, text_table, pretrain_feats, log)
+    sch = _schedule(model, cfg, groups, epochs, max_steps, steps_per_epoch)
+    epochs, per_epoch = sch.epochs, sch.per_epoch
     gen = torch.Generator().manual_seed(cfg.seed)
-    bad_iter = {g: _cycler(len(bad_by[g]), rng) for g in groups}
-    good_iter = {g: _cycler(len(good_by[g]), rng) for g in groups if good_by[g]}
-    any_good = _cycler(len(goods), rng)
-    train_log = TrainLog(n_good=len(goods), n_bad=len(bads), pretrain=pre_rows,
+    sampler = _PairSampler(examples, groups, cfg, rng, sch.pairs)
+    train_log = TrainLog(n_good=len(groups.goods), n_bad=len(groups.bads), pretrain=pre_rows,
                          pretrain_seconds=round(time.perf_counter() - t_pre, 1) if pre_rows else 0.0)
     t0, c0 = time.perf_counter(), time.process_time()
     best: tuple[float, dict] | None = None
     step = 0
-
-    def partner_of(i: int) -> int:
-        x = examples[i]
-        if x.partner >= 0 and rng.random() < cfg.pair_same_base:
-            return x.partner
-        g = x.group
-        return good_by[g][next(good_iter[g])] if g in good_iter else goods[next(any_good)]
-
     for epoch in range(epochs):
         model.train()
         sums: dict[str, float] = {}
         correct = 0
         for _ in track(range(per_epoch), f"epoch {epoch + 1}/{epochs}"):
-            if step >= total:
+            if step >= sch.total:
                 break
-            n = int(rng.choice(cfg.windows))
-            picked = rng.choice(len(groups), size=pairs, p=weights)
-            b = [bad_by[groups[j]][next(bad_iter[groups[j]])] for j in picked]
-            batch_ex = [examples[partner_of(i)] for i in b] + [examples[i] for i in b]
-            batch = collate([x.feats[n] for x in batch_ex], model, text_table,
-                            cfg.platform_dropout, rng)
-            y = torch.tensor([x.label for x in batch_ex], dtype=torch.float32)
-            targets = torch.from_numpy(np.stack([x.patterns for x in batch_ex]))
-            out = model(batch)
-            terms = total_loss(out, y, targets, model.svm.fc.weight, cfg, gen,
-                               _window_targets(batch_ex, n) if cfg.window_supervised else None)
-            opt.zero_grad(set_to_none=True)
-            terms["total"].backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
+            n, batch_ex = sampler.draw()
+            correct += _train_step(model, batch_ex, n, cfg, text_table, rng, gen, sch, sums)
             step += 1
-            for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + float(v.detach())
-            with torch.no_grad():
-                ts = trace_score(out["scores"], cfg.trace_pool, cfg.topk_fraction)
-                correct += int(((ts > 0.5).float() == y).sum())
         done = max(1, min(per_epoch, step - epoch * per_epoch))
         row = {"epoch": epoch + 1, **{k: v / done for k, v in sums.items()},
                "trace_acc": correct / (done * cfg.batch_size),
                "seconds": time.perf_counter() - t0}
         msg = ""
         if val:
-            per = [validation_metrics(v, score_examples(model, v, val_windows,
-                                                        val_text_table or text_table))
-                   for v in val]
-            row["validation"] = per
-            row["val_score"] = float(np.mean([m["score"] for m in per]))
-            msg = " | val " + "; ".join(
-                f"AUC {m['window_auc'] or float('nan'):.3f} flagged {m['healthy_flagged'] or 0:.3f}"
-                for m in per)
+            msg = _validate(model, val, val_windows, val_text_table or text_table, row)
             if best is None or row["val_score"] > best[0]:
                 best = (row["val_score"], {k: v.detach().clone()
                                            for k, v in model.state_dict().items()})
                 train_log.best_epoch = epoch + 1
         train_log.epochs.append(row)
         if log:
-            log(f"epoch {epoch + 1}/{epochs}: loss {row.get('total', float('nan')):.4f} "
-                f"(trace {row.get('trace', float('nan')):.3f}, pattern "
-                f"{row.get('pattern', float('nan')):.3f}"
-                + "".join(f", {k.replace('_', ' ')} {row[k]:.3f}"
-                          for k in ("window", "window_pattern") if k in row)
-                + f") trace acc {row['trace_acc']:.3f} "
-                f"[{row['seconds']:.0f} s]" + msg)
+            log(_epoch_line(epoch, epochs, row, msg))
         if on_epoch is not None:
             model.eval()
-            train_log.seconds = time.perf_counter() - t0
-            train_log.cpu_seconds = time.process_time() - c0
-            train_log.steps = step
+            _stamp(train_log, t0, c0, step)
             on_epoch(model, train_log)
-        if step >= total:
+        if step >= sch.total:
             break
     if best is not None:
         model.load_state_dict(best[1])
-    train_log.seconds = time.perf_counter() - t0
-    train_log.cpu_seconds = time.process_time() - c0
-    train_log.steps = step
+    _stamp(train_log, t0, c0, step)
     model.eval()
     return model, train_log
 

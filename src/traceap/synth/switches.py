@@ -2,8 +2,9 @@
 
 A pattern never paints events: it changes what the simulated user wrote (a slow loader,
 pin_memory=False, `.item()` in a loop, a graph break, Python-heavy code, a tiny DDP bucket,
-NCCL on the compute stream, all-reduce after backward) and `simulator.py` plays the
-consequences, marking the ground-truth interval where the mechanism makes the GPU wait:
+NCCL on the compute stream, all-reduce after backward) and `simulator.py` (the step's phases
+in `phases/`) plays the consequences, marking the ground-truth interval where the mechanism
+makes the GPU wait:
 
 | pattern | knob | where the interval lies | the same names in healthy runs |
 |---|---|---|---|
@@ -42,8 +43,8 @@ def _some_steps(rng: np.random.Generator, steps: int, all_ok: bool = True) -> tu
     return tuple(sorted(int(i) for i in rng.choice(steps, size=k, replace=False)))
 
 
-#: Small ops a Python loop issues (keys of `simulator._Run.SMALL_OPS`): a cpu_bound loop uses a
-#: few of them, and healthy scripts use the same ops in loss terms, metrics and box decoding.
+#: Small ops a Python loop issues (keys of `phases.host_ops.HostOps.SMALL_OPS`): a cpu_bound
+#: loop uses a few of them, and healthy scripts use the same ops in loss terms, metrics and box decoding.
 LOOP_OPS = ("add", "sub", "mul", "div", "sigmoid", "index", "cat", "sum", "mean", "add_")
 
 
