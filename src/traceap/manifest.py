@@ -87,6 +87,19 @@ def read_manifest(dataset: str | os.PathLike) -> list[Entry]:
     return entries
 
 
+def listed_files(dataset: str | os.PathLike, source: str) -> set[str] | None:
+    """The manifest and every trace it lists (relative paths), when each entry is of `source`
+    ("collected", "synthetic"): what an earlier run of the command that writes such a dataset
+    left there.  None when there is no readable manifest, an empty one, or other sources."""
+    try:
+        entries = read_manifest(dataset)
+    except DatasetError:
+        return None
+    if not entries or any(e.source != source for e in entries):
+        return None
+    return {e.path for e in entries} | {MANIFEST}
+
+
 def trace_path(dataset: str | os.PathLike, entry: Entry) -> Path:
     """Absolute path of an entry's trace file."""
     root = Path(dataset)
@@ -175,5 +188,5 @@ def splits(entries: list[Entry]) -> dict[str, Split]:
 
 
 __all__ = ["Anomaly", "Entry", "SEEN_TASKS", "SPLITS", "Split", "TASKS",
-           "encode_entry", "read_manifest", "splits", "trace_path", "window_labels",
+           "encode_entry", "listed_files", "read_manifest", "splits", "trace_path", "window_labels",
            "window_pattern_sets", "window_patterns", "write_manifest"]

@@ -28,7 +28,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from torch.utils.data import DataLoader
 
-from ..manifest import MANIFEST, SEEN_TASKS, SPLITS, TASKS, Entry, encode_entry, read_manifest
+from ..manifest import (MANIFEST, SEEN_TASKS, SPLITS, TASKS, Entry, encode_entry, listed_files,
+                        read_manifest)
 from ..errors import DatasetError, TraceapError
 from ..outputs import Owner, claim
 from ..progress import track
@@ -203,13 +204,7 @@ def _collect_files(out: Path) -> set[str] | None:
     if not (out / MANIFEST).exists():
         files = [p.relative_to(out).parts[0] for p in out.rglob("*") if p.is_file()]
         return set() if files and set(files) == {".collect-tmp"} else None
-    try:
-        entries = read_manifest(out)
-    except DatasetError:
-        return None
-    if not entries or any(e.source != "collected" for e in entries):
-        return None
-    return {e.path for e in entries} | {MANIFEST}
+    return listed_files(out, "collected")
 
 
 def prepare_out(out: Path, overwrite: bool = False, traces: list[str] = ()) -> list[str]:

@@ -25,8 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..manifest import MANIFEST, Anomaly, Entry, SEEN_TASKS, read_manifest, write_manifest
-from ..errors import DatasetError
+from ..manifest import MANIFEST, Anomaly, Entry, SEEN_TASKS, listed_files, write_manifest
 from ..outputs import Claim, Owner, claim
 from ..progress import track
 from . import ops
@@ -367,15 +366,11 @@ def planned_files(jobs: list[JobPlan]) -> list[str]:
 def _legacy_synth_files(out: Path) -> set[str] | None:
     """Files of a synth output written before synth.json existed: a manifest of synthetic
     traces only and nothing else in the folder.  None when the folder is anything else."""
-    try:
-        entries = read_manifest(out)
-    except DatasetError:
+    listed = listed_files(out, "synthetic")
+    if listed is None:
         return None
-    if not entries or any(e.source != "synthetic" for e in entries):
-        return None
-    listed = {e.path for e in entries}
     present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    return listed | {MANIFEST} if present <= listed | {MANIFEST} else None
+    return listed if present <= listed else None
 
 
 #: What owns a synth output folder (traceap.outputs): a rerun of the same configuration
@@ -403,7 +398,7 @@ def generate(out: str | os.PathLike, cfg: SynthConfig = SynthConfig(),
     """Generate a whole dataset into `out` (manifest.jsonl + traces/ + synth.json).
 
     `out` must be new, empty, or a previous synth output of the same configuration (rerun in
-    place: same seed, same bytes); anything else raises DatasetError before a byte is written,
+    place: same seed, same bytes); anything else raises OutputError before a byte is written,
     unless `overwrite` (see `prepare_out`).  Only trace files an earlier synth run wrote there
     and the new manifest no longer lists are deleted."""
     t0 = time.time()
