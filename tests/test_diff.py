@@ -13,7 +13,8 @@ import pytest
 
 import traceap
 from traceap.collect import CollectConfig, collect
-from traceap.diff import EXIT_SLOWER, FINDING_NUMBERS, SCHEMA, compare, measure_trace, side_of
+from traceap.diff import EXIT_SLOWER, FINDING_NUMBERS, SCHEMA, compare, side_of
+from traceap.info import step_numbers
 
 from .conftest import CNN, DATA, SAMPLE
 
@@ -66,7 +67,7 @@ def test_workers_cut_the_data_loading_time_and_the_verdict_says_so(pair, tmp_pat
 
 def test_data_loading_time_is_the_union_of_loader_calls_inside_the_steps(pair):
     t = traceap.load(pair[0])
-    m = measure_trace(t)
+    m = step_numbers(t)
     rows = [i for i in range(len(t)) if "DataLoader" in t.name_of(i) and "__next__" in t.name_of(i)]
     lo, hi = t.steps[0].start_us, t.steps[-1].end_us
     inside = sum(min(t.end[i], hi) - max(t.ts[i], lo) for i in rows
@@ -156,7 +157,7 @@ def test_an_analysis_json_gives_the_same_numbers_as_its_trace(tmp_path):
 def test_a_folder_of_ranks_is_one_side():
     s = side_of(DATA / "dlrm_job")
     assert s.kind == "job" and s.ranks == 2 and s.n_steps == 2
-    steps = sorted(measure_trace(t)["step_us"] for t in traceap.load_job(DATA / "dlrm_job"))
+    steps = sorted(step_numbers(t)["step_us"] for t in traceap.load_job(DATA / "dlrm_job"))
     assert s.step_us == pytest.approx(sum(steps) / 2)      # the median of the two ranks
 
 
@@ -208,7 +209,7 @@ def test_the_html_report_of_a_cpu_recording_shows_its_step_time_and_data_loading
                         "--html", str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     html = out.read_text()
-    m = measure_trace(traceap.load(pair[0]))
+    m = step_numbers(traceap.load(pair[0]))
     assert (f'<div class="k">Step time (median)</div><div class="v">{fmt_us(m["step_us"])} '
             f'(3 steady steps)</div>') in html
     share = 100 * m["dataloader_us_per_step"] / m["step_us"]

@@ -213,8 +213,8 @@ def test_dataloader_batches_mark_the_steps_of_an_inference_loop(tmp_path):
     t = traceap.load(path)
     assert [s.number for s in t.steps] == [3, 4, 5]
     # A batch starts a step: each step holds exactly one DataLoader.__next__.
-    from traceap.diff import measure_trace
-    assert measure_trace(t)["loader_calls"] == 3
+    from traceap.info import step_numbers
+    assert step_numbers(t)["loader_calls"] == 3
 
 
 def test_exit_after_stops_the_run_once_the_trace_is_written(tmp_path, capfd):

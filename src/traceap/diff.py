@@ -30,8 +30,7 @@ import orjson
 
 from .errors import TraceapError
 from .idle import busy_fraction_of, busy_pct
-from .info import step_intervals  # noqa: F401 - part of this module's interface
-from .info import step_numbers as measure_trace
+from .info import step_numbers
 from .trace import Trace
 from .units import fmt_us
 
@@ -164,7 +163,7 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
     """Numbers of one rank from its traceap.analysis/v1 object (+ the Analysis and Trace);
     `rank`: the process's rank (None: the one its summary records, if any)."""
     notes: list[str] = []
-    m = measure_trace(trace) if trace is not None else None
+    m = step_numbers(trace) if trace is not None else None
     summary = data.get("summary") or getattr(obj, "summary", None) or {}
     basis = data.get("step_basis") or {}
     n_steps = m["n_steps"] if m else basis.get("n_steps", summary.get("n_profiler_steps"))
@@ -599,4 +598,4 @@ def _short(path: str, limit: int = 40) -> str:
 
 __all__ = ["Diff", "EXIT_SLOWER", "FINDING_NUMBERS", "FindingChange", "FindingSummary",
            "NOISE_PCT", "SCHEMA", "Side", "compare", "is_analysis_json", "match_findings",
-           "measure_trace", "pct", "render", "side_of", "step_intervals", "verdict"]
+           "pct", "render", "side_of", "verdict"]
