@@ -32,6 +32,10 @@ BUILTIN = (
     "nccl_compute_no_overlap",
 )
 
+#: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The
+#: patterns added beyond the paper follow them; a checkpoint trained on the eight predicts these.
+PAPER = BUILTIN[:8]
+
 _FROM_BASE = ("AntiPattern", "Evidence", "runs_of")
 
 
@@ -67,6 +71,6 @@ def nearby(scores: np.ndarray, weight: float, reach: int) -> np.ndarray:
     return out
 
 
-__all__ = ["AntiPattern", "BUILTIN", "BusyInefficient", "Evidence", "IdleCause", "NotApplicable",
+__all__ = ["AntiPattern", "BUILTIN", "PAPER", "BusyInefficient", "Evidence", "IdleCause", "NotApplicable",
            "REGISTRY", "get_pattern", "is_pattern", "nearby", "pattern_ids", "pattern_scores",
            "patterns", "register_pattern", "register_piece", "runs_of"]
