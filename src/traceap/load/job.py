@@ -42,6 +42,27 @@ def trace_files(folder: str | os.PathLike) -> list[Path]:
                   if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith("."))
 
 
+def find_traces(inputs: list) -> list[Path]:
+    """Trace files named, or found recursively in the named folders, in that order (each
+    folder's sorted); a missing path is an error.  Hidden files and folders (the stamps of
+    traceap's outputs) and a source's `catalog.json` are not traces."""
+    files: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if not p.exists():
+            raise TraceFormatError(f"{p}: no such file or folder")
+        if p.is_dir():
+            files += sorted(q for q in p.rglob("*")
+                            if q.is_file() and q.name.endswith(TRACE_SUFFIXES)
+                            and q.name != "catalog.json"
+                            and not any(x.startswith(".") for x in q.relative_to(p).parts))
+        else:
+            files.append(p)
+    if not files:
+        raise TraceFormatError("no trace files (*.json, *.json.gz) in the given paths")
+    return files
+
+
 def load_job(folder: str | os.PathLike, files: list[Path] | None = None) -> Job:
     """Load every trace in a folder (or just `files`), ordered by rank (from distributedInfo or
     the file name; the file's position when neither says).
