@@ -111,12 +111,12 @@ def ensemble(
 @ship_app.command("model")
 def model(
     checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT", help="A traceap train checkpoint."),
-    calibrate: Path = typer.Option(None, "--calibrate", metavar="SCORES.jsonl",
+    calibrate: Path = typer.Option(None, "--calibrate", metavar="FILE",
                                    help="scores.jsonl of traceap eval --detectors model on a "
                                         "VALIDATION split, scored with CHECKPOINT: sets the "
                                         "model's flag threshold."),
     max_healthy_flagged: float = typer.Option(0.05, "--max-healthy-flagged", min=0.0, max=1.0,
-                                              metavar="SHARE",
+                                              metavar="X",
                                               help="Windows of healthy traces the calibrated "
                                                    "threshold may flag at most."),
     names_from: list[Path] = typer.Option([], "--names-from", metavar="PATH",
@@ -176,7 +176,7 @@ def stack(
     dataset: Path = typer.Option(..., "--dataset", "-d", metavar="DIR",
                                  help="The dataset the scores come from (its manifest names "
                                       "the split of each trace)."),
-    scores: list[Path] = typer.Option(..., "--scores", metavar="SCORES.jsonl",
+    scores: list[Path] = typer.Option(..., "--scores", metavar="FILE",
                                       help="scores.jsonl of traceap eval with the model and "
                                            "expert detectors (repeatable: one run per detector)."),
     split: str = typer.Option("validation", "--split", help="The split to fit on (never test)."),
@@ -186,8 +186,9 @@ def stack(
                                    show_default="the shipped stack's, 0 to 4",
                                    help="Model/expert weight ratios to pick among (window AUC + "
                                         "trace AUC); '' for one logistic fit of both weights."),
-    flag_bias: bool = typer.Option(True, "--flag-bias/--no-flag-bias",
-                                   help="Raise the bias while no healthy window more is flagged."),
+    no_flag_bias: bool = typer.Option(False, "--no-flag-bias",
+                                      help="Keep the fitted bias (default: raised while no more "
+                                           "windows of healthy traces are flagged)."),
     warmup: bool = typer.Option(False, "--warmup",
                                 help="Weigh each window's warm-up share too (reads the traces)."),
     model_name: str = typer.Option("bundled", "--model", metavar="CHECKPOINT",
@@ -222,7 +223,7 @@ def stack(
                            f"{windows} in --scores")
     if warmup:
         add_warmup(rows, dataset)
-    params = fit_stack(rows, ns, grid or None, flag_bias, warmup, say=typer.echo)
+    params = fit_stack(rows, ns, grid or None, not no_flag_bias, warmup, say=typer.echo)
     numbers = stack_numbers(params, rows, ns, warmup)
     typer.echo(f"fitted on {len(rows)} trace-N pairs of {dataset} [{split}]: "
                f"a = {params.model_coef:.4f} (model), b = {params.expert_coef:.4f} (expert), "
@@ -235,7 +236,7 @@ def stack(
                           *[x for s in scores for x in ("--scores", str(s))], "--split", split,
                           "--windows", windows,
                           *(["--ratio-grid", ratio_grid] if ratio_grid is not None else []),
-                          "--flag-bias" if flag_bias else "--no-flag-bias",
+                          *(["--no-flag-bias"] if no_flag_bias else []),
                           *(["--warmup"] if warmup else []), "--model", model_name,
                           *(["--into-package"] if into_package else ["--out", str(target.parent)])])
     write_params(params, target, tuned_on(dataset, split, ns, model_name, command, numbers))

@@ -121,8 +121,7 @@ def ship(checkpoint: str | os.PathLike, out: str | os.PathLike,
     """Write `checkpoint` to `out` as a checkpoint to ship: the names of `trace_files` added
     to its name table, `calibration` (`calibrate_threshold`'s result plus where it came from)
     setting `meta["flag_threshold"]`; with `names_masked_out`, also the names-masked probe
-    there (the same weights with config `names_masked` on: `traceap eval --ablation` reports
-    it as `model[names_masked]`).  `encoder`: the text encoder (default `TextEncoder()`).
+    there (`names_masked`).  `encoder`: the text encoder (default `TextEncoder()`).
     Returns the written checkpoint object's `meta` and `names`.  The caller checks first
     that `out` may be written."""
     import torch
@@ -145,10 +144,24 @@ def ship(checkpoint: str | os.PathLike, out: str | os.PathLike,
         obj["meta"].update(flag_threshold=calibration["flag_threshold"], calibration=calibration)
     _save(obj, Path(out))
     if names_masked_out:
-        probe = {**obj, "config": {**obj["config"], "names_masked": True},
-                 "meta": {**obj["meta"], "probe": "names_masked at scoring time"}}
-        _save(probe, Path(names_masked_out))
+        _save(names_masked(obj), Path(names_masked_out))
     return {"meta": obj["meta"], "names": obj["names"], "added": extra}
+
+
+def names_masked(obj: dict) -> dict:
+    """The names-masked probe of a checkpoint object: the same weights with config
+    `names_masked` on, so every event is scored nameless (`traceap eval --ablation` reports
+    it as `model[names_masked]`: how much the model leans on event names)."""
+    return {**obj, "config": {**obj["config"], "names_masked": True},
+            "meta": {**obj.get("meta", {}), "probe": "names_masked at scoring time"}}
+
+
+def write_names_masked(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write the names-masked probe of the checkpoint file at `checkpoint` to `out`."""
+    import torch
+
+    _save(names_masked(torch.load(checkpoint, weights_only=False)), Path(out))
+    return Path(out)
 
 
 def _save(obj: dict, path: Path) -> None:
@@ -168,5 +181,5 @@ def _save(obj: dict, path: Path) -> None:
 
 
 __all__ = ["CHECKOUT_TRACE_FOLDERS", "MAX_HEALTHY_FLAGGED", "NAME_WINDOWS",
-           "calibrate_threshold", "checkout_root", "checkout_traces", "join_ensemble", "ship",
-           "trace_names"]
+           "calibrate_threshold", "checkout_root", "checkout_traces", "join_ensemble", "names_masked",
+           "ship", "trace_names", "write_names_masked"]
