@@ -151,6 +151,9 @@ def model(
                                    overwrite))
     load_model(checkpoint)                 # one line for a file that is not a checkpoint
     files = find_traces(names_from) if names_from else checkout_traces()
+    if not files:   # an installed traceap has no examples/: the names are the user's to name
+        notes.append("no traces for the name table (not a source checkout): give --names-from "
+                     "to spare analyses of them the text encoder")
     cal = None
     if calibrate is not None:
         records = list(merge_scores([calibrate], ("validation",)).values())
@@ -164,7 +167,7 @@ def model(
         typer.echo(f"flag threshold {cal['flag_threshold']:.4f}: Youden J {cal['youden_j']:.3f}, "
                    f"healthy windows flagged {cal['healthy_flagged']:.1%} on {calibrate}")
     typer.echo(f"wrote {target} ({len(shipped['names'])} names, {len(shipped['added'])} added "
-               f"from {len(files)} bundled traces)")
+               f"from {len(files)} traces)")
     if names_masked_out is not None:
         typer.echo(f"wrote {names_masked_out} (names-masked probe)")
     for note in notes:
