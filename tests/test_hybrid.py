@@ -100,9 +100,9 @@ def _tune_hybrid():
 
 
 def test_flag_bias_raises_the_bias_only_while_healthy_windows_stay_unflagged():
-    """`traceap ship stack --flag-bias` (`traceap.detectors.stack.flag_bias`): the bias goes up
-    (more anomalous windows flagged at 0.5) until one more step would flag a window of a healthy
-    trace that the fitted bias left alone."""
+    """`traceap ship stack` (`traceap.detectors.stack.flag_bias`, on unless --no-flag-bias):
+    the bias goes up (more anomalous windows flagged at 0.5) until one more step would flag a
+    window of a healthy trace that the fitted bias left alone."""
     from traceap.detectors.stack import flag_bias
     rng = np.random.default_rng(0)
     rows = []

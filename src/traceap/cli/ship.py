@@ -110,7 +110,8 @@ def ensemble(
 
 @ship_app.command("model")
 def model(
-    checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT", help="A traceap train checkpoint."),
+    checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT",
+                                      help="A traceap train checkpoint."),
     calibrate: Path = typer.Option(None, "--calibrate", metavar="FILE",
                                    help="scores.jsonl of traceap eval --detectors model on a "
                                         "VALIDATION split, scored with CHECKPOINT: sets the "

@@ -99,7 +99,8 @@ def stack_numbers(params: HybridParams, rows: list[dict], ns: Sequence[int],
     candidates = {
         "model": lambda r: np.asarray(r["scores"]["model"]),
         "expert": lambda r: np.asarray(r["scores"]["expert"]),
-        "mean": lambda r: (np.asarray(r["scores"]["model"]) + np.asarray(r["scores"]["expert"])) / 2,
+        "mean": lambda r: (np.asarray(r["scores"]["model"])
+                           + np.asarray(r["scores"]["expert"])) / 2,
         "stack": lambda r: params.combine(r["scores"]["model"], r["scores"]["expert"], warm(r)),
     }
     return {str(n): {k: report([r for r in rows if r["n_windows"] == n], f)

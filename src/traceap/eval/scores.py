@@ -25,7 +25,8 @@ def write_scores(records: Iterable, path: Path) -> None:
         for r in records:
             f.write(orjson.dumps({
                 "id": r.id, "split": r.split, "task": r.task, "label": "bad" if r.bad else "good",
-                "n_windows": r.n, "span_us": list(r.span_us), "labels": r.labels.astype(int).tolist(),
+                "n_windows": r.n, "span_us": list(r.span_us),
+                "labels": r.labels.astype(int).tolist(),
                 "patterns": r.patterns, "scores": {k: [round(float(x), 5) for x in v]
                                                    for k, v in r.scores.items()},
                 "calls": r.calls}) + b"\n")

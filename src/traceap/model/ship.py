@@ -1,4 +1,4 @@
-"""Making a trained checkpoint the one traceap ships (`traceap ship model`, `traceap ship ensemble`).
+"""Making a trained checkpoint the one traceap ships (`traceap ship model`, `ship ensemble`).
 
     join_ensemble("ens.pt", "seed1.pt", ["seed2.pt"])         # one recipe, several seeds
     cal = calibrate_threshold(validation_records)            # the model's scores.jsonl lines
@@ -181,5 +181,5 @@ def _save(obj: dict, path: Path) -> None:
 
 
 __all__ = ["CHECKOUT_TRACE_FOLDERS", "MAX_HEALTHY_FLAGGED", "NAME_WINDOWS",
-           "calibrate_threshold", "checkout_root", "checkout_traces", "join_ensemble", "names_masked",
-           "ship", "trace_names", "write_names_masked"]
+           "calibrate_threshold", "checkout_root", "checkout_traces", "join_ensemble",
+           "names_masked", "ship", "trace_names", "write_names_masked"]
