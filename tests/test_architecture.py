@@ -35,9 +35,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("crossrank", "llm", "model"),                   # cross-rank view, LLM I/O, neural model
     ("detectors",),                                  # score windows
     ("classify",),                                   # name the pattern of flagged windows
-    ("analysis", "report", "eval"),                  # the facade, its outputs, the tables
+    ("report",),                                     # terminal/HTML outputs of an Analysis
+    ("analysis", "eval"),                            # the facade (shows itself in a notebook
+                                                     # through report), the tables
     ("job",),                                        # every rank analysed, then compared
-    ("diff",),
+    ("diff", "handler"),                             # before/after; the profiler's handler
+    ("integrations",),                               # Lightning and Hugging Face callbacks
     ("cli",),
     ("__main__",),
 ]
