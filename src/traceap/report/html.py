@@ -103,11 +103,12 @@ def notebook_html(analysis, trace=None, height_px: int = NOTEBOOK_HEIGHT_PX) -> 
 
     The frame keeps the report's CSS and ids from touching the notebook's page and lets two
     reports sit in one notebook; its drawing script runs inside the frame, and everything is
-    inline, so it shows the same offline and in a saved notebook."""
+    inline, so it shows the same offline and in a saved notebook.  (No ``sandbox``: Chromium
+    then drew an empty frame; the script writes trace text only through ``textContent``.)"""
     page = render_html(analysis, trace)
     return (f'<iframe class="traceap-report" srcdoc="{_e(page)}" title="traceap report" '
-            f'style="width:100%;height:{int(height_px)}px;border:1px solid #ddd;resize:vertical" '
-            f'sandbox="allow-scripts"></iframe>')
+            f'style="width:100%;height:{int(height_px)}px;border:1px solid #ddd;resize:vertical">'
+            f'</iframe>')
 
 
 def pattern_title(pattern: str | None) -> str:
