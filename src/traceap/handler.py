@@ -108,6 +108,7 @@ class TraceHandler:
         self._queue: queue.Queue[Path | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._at_exit = False
 
     # -- the profiler's side -------------------------------------------------------------------
     def __call__(self, prof) -> None:
@@ -148,7 +149,9 @@ class TraceHandler:
         # A daemon thread that only waits on children; `close` (also run at exit) drains it.
         self._worker = threading.Thread(target=self._drain, name="traceap-handler", daemon=True)
         self._worker.start()
-        atexit.register(self.close)
+        if not self._at_exit:
+            atexit.register(self.close)
+            self._at_exit = True
 
     def _drain(self) -> None:
         while (path := self._queue.get()) is not None:
