@@ -16,6 +16,8 @@ fi
 printf 'torch==2.13.0\n' > .venv/torch-constraint.txt
 .venv/bin/python -m pip install -q -e ".[test,integrations]" -c .venv/torch-constraint.txt 2>&1 \
   | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import lightning, transformers, accelerate, nbclient, ipykernel" 2>/dev/null \
+  || echo "setup: the integrations or notebook extras did not install: their tests will skip" >&2
 # Ray (the `ray` extra) for the Ray tests; optional: without it (offline, no cached wheels)
 # those tests skip and everything else works.
 .venv/bin/python -m pip install -q -e ".[ray]" 2>&1 | grep -v "^WARNING: Location" || true

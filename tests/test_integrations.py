@@ -5,6 +5,11 @@ HTML report, and one printed line (issue #36, item 3).  Tiny models, no download
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +94,26 @@ def test_transformers_callback_profiles_k_steps_and_reports(tmp_path, capfd):
     assert "traceap report" in html
     # the line is the background child's, on the same stdout (file descriptor 1)
     assert f"traceap: {trace.name}, step " in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("module,framework", [("lightning", "Lightning"),
+                                              ("transformers", "transformers")])
+def test_without_the_framework_the_import_says_which_extra_to_install(module, framework):
+    blocked = ("lightning", "pytorch_lightning", "transformers")
+    code = textwrap.dedent(f"""
+        import sys
+        class Missing:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {blocked!r}:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, Missing())
+        try:
+            import traceap.integrations.{module}
+        except ImportError as exc:
+            print(exc)
+    """)
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(root / "src")})
+    assert r.stdout.strip() == (f"traceap.integrations.{module} needs {framework}, which is not "
+                                f"installed here: pip install 'traceap[integrations]'"), r.stderr

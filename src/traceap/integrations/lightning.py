@@ -14,8 +14,12 @@ from ._steps import StepProfiler, StepsConfig
 
 try:
     from lightning.pytorch.callbacks import Callback
-except ImportError:  # the standalone package
-    from pytorch_lightning.callbacks import Callback
+except ImportError:
+    try:  # the standalone package
+        from pytorch_lightning.callbacks import Callback
+    except ImportError:
+        raise ImportError("traceap.integrations.lightning needs Lightning, which is not "
+                          "installed here: pip install 'traceap[integrations]'") from None
 
 
 class TraceapCallback(Callback):

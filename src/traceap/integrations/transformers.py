@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import os
 
-from transformers import TrainerCallback
+try:
+    from transformers import TrainerCallback
+except ImportError:
+    raise ImportError("traceap.integrations.transformers needs transformers, which is not "
+                      "installed here: pip install 'traceap[integrations]'") from None
 
 from ._steps import StepProfiler, StepsConfig
 
