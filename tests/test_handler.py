@@ -166,3 +166,17 @@ def test_a_gpu_cycle_line_gives_step_time_gpu_idle_and_the_top_finding(tmp_path,
     assert f", GPU idle {round(100 * idle['total_us'] / span)}%, " in line   # 39%
     assert f"top finding: {top['title']} (fixing it gains about " in line
     assert f"per step, {top['gain_pct']:.1f}%)" in line
+
+
+def test_a_handler_crosses_to_another_process_and_works_there(tmp_path, capfd):
+    """Lightning's ddp_spawn pickles the callbacks (and so their handler) to its workers."""
+    import pickle
+
+    handler = TraceHandler(tmp_path / "traces", "worker", use_gzip=True)
+    handler(_Profiler(source=SAMPLE))          # its thread and queue exist now
+    copy = pickle.loads(pickle.dumps(handler))
+    copy(_Profiler(source=SAMPLE))
+    copy.close()
+    handler.close()
+    assert len(copy.traces) == 2
+    assert all(p.is_file() for t in copy.traces for p in outputs_of(t))

@@ -178,6 +178,16 @@ class TraceHandler:
         self._worker.join()
         self._worker = None
 
+    def __getstate__(self) -> dict:
+        # Picklable (Lightning's ddp_spawn sends callbacks to its workers): the queue and the
+        # thread are this process's own, and a copy starts its own on its first cycle.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_queue", "_worker")} | {
+            "_closed": False, "_at_exit": False}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._queue, self._worker = queue.Queue(), None
+
     def __enter__(self) -> TraceHandler:
         return self
 
