@@ -35,11 +35,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("crossrank", "llm", "model"),                   # cross-rank view, LLM I/O, neural model
     ("detectors",),                                  # score windows
     ("classify",),                                   # name the pattern of flagged windows
-    ("report",),                                     # terminal/HTML outputs of an Analysis
-    ("analysis", "eval"),                            # the facade (shows itself in a notebook
-                                                     # through report), the tables
+    ("analysis", "report", "eval"),                  # the facade, its outputs, the tables
     ("job",),                                        # every rank analysed, then compared
-    ("diff", "handler"),                             # before/after; the profiler's handler
+    ("diff", "handler", "notebook"),                 # before/after; the profiler's handler;
+                                                     # analyses that show as their report
     ("integrations",),                               # Lightning and Hugging Face callbacks
     ("cli",),
     ("__main__",),

@@ -31,20 +31,9 @@ def analyze(path: str | os.PathLike | Trace, windows: int = 100, detector: str |
             *, workers: int = 1) -> Analysis | JobAnalysis:
     """Analyse a trace file (-> `Analysis`) or a folder of per-rank traces (-> `JobAnalysis`,
     its ranks on `workers` local processes), as `traceap analyze` does; in a notebook the
-    result shows as the HTML report.
-
-    The report's hover digests and proving events are computed while the trace is loaded, so
-    showing the result reads no trace again."""
-    from .analysis import analyze as analyze_trace
-    from .report.html import trace_details
-
-    if not isinstance(path, Trace) and os.path.isdir(path):
-        from .job import analyze_job
-        return analyze_job(path, windows, detector, workers=workers, for_html=True)
-    trace = path if isinstance(path, Trace) else load(path)
-    result = analyze_trace(trace, windows, detector)
-    result.trace_details = trace_details(result, trace)
-    return result
+    result shows as the HTML report (`traceap.notebook`)."""
+    from .notebook import analyze as analyze_for_notebook
+    return analyze_for_notebook(path, windows, detector, workers=workers)
 
 
 def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None, *,

@@ -101,12 +101,6 @@ class Analysis:
         out["rank"] = (self.summary or {}).get("rank")
         return out
 
-    def _repr_html_(self) -> str:
-        """The HTML report inline in a notebook (Jupyter, VS Code): summary, where the GPU's
-        idle time goes, time lost, the window timeline and the findings; self-contained."""
-        from .report.html import notebook_html
-        return notebook_html(self)
-
     @property
     def scores(self) -> np.ndarray:
         """Detector score per window."""

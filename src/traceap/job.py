@@ -61,11 +61,6 @@ class JobAnalysis:
         """True when the traces agree as the ranks of one job (and were compared)."""
         return not self.not_one_job
 
-    def _repr_html_(self) -> str:
-        """The job's HTML report inline in a notebook: ranks, findings across ranks, each rank."""
-        from .report.html import notebook_html
-        return notebook_html(self)
-
     def to_json(self) -> dict:
         """{"schema": "traceap.analysis/v1+job", "job", "one_job", "not_one_job", "ranks": [v1
         objects], "cross_rank", then "totals", "copies", "unreadable", "notes"}."""
