@@ -166,6 +166,9 @@ def test_a_gpu_cycle_line_gives_step_time_gpu_idle_and_the_top_finding(tmp_path,
     assert f", GPU idle {round(100 * idle['total_us'] / span)}%, " in line   # 39%
     assert f"top finding: {top['title']} (fixing it gains about " in line
     assert f"per step, {top['gain_pct']:.1f}%)" in line
+    # the README shows this line (under another file name)
+    said = line.split(", ", 1)[1]
+    assert f".pt.trace.json, {said}\n" in (ROOT / "README.md").read_text()
 
 
 def test_a_handler_crosses_to_another_process_and_works_there(tmp_path, capfd):
