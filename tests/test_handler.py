@@ -31,7 +31,8 @@ LOOP = textwrap.dedent("""
 
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    handler = traceap.trace_handler(sys.argv[1], use_gzip=len(sys.argv) > 2)
+    # positional, as tensorboard_trace_handler(dir_name, worker_name, use_gzip)
+    handler = traceap.trace_handler(sys.argv[1], None, "--gzip" in sys.argv)
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=2)
     if "--distributed" in sys.argv:
         torch.distributed.init_process_group("gloo")

@@ -36,10 +36,13 @@ def analyze(path: str | os.PathLike | Trace, windows: int = 100, detector: str |
     return analyze_for_notebook(path, windows, detector, workers=workers)
 
 
-def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None, *,
+def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None,
+                  use_gzip: bool = False, use_python_export: bool = False, *,
                   html: bool = True, windows: int = 100, **options) -> TraceHandler:
-    """A drop-in for `torch.profiler.tensorboard_trace_handler(dir_name, worker_name)`: each
-    profiled cycle's trace written with the same name, then analysed (JSON, HTML report, one
-    printed line) in a background process.  See `traceap.handler.TraceHandler`."""
+    """A drop-in for `torch.profiler.tensorboard_trace_handler(dir_name, worker_name,
+    use_gzip, use_python_export)`: each profiled cycle's trace written with the same name, then
+    analysed (JSON, HTML report, one printed line) in a background process (`background`,
+    `detector`: see `traceap.handler.TraceHandler`)."""
     from .handler import TraceHandler
-    return TraceHandler(dir_name, worker_name, html=html, windows=windows, **options)
+    return TraceHandler(dir_name, worker_name, use_gzip, use_python_export, html=html,
+                        windows=windows, **options)

@@ -87,15 +87,16 @@ def outputs_of(trace_path: str | os.PathLike) -> tuple[Path, Path]:
 
 class TraceHandler:
     """The `on_trace_ready` callable (see the module docstring); also a context manager, and
-    `close()` waits for the analyses still running.
+    `close()` waits for the analyses still running.  The positional arguments are those of
+    `torch.profiler.tensorboard_trace_handler`, in its order.
 
     `background` False analyses in the training process itself (the loop waits for it);
     `detector` is `traceap analyze --detector` (None: the default)."""
 
-    def __init__(self, dir_name: str | os.PathLike, worker_name: str | None = None, *,
-                 html: bool = True, windows: int = 100, use_gzip: bool = False,
-                 background: bool = True, detector: str | None = None,
-                 use_python_export: bool = False):
+    def __init__(self, dir_name: str | os.PathLike, worker_name: str | None = None,
+                 use_gzip: bool = False, use_python_export: bool = False, *,
+                 html: bool = True, windows: int = 100, background: bool = True,
+                 detector: str | None = None):
         if windows < 1:
             raise ValueError("the number of windows must be at least 1")
         self.dir = Path(dir_name)
