@@ -176,11 +176,21 @@ def test_a_handler_crosses_to_another_process_and_works_there(tmp_path, capfd):
     """Lightning's ddp_spawn pickles the callbacks (and so their handler) to its workers."""
     import pickle
 
-    handler = TraceHandler(tmp_path / "traces", "worker", use_gzip=True)
-    handler(_Profiler(source=SAMPLE))          # its thread and queue exist now
+    handler = TraceHandler(tmp_path / "traces", use_gzip=True)
+    handler(_Profiler(source=SAMPLE))          # its thread, queue and default name exist now
     copy = pickle.loads(pickle.dumps(handler))
-    copy(_Profiler(source=SAMPLE))
-    copy.close()
+    code = ("import pickle, sys; copy = pickle.loads(sys.stdin.buffer.read()); "
+            "from test_handler import _Profiler, SAMPLE; copy(_Profiler(source=SAMPLE)); "
+            "copy.close(); print(copy.traces[-1])")
+    r = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(handler),
+                       capture_output=True, env=_env(PYTHONPATH=os.pathsep.join(
+                           [str(ROOT / "src"), str(ROOT / "tests")])), timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    theirs = Path(r.stdout.decode().strip().splitlines()[-1])
     handler.close()
-    assert len(copy.traces) == 2
-    assert all(p.is_file() for t in copy.traces for p in outputs_of(t))
+    mine = handler.traces[0]
+    # the other process names its files by its own pid, not by the one it was copied from
+    assert mine.name.split(".")[0] == f"{socket.gethostname()}_{os.getpid()}"
+    assert theirs.name.split(".")[0] != mine.name.split(".")[0]
+    assert all(p.is_file() for t in (mine, theirs) for p in outputs_of(t))
+    assert copy.traces == [mine]

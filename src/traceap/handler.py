@@ -100,7 +100,10 @@ class TraceHandler:
         if windows < 1:
             raise ValueError("the number of windows must be at least 1")
         self.dir = Path(dir_name)
+        #: As given; None: `default_worker_name()`, worked out at the first cycle (by then
+        #: torch.distributed is initialised) and kept in `_name`.
         self.worker_name = worker_name
+        self._name: str | None = worker_name
         self.html, self.windows, self.use_gzip = html, windows, use_gzip
         self.background, self.detector = background, detector
         self.use_python_export = use_python_export
@@ -131,10 +134,10 @@ class TraceHandler:
 
     def _export(self, prof) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
-        if not self.worker_name:
-            self.worker_name = default_worker_name()
+        if not self._name:
+            self._name = default_worker_name()
         # nanoseconds, as TensorBoard's handler: two cycles never share a name
-        name = f"{self.worker_name}.{time.time_ns()}{TRACE_SUFFIX}" + (".gz" if self.use_gzip else "")
+        name = f"{self._name}.{time.time_ns()}{TRACE_SUFFIX}" + (".gz" if self.use_gzip else "")
         path = self.dir / name
         if self.use_python_export:
             prof.export_chrome_trace(str(path), use_python_export=True)
@@ -180,10 +183,11 @@ class TraceHandler:
         self._worker = None
 
     def __getstate__(self) -> dict:
-        # Picklable (Lightning's ddp_spawn sends callbacks to its workers): the queue and the
-        # thread are this process's own, and a copy starts its own on its first cycle.
+        # Picklable (Lightning's ddp_spawn sends callbacks to its workers): the queue, the
+        # thread and the default name (host, pid, rank) are this process's own; a copy makes
+        # its own at its first cycle.
         return {k: v for k, v in self.__dict__.items() if k not in ("_queue", "_worker")} | {
-            "_closed": False, "_at_exit": False}
+            "_closed": False, "_at_exit": False, "_name": self.worker_name}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
