@@ -37,7 +37,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("classify",),                                   # name the pattern of flagged windows
     ("analysis", "report", "eval"),                  # the facade, its outputs, the tables
     ("job",),                                        # every rank analysed, then compared
-    ("diff",),
+    ("diff", "handler", "notebook"),                 # before/after; the profiler's handler;
+                                                     # analyses that show as their report
+    ("integrations",),                               # Lightning and Hugging Face callbacks
     ("cli",),
     ("__main__",),
 ]

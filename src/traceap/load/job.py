@@ -12,6 +12,9 @@ from ..trace import Trace
 from .kineto import load
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+#: traceap's own analysis files, which `traceap.trace_handler` writes beside the traces it
+#: exports: JSON, but not traces.
+NOT_TRACES = (".traceap.json",)
 
 
 @dataclass
@@ -36,10 +39,12 @@ class Job:
 
 def trace_files(folder: str | os.PathLike) -> list[Path]:
     """Trace files directly inside a folder (`*.json`, `*.json.gz`), sorted by name.  Hidden
-    files are not traces (the stamp `traceap profile` leaves, `.traceap-profile.json`)."""
+    files are not traces (the stamp `traceap profile` leaves, `.traceap-profile.json`), nor are
+    the analyses `traceap.trace_handler` writes beside its traces (`*.traceap.json`)."""
     p = Path(folder)
     return sorted(f for f in p.iterdir()
-                  if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith("."))
+                  if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+                  and not f.name.endswith(NOT_TRACES))
 
 
 def find_traces(inputs: list) -> list[Path]:
