@@ -225,6 +225,26 @@ def check_writable(path: str | os.PathLike, what: str) -> None:
     _creatable(path, what)
 
 
+def check_replaceable(path: str | os.PathLike, what: str, kind: str, is_kind, overwrite: bool,
+                      *, command: str, held: str, replaced: str,
+                      not_done: str = "nothing written", force: bool = False) -> str | None:
+    """Check before any work that the single file `path` may be written; returns a note when
+    it replaces one.  A file that is not a `kind` (`is_kind(path)` False) is never replaced;
+    one that is (`held` says what it holds), only with `overwrite` (or `force`: the command
+    was asked to replace that very file)."""
+    path = Path(path)
+    check_writable(path, what)
+    if not path.exists():
+        return None
+    if not is_kind(path):
+        raise OutputError(f"{what} {path}: exists and is not a {kind}; {not_done}: give another "
+                          f"{what} ({command} never replaces it)")
+    if not (overwrite or force):
+        raise OutputError(f"{what} {path}: holds {held}; {not_done}: give another {what}, or "
+                          f"--overwrite to replace it")
+    return f"replaced {replaced} at {path}"
+
+
 def check_folder(path: str | os.PathLike, what: str = "--out") -> None:
     """Raise OutputError (one line) when files cannot be written in the folder `path` (it
     exists and is a writable folder, or can be created)."""
@@ -284,6 +304,5 @@ class failing_write:
         return False
 
 
-__all__ = ["Claim", "OutputError", "Owner", "RERUN_POLICIES", "check_folder", "check_writable",
-           "claim",
-           "failing_write", "read_stamp", "write_bytes"]
+__all__ = ["Claim", "OutputError", "Owner", "RERUN_POLICIES", "check_folder", "check_replaceable",
+           "check_writable", "claim", "failing_write", "read_stamp", "write_bytes"]

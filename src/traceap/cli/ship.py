@@ -39,32 +39,20 @@ def _target(out: Path | None, into_package: bool, name: str, bundled: Path) -> P
 
 def _check_target(path: Path, what: str, kind: str, is_kind, overwrite: bool,
                   into_package: bool = False) -> str | None:
-    """Check before any work that `path` may be written; a note when it replaces a file.  A
-    file that is not a `kind` (`is_kind(path)` False) is never replaced; one that is, only
-    with --overwrite (or --into-package, which asks to replace the shipped one)."""
-    from ..outputs import check_writable
+    """Check before any work that `path` may be written (`traceap.outputs.check_replaceable`):
+    a file that is not a `kind` is never replaced; one that is, only with --overwrite (or
+    --into-package, which asks to replace the shipped one)."""
+    from ..outputs import check_replaceable
 
-    check_writable(path, what)
-    if not path.exists():
-        return None
-    if not is_kind(path):
-        raise OutputError(f"{what} {path}: exists and is not a {kind}; nothing written: give "
-                          f"another {what} (traceap ship never replaces it)")
-    if not (overwrite or into_package):
-        raise OutputError(f"{what} {path}: holds a {kind} already; nothing written: give "
-                          f"another {what}, or --overwrite to replace it")
-    return f"replaced the {kind} at {path}"
+    return check_replaceable(path, what, kind, is_kind, overwrite, command="traceap ship",
+                             held=f"a {kind} already", replaced=f"the {kind}",
+                             force=into_package)
 
 
 def _is_checkpoint(path: Path) -> bool:
-    from ..errors import ModelError
-    from ..model.checkpoint import FORMAT, read_checkpoint
+    from ..model.checkpoint import is_checkpoint
 
-    try:
-        obj = read_checkpoint(path)
-    except ModelError:
-        return False
-    return isinstance(obj, dict) and obj.get("format") == FORMAT
+    return is_checkpoint(path)
 
 
 def _is_stack(path: Path) -> bool:

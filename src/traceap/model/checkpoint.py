@@ -270,32 +270,25 @@ def prepare_out(path: str | os.PathLike, overwrite: bool = False) -> str | None:
     """Check that a checkpoint may be written at `path` before training starts; returns a
     note when it replaces an earlier one.  A file that is not a traceap checkpoint is never
     replaced; an earlier checkpoint (hours of training) only with `overwrite`."""
-    from ..outputs import OutputError, check_writable
+    from ..outputs import check_replaceable
 
-    path = Path(path)
-    check_writable(path, "--out")
-    if not path.exists():
-        return None
-    old = _format_of(path)
-    if old != FORMAT:
-        raise OutputError(f"--out {path}: exists and is not a traceap checkpoint; nothing "
-                          f"trained: give another --out (traceap train never replaces it)")
-    if not overwrite:
-        raise OutputError(f"--out {path}: holds the checkpoint of an earlier traceap train run; "
-                          f"nothing trained: give another --out, or --overwrite to replace it")
-    return f"replaced the checkpoint of an earlier train run at {path}"
+    return check_replaceable(path, "--out", "traceap checkpoint", is_checkpoint, overwrite,
+                             command="traceap train",
+                             held="the checkpoint of an earlier traceap train run",
+                             replaced="the checkpoint of an earlier train run",
+                             not_done="nothing trained")
 
 
-def _format_of(path: Path) -> str | None:
-    """The "format" of a torch-saved checkpoint at `path`, None for any other file."""
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether `path` is a torch-saved traceap checkpoint (any file torch cannot read is not)."""
     import torch
 
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except Exception:  # noqa: BLE001 - any file torch cannot read is not ours
-        return None
-    return obj.get("format") if isinstance(obj, dict) else None
+        return False
+    return isinstance(obj, dict) and obj.get("format") == FORMAT
 
 
 __all__ = ["Checkpoint", "FORMAT", "add_members", "bundled_model_path", "load_model", "member_runs",
-           "prepare_out", "read_checkpoint", "save_model"]
+           "is_checkpoint", "prepare_out", "read_checkpoint", "save_model"]
