@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import TraceapError
 from ..trace import Trace
 from ..windows import Windows
-from .base import clip01
+from .base import BaseDetector, clip01
+from .registry import register_detector
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def window_features(windows: Windows) -> tuple[list[str], np.ndarray]:
     return names, np.log1p(np.clip(np.nan_to_num(x), 0.0, None))
 
 
-class ClusteringDetector:
+class ClusteringDetector(BaseDetector):
     """Distance to the nearest K-means centroid of (training) window features."""
 
     name = "clustering"
@@ -82,3 +83,6 @@ class ClusteringDetector:
         z = (x - mean) / std
         d = np.sqrt(((z[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
         return clip01(d / (d + d_ref))
+
+
+register_detector("clustering", ClusteringDetector)
