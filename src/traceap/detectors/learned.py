@@ -51,6 +51,12 @@ class LearnedDetector(BaseDetector):
         return clip01(self._predict(windows).scores)
 
     @property
+    def config(self):
+        """The model configuration of the checkpoint (`traceap.model.config`): its ablation
+        switches name an ablation variant (`traceap eval --ablation`)."""
+        return self.predictor.cfg
+
+    @property
     def pattern_head(self):
         """The learned pattern head (`pattern_probabilities`)."""
         return self.pattern_probabilities
