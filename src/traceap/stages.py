@@ -7,10 +7,10 @@ behind them (`traceap.analysis.analyze`, `traceap.job.analyze_job`):
     opts.check()                        # names, numbers, combinations: one line each
     detector, classifier = build_stages(opts)
 
-`build_stages` builds what must fail early (a checkpoint, an LLM server option) before any
-trace is read, and leaves a plain name (or None, "the best available") to `resolve_detector`
-/ `resolve_classifier`, which run where the trace is analysed (in each worker for a job) and
-say in the analysis' notes what they chose.
+`build_stages` builds what the options name before any trace is read (so a checkpoint or an
+LLM server option fails first), and leaves "the best detector available" (None) and the
+offline classifier to `resolve_detector` / `resolve_classifier`, which run where the trace is
+analysed (in each worker for a job) and say in the analysis' notes what they chose.
 """
 
 from __future__ import annotations
@@ -69,10 +69,11 @@ def detector_options(name: str, model: Path | None = None, llm_url: str | None =
     return {}
 
 
-def build_stages(options: StageOptions) -> tuple[Detector | str | None, Classifier | str]:
-    """(detector, classifier) as the options ask: a name `resolve_detector` /
-    `resolve_classifier` resolve where the trace is analysed, or an object built here so that
-    a broken checkpoint or LLM option fails before the trace is read."""
+def build_stages(options: StageOptions) -> tuple[Detector | None, Classifier | str]:
+    """(detector, classifier) as the options ask, built here so that a broken checkpoint or LLM
+    option fails before the trace is read; left to `resolve_detector` / `resolve_classifier`
+    where the trace is analysed: no detector named (None: the best one available, said in the
+    notes) and the offline classifier ("offline": it blends in the detector's pattern head)."""
     o = options
     o.check()
     if o.model is not None:
@@ -84,14 +85,16 @@ def build_stages(options: StageOptions) -> tuple[Detector | str | None, Classifi
         raise TraceapError("--llm-url / --llm-model go with --classifier llm or --detector llm")
     if o.redetect < 0:
         raise TraceapError("--redetect must be 0 or more")
-    det: Detector | str | None = o.detector
+    det: Detector | None = None
     name = o.detector or ("model" if o.model is not None else None)
-    if name == "llm" or name in MODEL_BASED:
+    if name is not None:
         # a broken checkpoint or LLM setting fails here, before the load
         det = make_detector(name, **detector_options(name, o.model, o.llm_url, o.llm_model))
+    # "offline" is resolved beside the detector (it blends in the detector's pattern head)
     clf: Classifier | str = o.classifier
-    if o.classifier == "llm":
-        clf = make_classifier("llm", url=o.llm_url, model=o.llm_model)
+    if o.classifier != "offline":
+        clf = make_classifier(o.classifier, **({"url": o.llm_url, "model": o.llm_model}
+                                               if o.classifier == "llm" else {}))
     if o.redetect:
         from .classify.redetect import RedetectConfig, RedetectingClassifier
         det = resolve_detector(det, [])
