@@ -25,7 +25,7 @@ from .findings import (SEVERITY, Finding, SeverityConfig, StepBasis, finding_ord
                        step_basis)
 from .idle import IdleAccount
 from .info import step_numbers, summarize
-from .stages import default_model_path, resolve_classifier, resolve_detector
+from .stages import resolve_classifier, resolve_detector
 from .trace import Trace
 from .units import fmt_us
 from .windows import DEFAULT_WINDOWS, Windows, check_windows
@@ -292,5 +292,4 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
     return out, dropped
 
 
-__all__ = ["Analysis", "DEFAULT_THRESHOLD", "Finding", "WindowResult", "analyze",
-           "default_model_path", "resolve_classifier", "resolve_detector", "step_basis"]
+__all__ = ["Analysis", "Finding", "WindowResult", "analyze", "step_basis"]
