@@ -89,8 +89,11 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
         # One trace is analysed as a trace; several as the ranks of a job (only the traces
         # this run wrote: the folder may hold others, --overwrite keeps them).
         one = len(r.traces) == 1
+        details = None
+        if html:
+            from ..report.html import trace_details as details
         result, loaded = analyze_path(r.traces[0] if one else cfg.out, windows,
-                                      files=None if one else r.traces, for_html=html)
+                                      files=None if one else r.traces, details=details)
     ranks = [result] if one else result.ranks
     console.print()
     (render if one else render_job)(result, console)
