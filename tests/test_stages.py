@@ -43,19 +43,32 @@ def test_the_window_count_is_defined_once():
                 for t in node.targets:
                     if isinstance(t, ast.Name) and t.id in defined:
                         defined[t.id].append(path.relative_to(SRC).as_posix())
-            # a command's --windows option defaults to the one constant, not a number of its own
-            if (isinstance(node, ast.Call) and len(node.args) >= 2
-                    and isinstance(node.args[1], ast.Constant) and node.args[1].value == "--windows"
-                    and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.args[0].value, int)):
-                literal_defaults.append(path.relative_to(SRC).as_posix())
+            # a --windows option (typer's, argparse's) or a `windows` / `n_windows` argument
+            # defaults to the one constant, not to a number of its own
+            where = f"{path.relative_to(SRC).as_posix()}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Call) and any(
+                    isinstance(a, ast.Constant) and a.value == "--windows" for a in node.args):
+                given = [node.args[0]] + [k.value for k in node.keywords if k.arg == "default"]
+                if any(isinstance(g, ast.Constant) and isinstance(g.value, int) for g in given):
+                    literal_defaults.append(where)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                named = list(zip(a.args[len(a.args) - len(a.defaults):], a.defaults))
+                named += [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+                literal_defaults += [where for x, d in named
+                                     if x.arg in ("windows", "n_windows")
+                                     and isinstance(d, ast.Constant) and isinstance(d.value, int)]
     assert defined == {"DEFAULT_WINDOWS": ["windows.py"], "MAX_WINDOWS": ["windows.py"]}
     assert literal_defaults == []
 
 
 @pytest.mark.parametrize("n", [0, MAX_WINDOWS + 1, 10**9])
-def test_library_calls_refuse_the_window_counts_the_cli_refuses(readme_sample, n):
-    for call in (lambda: analyze(readme_sample, n_windows=n),
+def test_library_calls_refuse_the_window_counts_the_cli_refuses(readme_sample, tmp_path, n):
+    from traceap.handler import TraceHandler
+    for call in (lambda: traceap.analyze(SAMPLE, windows=n),
+                 lambda: traceap.analyze(readme_sample, windows=n),
+                 lambda: TraceHandler(tmp_path, windows=n),
+                 lambda: analyze(readme_sample, n_windows=n),
                  lambda: analyze_job(DATA / "dlrm_job", n),
                  lambda: analyze_path(SAMPLE, n),
                  lambda: compare(SAMPLE, CNN, n)):

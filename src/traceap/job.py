@@ -141,16 +141,17 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     return result
 
 
-def analyze_path(path: str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
+def analyze_path(path: str | os.PathLike | Trace, n_windows: int = DEFAULT_WINDOWS,
                  detector: Detector | str | None = None, classifier: Classifier | str | None = None,
                  threshold: float | None = None, severity: SeverityConfig = SEVERITY, *,
                  files: Sequence[str | os.PathLike] | None = None, workers: int = 1,
                  ray: str | None = None,
                  details: Callable[[Analysis, Trace], object] | None = None
                  ) -> tuple[Analysis | JobAnalysis, Trace | None]:
-    """Analyse what a path holds, the one way every command does: a trace file
-    (`traceap.analysis.analyze`), or a folder of traces (`analyze_job`: the ranks of one job
-    are compared, traces that are not one job are each analysed alone).
+    """Analyse what a path holds, the one way every command (and `traceap.analyze`) does: a
+    trace file or a loaded `Trace` (`traceap.analysis.analyze`), or a folder of traces
+    (`analyze_job`: the ranks of one job are compared, traces that are not one job are each
+    analysed alone).
 
     Returns (the `Analysis` or `JobAnalysis`, the loaded `Trace` of a file; None for a folder,
     whose ranks are read one at a time where they are analysed).  `files`: a folder's traces to
@@ -160,17 +161,21 @@ def analyze_path(path: str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     from .progress import status
 
     check_windows(n_windows)
-    p = Path(path)
-    if not p.exists():
-        raise TraceapError(f"{p}: no such file or folder")
-    if p.is_dir():
-        return analyze_job(p, n_windows, detector, classifier, threshold, severity=severity,
-                           workers=workers, ray=ray, details=details, files=files), None
+    if not isinstance(path, Trace):
+        p = Path(path)
+        if not p.exists():
+            raise TraceapError(f"{p}: no such file or folder")
+        if p.is_dir():
+            return analyze_job(p, n_windows, detector, classifier, threshold, severity=severity,
+                               workers=workers, ray=ray, details=details, files=files), None
     if workers > 1 or ray is not None:
         raise TraceapError("--workers / --ray spread the ranks of a folder; give a folder of "
                            "per-rank traces")
-    with status(f"loading {p.name}"):
-        loaded = load(p)
+    if isinstance(path, Trace):
+        loaded = path
+    else:
+        with status(f"loading {p.name}"):
+            loaded = load(p)
     with status("analysing"):
         return analyze(loaded, n_windows, detector, classifier, threshold, severity), loaded
 

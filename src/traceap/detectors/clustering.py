@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import TraceapError
 from ..trace import Trace
-from ..windows import Windows
+from ..windows import DEFAULT_WINDOWS, Windows
 from .base import BaseDetector, clip01
 from .registry import register_detector
 
@@ -26,7 +26,7 @@ class ClusteringConfig:
     """K-means settings (K = 8, as small windows fall into few regimes) and reference quantile."""
 
     k: int = 8
-    n_windows: int = 100
+    n_windows: int = DEFAULT_WINDOWS
     quantile: float = 0.95
     seed: int = 0
 
@@ -49,7 +49,7 @@ class ClusteringDetector(BaseDetector):
 
     name = "clustering"
 
-    def __init__(self, k: int = 8, n_windows: int = 100, quantile: float = 0.95, seed: int = 0):
+    def __init__(self, k: int = 8, n_windows: int = DEFAULT_WINDOWS, quantile: float = 0.95, seed: int = 0):
         self.config = ClusteringConfig(k, n_windows, quantile, seed)
         self.threshold = 0.5
         self._model = None  # (mean, std, centroids, d_ref)
