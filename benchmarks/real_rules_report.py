@@ -39,7 +39,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from traceap.analysis import analyze, resolve_classifier  # noqa: E402
+from traceap.analysis import analyze  # noqa: E402
+from traceap.stages import resolve_classifier  # noqa: E402
 from traceap.manifest import read_manifest, trace_path, window_labels, \
     window_pattern_sets, window_patterns  # noqa: E402
 from traceap.patterns import pattern_ids  # noqa: E402
@@ -89,7 +90,7 @@ def run(dataset: Path, split: str, detectors: list[str], n: int, findings: bool,
         for name, det in dets.items():
             s = np.clip(np.nan_to_num(det.score_windows(w)), 0, 1)
             rec["scores"][name] = s
-            rec["flagged"][name] = s >= float(getattr(det, "threshold", 0.5))
+            rec["flagged"][name] = s >= float(0.5 if det.threshold is None else det.threshold)
             if len(idx):
                 calls = clfs[name].classify(w, idx.tolist(), rec["labels"].astype(float))
                 rec["calls"][name] = [None if c.false_alarm else c.pattern for c in calls]

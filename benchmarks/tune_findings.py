@@ -36,7 +36,8 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from traceap.analysis import analyze, resolve_detector  # noqa: E402
+from traceap.analysis import analyze  # noqa: E402
+from traceap.stages import resolve_detector  # noqa: E402
 from traceap.findings import SeverityConfig  # noqa: E402
 
 MIN_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import traceap
 from traceap.analysis import Analysis, analyze
 from traceap.crossrank import cross_rank_findings, rank_summary
+from traceap.detectors import BaseDetector
 from traceap.findings import SEVERITY
 from traceap.job import JobAnalysis, analyze_job
 from traceap.cli import app
@@ -345,7 +346,7 @@ def test_note_suggests_more_windows_when_windows_span_steps(ddp):
     assert not any("profiler steps" in n for n in fine.notes)
 
 
-class _HeadDetector:
+class _HeadDetector(BaseDetector):
     """The expert detector plus a learned pattern head that believes in graph breaks (which
     the DDP sample has no trace of: nothing is compiled) and in CPU-bound windows (which its
     rule sees, weakly, in a few windows)."""
@@ -363,6 +364,10 @@ class _HeadDetector:
     def pattern_probabilities(self, windows):
         return {p: np.full(windows.n, 1.0 if p in ("graph_break", "cpu_bound") else 0.0)
                 for p in PATTERNS}
+
+    @property
+    def pattern_head(self):
+        return self.pattern_probabilities
 
 
 def test_offline_classifier_blends_a_detectors_pattern_head(dlrm):

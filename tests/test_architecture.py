@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("crossrank", "llm", "model"),                   # cross-rank view, LLM I/O, neural model
     ("detectors",),                                  # score windows
     ("classify",),                                   # name the pattern of flagged windows
+    ("stages",),                                     # options -> (detector, classifier)
     ("analysis", "report", "eval"),                  # the facade, its outputs, the tables
     ("job",),                                        # every rank analysed, then compared
     ("diff", "handler", "notebook"),                 # before/after; the profiler's handler;

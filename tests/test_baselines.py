@@ -11,7 +11,7 @@ import traceap
 from traceap.detectors import Detector
 from traceap.detectors.clustering import ClusteringDetector, window_features
 from traceap.detectors.expert import NEARBY_REACH, NEARBY_WEIGHT, ExpertDetector
-from traceap.detectors.registry import DETECTOR_NAMES, make_detector
+from traceap.detectors import detector_names, make_detector
 from traceap.detectors.rule import RuleDetector
 from traceap.errors import TraceapError
 from traceap.patterns import REGISTRY, nearby
@@ -52,7 +52,7 @@ def test_every_detector_follows_the_protocol(ddp):
 
 
 def test_registry_errors_are_clear():
-    assert set(DETECTOR_NAMES) >= {"expert", "rule", "clustering", "model", "llm"}
+    assert set(detector_names()) >= {"expert", "rule", "clustering", "model", "llm"}
     with pytest.raises(TraceapError, match="unknown detector"):
         make_detector("magic")
     with pytest.raises(TraceapError, match="bad option"):

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 import traceap
 from traceap.manifest import Anomaly, Entry, read_manifest, trace_path, write_manifest
 from traceap.patterns import pattern_ids
+from traceap.detectors import BaseDetector
 from traceap.errors import DatasetError
 from traceap.eval import EvalConfig, evaluate, metrics, plots, tables
 from traceap.eval.runner import select
@@ -80,7 +81,7 @@ def dataset(tmp_path_factory) -> Path:
     return build(tmp_path_factory.mktemp("tiny"), missing=True)
 
 
-class Oracle:
+class Oracle(BaseDetector):
     """Reads the manifest: a window's score is 1 exactly when it overlaps an anomaly."""
 
     name = "perfect"
@@ -104,7 +105,7 @@ class Oracle:
         return 1.0 - y if self.invert else y
 
 
-class Coin:
+class Coin(BaseDetector):
     """Uniform random scores: AUC about 0.5."""
 
     name = "random"
@@ -119,7 +120,7 @@ class Coin:
         return self.rng.random(windows.n)
 
 
-class Constant:
+class Constant(BaseDetector):
     """The same score everywhere (flags every window when >= the threshold)."""
 
     name = "constant"
@@ -417,11 +418,12 @@ def test_ablation_table_from_variant_detectors(dataset):
 
     from traceap.cli.eval import _variant_label
 
-    cfg = SimpleNamespace(no_event_adapter=False, no_transformer=False, no_relation=True)
-    assert _variant_label(SimpleNamespace(predictor=SimpleNamespace(cfg=cfg)), Path("x.pt")) == "no_relation"
+    cfg = SimpleNamespace(no_event_adapter=False, no_transformer=False, no_relation=True,
+                          names_masked=False)
+    assert _variant_label(cfg, Path("x.pt")) == "no_relation"
     cfg.no_relation = False
-    assert _variant_label(SimpleNamespace(config=cfg), Path("x.pt")) == "full"
-    assert _variant_label(object(), Path("mine.pt")) == "mine"
+    assert _variant_label(cfg, Path("x.pt")) == "full"
+    assert _variant_label(None, Path("mine.pt")) == "mine"
 
     r = evaluate(dataset, {}, ablation={"model[full]": Oracle(dataset),
                                         "model[no_transformer+no_relation]": Coin(1)},
@@ -475,14 +477,14 @@ def test_model_option_is_the_checkpoint_of_hybrid_too(tmp_path):
 
 def test_eval_help_lists_every_detector():
     from traceap.cli import app
-    from traceap.detectors.registry import DETECTOR_NAMES
+    from traceap.detectors import detector_names
     r = CliRunner().invoke(app, ["eval", "--help"], terminal_width=200)
     flat = " ".join(r.output.split())
-    assert all(name in flat for name in DETECTOR_NAMES), flat
+    assert all(name in flat for name in detector_names()), flat
     assert "docs/FORMATS.md" in flat
 
 
-class _Failing:
+class _Failing(BaseDetector):
     """A pure-LLM-like detector that fails on some sub-traces (scores 0 there) and counts them."""
 
     name = "llm"
@@ -499,8 +501,9 @@ class _Failing:
         self.failures += [f"windows 0-{windows.n // 5 - 1}: no valid answer"] * 2
         return np.r_[np.zeros(2 * windows.n // 5), np.full(windows.n - 2 * windows.n // 5, 0.9)]
 
-    def failure_note(self):
-        return f"{len(self.failures)} failed" if self.failures else None
+    @property
+    def notes(self):
+        return [f"{len(self.failures)} failed"] if self.failures else []
 
 
 def test_pure_llm_failures_are_counted_in_the_tables(dataset):

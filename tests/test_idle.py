@@ -374,7 +374,7 @@ def test_healthy_real_traces_get_at_most_half_a_serious_finding_each():
     missing = [n for fs in HEALTHY.values() for n in fs if not (SHARED_TRACES / n).exists()]
     if missing:
         pytest.skip(f"{len(missing)} healthy traces are absent")
-    from traceap.analysis import resolve_detector
+    from traceap.stages import resolve_detector
     for det in (resolve_detector(None, []), "expert"):  # the default, and the rules alone
         rate, found = medium_or_high_per_trace(det)
         assert rate <= 0.5, (det, rate, found)

@@ -405,9 +405,9 @@ def test_pure_llm_failures_are_counted_and_said(windows):
     assert s.shape == (100,)
     assert det.subtraces == 5 and len(det.failures) == 2
     assert np.all(s[:40] == 0) and np.all(s[40:] == 0.9)   # the failed ones scored 0, not filled in
-    note = det.failure_note()
+    [note] = det.notes
     assert note.startswith("pure-LLM detector: 2 of 5 sub-trace(s) got no valid answer and scored 0")
-    assert PureLLMDetector(_Garbled(bad_parts=0)).failure_note() is None
+    assert PureLLMDetector(_Garbled(bad_parts=0)).notes == []
 
 
 def test_pure_llm_unreachable_is_asked_once_and_reported_by_analyze(readme_sample):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from .errors import TraceapError, TraceFormatError
 from .load import Job, load, load_job
 from .trace import Kind, Trace
+from .windows import DEFAULT_WINDOWS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis import Analysis
@@ -27,7 +28,8 @@ __all__ = ["Job", "Kind", "Trace", "TraceFormatError", "TraceapError", "analyze"
            "load_job", "trace_handler"]
 
 
-def analyze(path: str | os.PathLike | Trace, windows: int = 100, detector: str | None = None,
+def analyze(path: str | os.PathLike | Trace, windows: int = DEFAULT_WINDOWS,
+            detector: str | None = None,
             *, workers: int = 1) -> Analysis | JobAnalysis:
     """Analyse a trace file (-> `Analysis`) or a folder of per-rank traces (-> `JobAnalysis`,
     its ranks on `workers` local processes), as `traceap analyze` does; in a notebook the
@@ -38,7 +40,7 @@ def analyze(path: str | os.PathLike | Trace, windows: int = 100, detector: str |
 
 def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None,
                   use_gzip: bool = False, use_python_export: bool = False, *,
-                  html: bool = True, windows: int = 100, **options) -> TraceHandler:
+                  html: bool = True, windows: int = DEFAULT_WINDOWS, **options) -> TraceHandler:
     """A drop-in for `torch.profiler.tensorboard_trace_handler(dir_name, worker_name,
     use_gzip, use_python_export)`: each profiled cycle's trace written with the same name, then
     analysed (JSON, HTML report, one printed line) in a background process (`background`,

@@ -14,25 +14,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
 from . import idle as idle_mod
 from .classify.base import Classifier, PatternCall
-from .detectors.base import Detector, clip01
+from .detectors.base import DEFAULT_THRESHOLD, Detector, clip01
 from .errors import TraceapError
 from .findings import (SEVERITY, Finding, SeverityConfig, StepBasis, finding_order, judge,
                        step_basis)
 from .idle import IdleAccount
-from .info import summarize
+from .info import step_numbers, summarize
+from .stages import resolve_classifier, resolve_detector
 from .trace import Trace
 from .units import fmt_us
-from .windows import DEFAULT_WINDOWS, Windows
+from .windows import DEFAULT_WINDOWS, Windows, check_windows
 
 SCHEMA = "traceap.analysis/v1"
-DEFAULT_THRESHOLD = 0.5
 
 
 @dataclass
@@ -73,6 +71,12 @@ class Analysis:
     trace_details: object | None = None
     #: Whether the trace has GPU activity (a job analysed by workers has no `Trace` at hand).
     has_gpu: bool = True
+    #: The trace's host-side step numbers (`traceap.info.step_numbers`: steps, median step,
+    #: DataLoader time), which `traceap diff` and `traceap profile` print; never in the JSON.
+    steps: dict = field(default_factory=dict)
+    #: Pattern id -> its amount numbers over the whole trace (`AntiPattern.amounts`, measured
+    #: on this analysis' windows), for the patterns that have one; never in the JSON.
+    amounts: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The traceap.analysis/v1 object of docs/FORMATS.md: its keys, then the added ones."""
@@ -139,52 +143,6 @@ def severity_json(config: SeverityConfig, basis: StepBasis | None) -> dict:
             "of": "step" if basis is not None and basis.n_steps else "span"}
 
 
-# -- choosing the stages ------------------------------------------------------------------
-def default_model_path() -> Path:
-    """Where the bundled trained detector lives (traceap/data/model.pt)."""
-    return Path(str(resources.files("traceap") / "data" / "model.pt"))
-
-
-def resolve_detector(detector: Detector | str | None, notes: list[str]) -> Detector:
-    """A detector instance from an instance, a name, or None (the best one available)."""
-    from .detectors.registry import make_detector
-
-    if detector is None:
-        path = default_model_path()
-        if path.exists():
-            try:
-                det = make_detector("hybrid")
-                notes.append(f"detector: the trained model ({path.name}) and the expert rules, "
-                             f"stacked (weights fitted on real validation traces)")
-                return det
-            except Exception as exc:  # noqa: BLE001 - a broken checkpoint must not stop analysis
-                notes.append(f"detector: expert rules (the bundled model did not load: {exc})")
-        else:
-            notes.append("detector: expert rules (no trained model bundled)")
-        return make_detector("expert")
-    if isinstance(detector, str):
-        return make_detector(detector)
-    return detector
-
-
-def resolve_classifier(classifier: Classifier | str | None, detector: Detector | None = None,
-                       notes: list[str] | None = None) -> Classifier:
-    """A classifier instance from an instance, a name, or None (offline expert rules).
-
-    The offline classifier blends in the detector's learned pattern head when it has one
-    (`pattern_probabilities`, e.g. the trained model)."""
-    from .classify import make_classifier
-
-    if classifier is None or classifier == "offline":
-        head = getattr(detector, "pattern_probabilities", None)
-        if head is not None and notes is not None:
-            notes.append("classifier: expert rules, averaged with the model's pattern scores")
-        return make_classifier("offline", pattern_head=head)
-    if isinstance(classifier, str):
-        return make_classifier(classifier)
-    return classifier
-
-
 def _load(trace: Trace | str | os.PathLike) -> Trace:
     if isinstance(trace, Trace):
         return trace
@@ -198,14 +156,13 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
             threshold: float | None = None, severity: SeverityConfig = SEVERITY) -> Analysis:
     """Cut a trace into windows, score them, name the pattern of flagged ones, rank findings
     (judged by `severity`: the cut-offs of `traceap.findings`)."""
-    if n_windows < 1:
-        raise TraceapError("the number of windows must be at least 1")
+    check_windows(n_windows)
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise TraceapError("the threshold must be between 0 and 1")
     t = _load(trace)
     notes: list[str] = []
     det = resolve_detector(detector, notes)
-    det_name = str(getattr(det, "name", type(det).__name__))
+    det_name = str(det.name)
     clf = resolve_classifier(classifier, det, notes)
     windows = Windows(t, n_windows)
 
@@ -213,7 +170,8 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     if scores.shape != (windows.n,):
         raise TraceapError(f"detector {det_name!r} returned {scores.shape} scores for "
                            f"{windows.n} windows")
-    thr = float(threshold if threshold is not None else getattr(det, "threshold", DEFAULT_THRESHOLD))
+    thr = float(threshold if threshold is not None else
+                det.threshold if det.threshold is not None else DEFAULT_THRESHOLD)
     flagged = np.flatnonzero(scores >= thr)
 
     from .patterns import REGISTRY, pattern_scores
@@ -266,7 +224,9 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
                     windows=results, findings=findings, detector=det_name,
                     pattern_scores=pscores, summary=summarize(t), notes=notes, idle=account,
                     idle_per_window=idle_mod.cause_per_window(windows), basis=basis,
-                    threshold=thr, severity=severity, has_gpu=bool(t.has_gpu))
+                    threshold=thr, severity=severity, has_gpu=bool(t.has_gpu),
+                    steps=step_numbers(t),
+                    amounts={pid: got for pid, p in REGISTRY.items() if (got := p.amounts(windows))})
 
 
 def _findings(windows: Windows, calls: list[PatternCall], registry, account: IdleAccount,

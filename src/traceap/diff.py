@@ -33,6 +33,7 @@ from .idle import busy_fraction_of, busy_pct
 from .info import step_numbers
 from .trace import Trace
 from .units import fmt_us
+from .windows import DEFAULT_WINDOWS, check_windows
 
 SCHEMA = "traceap.diff/v1"
 #: Per-finding numbers read from an analysis (docs/FORMATS.md) when present; a new one
@@ -54,9 +55,10 @@ EXIT_SLOWER = 3
 #: five per step, and a fix (copies gone or halved) or a regression (one more per step) moves
 #: it further.
 AMOUNT_TOL_PCT = 20.0
-#: Windows a trace is cut into to measure the patterns' amounts (sums over the whole trace,
-#: so the number barely matters).
-AMOUNT_WINDOWS = 100
+#: Windows the trace of an analysis JSON is cut into to measure the patterns' amounts (sums
+#: over the whole trace, so the number barely matters; a trace analysed here brings its own,
+#: measured on the analysis' windows).
+AMOUNT_WINDOWS = DEFAULT_WINDOWS
 _SCHEMA_RE = re.compile(rb'"schema"\s*:\s*"traceap\.analysis/')
 
 
@@ -160,16 +162,23 @@ def _finding(d: dict, obj, n_steps: int | None, cross_rank: bool = False,
 
 
 def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
-    """Numbers of one rank from its traceap.analysis/v1 object (+ the Analysis and Trace);
-    `rank`: the process's rank (None: the one its summary records, if any)."""
+    """Numbers of one rank from its traceap.analysis/v1 object and either the `Analysis`
+    (`obj`: its step numbers and pattern amounts, measured where it was analysed) or, for an
+    analysis JSON, the trace it names (`trace`, measured here); `rank`: the process's rank
+    (None: the one its summary records, if any)."""
     notes: list[str] = []
-    m = step_numbers(trace) if trace is not None else None
+    if obj is not None:
+        m = obj.steps or None
+        has_gpu = bool(obj.has_gpu)
+    else:
+        m = step_numbers(trace) if trace is not None else None
+        has_gpu = trace.has_gpu if trace is not None else None
     summary = data.get("summary") or getattr(obj, "summary", None) or {}
     basis = data.get("step_basis") or {}
     n_steps = m["n_steps"] if m else basis.get("n_steps", summary.get("n_profiler_steps"))
     step_us = m["step_us"] if m else basis.get("step_us")
     idle = data.get("gpu_idle")
-    if trace is not None and not trace.has_gpu:
+    if has_gpu is False:
         idle = None  # a CPU-only trace has no GPU to be idle
     # GPU busy: the idle account's (busy + idle = its GPU span), read from the analysis' own
     # gpu_idle so that an analysis JSON without its trace has it too.
@@ -182,15 +191,18 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
     findings = [_finding(f, objs[i] if i < len(objs) else None, n_steps or None,
                          process_rank=rank)
                 for i, f in enumerate(data.get("findings", []))]
+    per = max(m["n_steps"] if m else 0, 1)
+    amounts = ({pid: {k: v / per for k, v in got.items()} for pid, got in obj.amounts.items()}
+               if obj is not None else pattern_amounts(trace, m["n_steps"] if m else 0))
     return {"n_steps": n_steps or 0, "step_us": step_us, "busy": busy,
             "idle": idle, "dl": m["dataloader_us"] if m else None, "findings": findings,
-            "notes": notes, "has_gpu": trace.has_gpu if trace is not None else None,
-            "amounts": pattern_amounts(trace, m["n_steps"] if m else 0)}
+            "notes": notes, "has_gpu": has_gpu, "amounts": amounts}
 
 
 def pattern_amounts(trace: Trace | None, n_steps: int) -> dict[str, dict[str, float]]:
     """Every pattern's amount numbers (`AntiPattern.amount`) in a trace, per step when it has
-    steps (else over the whole trace); empty without a trace or GPU work."""
+    steps (else over the whole trace); empty without a trace or GPU work.  For the trace an
+    analysis JSON names; a trace analysed here brings its own (`Analysis.amounts`)."""
     if trace is None or not trace.has_gpu:
         return {}
     from .patterns import REGISTRY
@@ -220,7 +232,8 @@ def _combine(path: str, kind: str, ranks: list[dict], cross: list[FindingSummary
     total_steps = sum(steps)
     amounts: dict[str, dict[str, float]] = {}
     if all(r["amounts"] for r in ranks):   # an average needs every rank measured
-        for pid in set.intersection(*(set(r["amounts"]) for r in ranks)):
+        # in pattern order (the first rank's), not a set's: the JSON is the same every run
+        for pid in [p for p in ranks[0]["amounts"] if all(p in r["amounts"] for r in ranks)]:
             keys = ranks[0]["amounts"][pid]
             amounts[pid] = {k: float(np.mean([r["amounts"][pid].get(k, 0.0) for r in ranks]))
                             for k in keys}
@@ -257,29 +270,23 @@ def is_analysis_json(path: Path) -> bool:
     return bool(_SCHEMA_RE.search(head))
 
 
-def side_of(path: str | os.PathLike, n_windows: int = 100) -> Side:
+def side_of(path: str | os.PathLike, n_windows: int = DEFAULT_WINDOWS) -> Side:
     """Reduce a trace, a folder of ranks or an analysis JSON to a `Side`."""
     p = Path(path)
     if not p.exists():
         raise TraceapError(f"{p}: no such file or folder")
     if is_analysis_json(p):
         return _side_of_json(p)
-    from .analysis import analyze
-    from .job import analyze_job
-    from .load import load, load_job
+    from .job import analyze_path
 
+    result, _ = analyze_path(p, n_windows)
     if p.is_dir():
-        job = load_job(p)
-        ja = analyze_job(job, n_windows)
         # The analysis' rank: the job's (renumbered where ids repeat in one job).
-        traces = {t.meta.path: t for t in job.traces}
-        ranks = [_rank_side(a.to_json(), a, traces.get(a.trace_path), None) for a in ja.ranks]
+        ranks = [_rank_side(a.to_json(), a, None, None) for a in result.ranks]
         cross = [_finding(f, obj, None, cross_rank=True) for f, obj in
-                 zip(ja.to_json().get("cross_rank", []), ja.findings)]
+                 zip(result.to_json().get("cross_rank", []), result.findings)]
         return _combine(str(p), "job", ranks, cross)
-    t = load(p)
-    a = analyze(t, n_windows)
-    return _combine(str(p), "trace", [_rank_side(a.to_json(), a, t, None)], [])
+    return _combine(str(p), "trace", [_rank_side(result.to_json(), result, None, None)], [])
 
 
 def _side_of_json(p: Path) -> Side:
@@ -519,8 +526,10 @@ def verdict(before: Side, after: Side, changes: list[FindingChange],
     return head + (": " + ", ".join(reasons) if reasons else "")
 
 
-def compare(before, after, n_windows: int = 100, fail_if_slower_pct: float | None = None) -> Diff:
-    """Compare two recordings (paths or `Side`s)."""
+def compare(before, after, n_windows: int = DEFAULT_WINDOWS,
+            fail_if_slower_pct: float | None = None) -> Diff:
+    """Compare two recordings (paths or `Side`s); `n_windows` cuts a trace analysed here."""
+    check_windows(n_windows)   # before either side is read
     b = before if isinstance(before, Side) else side_of(before, n_windows)
     a = after if isinstance(after, Side) else side_of(after, n_windows)
     changes = match_findings(b, a)

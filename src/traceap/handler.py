@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from .load.job import NOT_TRACES
+from .windows import DEFAULT_WINDOWS, check_windows
 
 #: What traceap writes beside a trace ``X.pt.trace.json[.gz]``: ``X`` + these (a folder's
 #: traces, `traceap.load.job.trace_files`, leave the analysis JSON out).
@@ -95,10 +96,9 @@ class TraceHandler:
 
     def __init__(self, dir_name: str | os.PathLike, worker_name: str | None = None,
                  use_gzip: bool = False, use_python_export: bool = False, *,
-                 html: bool = True, windows: int = 100, background: bool = True,
+                 html: bool = True, windows: int = DEFAULT_WINDOWS, background: bool = True,
                  detector: str | None = None):
-        if windows < 1:
-            raise ValueError("the number of windows must be at least 1")
+        check_windows(windows)   # here, not in each cycle's analysis (a warning per cycle)
         self.dir = Path(dir_name)
         #: As given; None: `default_worker_name()`, worked out at the first cycle (by then
         #: torch.distributed is initialised) and kept in `_name`.
@@ -211,7 +211,7 @@ def _child_env() -> dict[str, str]:
 
 
 # -- one cycle's analysis (in the child, or in the loop with background=False) -------------------
-def analyze_cycle(trace_path: str | os.PathLike, windows: int = 100, html: bool = True,
+def analyze_cycle(trace_path: str | os.PathLike, windows: int = DEFAULT_WINDOWS, html: bool = True,
                   detector: str | None = None) -> bool:
     """Analyse one exported trace: write its analysis JSON (and HTML report) beside it and print
     the one line (`traceap.report.terminal.one_line`); a failure is one warning line on stderr.
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     background analysis of one cycle (exit 0 even when it fails: the warning says so)."""
     parser = argparse.ArgumentParser(prog="python -m traceap.handler")
     parser.add_argument("trace")
-    parser.add_argument("--windows", type=int, default=100)
+    parser.add_argument("--windows", type=int, default=DEFAULT_WINDOWS)
     parser.add_argument("--no-html", action="store_true")
     parser.add_argument("--detector", default=None)
     args = parser.parse_args(argv)

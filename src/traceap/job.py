@@ -12,19 +12,21 @@ however the work is spread.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .analysis import Analysis, analyze, resolve_classifier, resolve_detector
+from .analysis import Analysis, analyze
 from .classify.base import Classifier
 from .crossrank import (JobConfig, RankSummary, cross_rank_findings, find_copies, job_totals,
                         not_one_job, rank_summary, same_rank_claims)
 from .detectors.base import Detector
 from .errors import TraceapError
 from .findings import SEVERITY, Finding, SeverityConfig
+from .stages import resolve_classifier, resolve_detector
 from .trace import Trace
-from .windows import DEFAULT_WINDOWS
+from .windows import DEFAULT_WINDOWS, check_windows
 
 JOB_SCHEMA = "traceap.analysis/v1+job"
 
@@ -85,7 +87,8 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
                 classifier: Classifier | str | None = None, threshold: float | None = None,
                 config: JobConfig = JobConfig(), severity: SeverityConfig = SEVERITY, *,
                 workers: int = 1, ray: str | None = None,
-                details: Callable[[Analysis, Trace], object] | None = None) -> JobAnalysis:
+                details: Callable[[Analysis, Trace], object] | None = None,
+                files: Sequence[str | os.PathLike] | None = None) -> JobAnalysis:
     """Analyse every rank of a job (a folder of per-rank traces, or a loaded `Job`) and compare
     the ranks.
 
@@ -97,7 +100,8 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     however the work is spread.  `details`: what an output needs from each trace, computed
     while the trace is loaded (a module-level function of the analysis and the trace, e.g.
     `traceap.report.html.trace_details`, kept as `Analysis.trace_details`), so that writing
-    the output reads no trace again; a job knows nothing of its outputs.
+    the output reads no trace again; a job knows nothing of its outputs.  `files`: the
+    folder's traces to analyse (default: every trace in it).
 
     A rank file that cannot be read is left out and named in `unreadable` and the notes; the
     other ranks are analysed.  Copies of one trace are analysed once and reported as copies;
@@ -108,8 +112,7 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     from .progress import track
 
     # Checked here, once: inside a rank's task these would read as that rank's failure.
-    if n_windows < 1:
-        raise TraceapError("the number of windows must be at least 1")
+    check_windows(n_windows)
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise TraceapError("the threshold must be between 0 and 1")
     execution = Execution(workers, ray)
@@ -122,7 +125,7 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
         path = str(job)
         if not Path(path).is_dir():
             raise TraceapError(f"{path}: not a folder of per-rank traces")
-        sources = trace_files(path)
+        sources = trace_files(path) if files is None else [Path(f) for f in files]
         if not sources:
             raise TraceapError(f"{path}: no .json or .json.gz traces in this folder")
     work = RankWork(n_windows, detector, classifier, threshold, severity, details)
@@ -136,6 +139,45 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
                   "rank_cpu_seconds": [round(o.cpu_seconds, 4) for o in outcomes],
                   "worker_peak_rss_bytes": max(o.peak_rss_bytes for o in outcomes)}
     return result
+
+
+def analyze_path(path: str | os.PathLike | Trace, n_windows: int = DEFAULT_WINDOWS,
+                 detector: Detector | str | None = None, classifier: Classifier | str | None = None,
+                 threshold: float | None = None, severity: SeverityConfig = SEVERITY, *,
+                 files: Sequence[str | os.PathLike] | None = None, workers: int = 1,
+                 ray: str | None = None,
+                 details: Callable[[Analysis, Trace], object] | None = None
+                 ) -> tuple[Analysis | JobAnalysis, Trace | None]:
+    """Analyse what a path holds, the one way every command (and `traceap.analyze`) does: a
+    trace file or a loaded `Trace` (`traceap.analysis.analyze`), or a folder of traces
+    (`analyze_job`: the ranks of one job are compared, traces that are not one job are each
+    analysed alone).
+
+    Returns (the `Analysis` or `JobAnalysis`, the loaded `Trace` of a file; None for a folder,
+    whose ranks are read one at a time where they are analysed).  `files`: a folder's traces to
+    analyse (default: every trace in it); `workers` / `ray` spread a folder's ranks; `details`:
+    what an output needs from each of a folder's traces (`analyze_job`)."""
+    from .load import load
+    from .progress import status
+
+    check_windows(n_windows)
+    if not isinstance(path, Trace):
+        p = Path(path)
+        if not p.exists():
+            raise TraceapError(f"{p}: no such file or folder")
+        if p.is_dir():
+            return analyze_job(p, n_windows, detector, classifier, threshold, severity=severity,
+                               workers=workers, ray=ray, details=details, files=files), None
+    if workers > 1 or ray is not None:
+        raise TraceapError("--workers / --ray spread the ranks of a folder; give a folder of "
+                           "per-rank traces")
+    if isinstance(path, Trace):
+        loaded = path
+    else:
+        with status(f"loading {p.name}"):
+            loaded = load(p)
+    with status("analysing"):
+        return analyze(loaded, n_windows, detector, classifier, threshold, severity), loaded
 
 
 @dataclass
@@ -224,14 +266,14 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
         # The loader's message starts with the path, which the outcome holds already.
         why = (str(exc) or type(exc).__name__).removeprefix(f"{path}: ")
         return RankOutcome(index, path, error=why,
-                           stage_notes=list(stage_notes), classifier_state=_take_state(clf),
+                           stage_notes=list(stage_notes), classifier_state=clf.take_state(),
                            peak_rss_bytes=peak_rss_bytes(),
                            seconds=time.perf_counter() - t_start,
                            cpu_seconds=time.process_time() - cpu_start)
     finally:
         t = None  # the trace goes now, before the next rank is read
     return RankOutcome(index, path, a, summary, n_warnings, None, list(stage_notes),
-                       _take_state(clf), peak_rss_bytes(), time.perf_counter() - t_start,
+                       clf.take_state(), peak_rss_bytes(), time.perf_counter() - t_start,
                        time.process_time() - cpu_start, rank_assigned)
 
 
@@ -278,8 +320,9 @@ def _assemble_job(path: str, outcomes: list[RankOutcome], classifier, config: Jo
         notes.append(f"{names} all say they are rank {summaries[g[0]].declared_rank}: not "
                      f"ranks of one job (e.g. two runs), so they are not compared")
     ranks = [o.analysis for o in kept]
-    for o in kept:  # what the caller's classifier would have gathered, in rank order
-        _give_state(classifier, o.classifier_state)
+    if not isinstance(classifier, (str, type(None))):
+        for o in kept:  # what the caller's classifier would have gathered, in rank order
+            classifier.give_state(o.classifier_state)
     for a in ranks:
         a.notes[:0] = [n for n in notes if n not in a.notes]
     findings = (cross_rank_findings(summaries, config, severity)
@@ -307,38 +350,5 @@ def _renumber(o: RankOutcome, rank: int) -> None:
         a.notes.append(f"trace warning: {warning}")
 
 
-#: Attributes in which a classifier keeps what it gathered (re-detection `changes`, the LLM
-#: classifier's `records`), on itself or on the classifier it wraps (`inner`).
-_STATE_LISTS = ("changes", "records")
-
-
-def _take_state(clf) -> dict:
-    """Take what `clf` gathered on one rank out of it (so each rank's part can be kept or
-    dropped, and given back to the caller's classifier in rank order)."""
-    out: dict = {}
-    for prefix, holder in (("", clf), ("inner.", getattr(clf, "inner", None))):
-        for attr in _STATE_LISTS:
-            got = getattr(holder, attr, None)
-            if isinstance(got, list) and got:
-                out[prefix + attr] = list(got)
-                got.clear()
-        down = getattr(holder, "_down", None)
-        if down:
-            out[prefix + "_down"] = down
-    return out
-
-
-def _give_state(clf, state: dict) -> None:
-    for key, value in state.items():
-        prefix, _, attr = key.rpartition(".")
-        holder = getattr(clf, "inner", None) if prefix else clf
-        if holder is None or not hasattr(holder, attr):
-            continue
-        if isinstance(value, list):
-            getattr(holder, attr).extend(value)
-        elif not getattr(holder, attr):
-            setattr(holder, attr, value)
-
-
-__all__ = ["JobAnalysis", "JobConfig", "RankOutcome", "RankWork", "analyze_job", "analyze_rank",
-           "cross_rank_findings", "rank_summary"]
+__all__ = ["JobAnalysis", "JobConfig", "RankOutcome", "RankWork", "analyze_job", "analyze_path",
+           "analyze_rank", "cross_rank_findings", "rank_summary"]

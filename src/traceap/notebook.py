@@ -16,10 +16,7 @@ import os
 from dataclasses import dataclass, fields
 
 from .analysis import Analysis
-from .analysis import analyze as analyze_trace
-from .errors import TraceapError
-from .job import JobAnalysis, analyze_job
-from .load import load
+from .job import JobAnalysis, analyze_path
 from .report.html import notebook_html, trace_details
 from .trace import Trace
 from .windows import DEFAULT_WINDOWS
@@ -51,14 +48,9 @@ def analyze(path: str | os.PathLike | Trace, windows: int = DEFAULT_WINDOWS,
 
     What the report needs from each trace (hover digests, proving events) is computed while
     the trace is loaded, so showing the result reads no trace again."""
-    if not isinstance(path, Trace) and os.path.isdir(path):
-        return _as(ShownJob, analyze_job(path, windows, detector, workers=workers,
-                                         details=trace_details))
-    if workers != 1:
-        raise TraceapError("workers spread the ranks of a folder; a single trace is analysed "
-                           "in this process")
-    trace = path if isinstance(path, Trace) else load(path)
-    result = analyze_trace(trace, windows, detector)
+    result, trace = analyze_path(path, windows, detector, workers=workers, details=trace_details)
+    if trace is None:   # a folder: each rank's details were computed where it was analysed
+        return _as(ShownJob, result)
     result.trace_details = trace_details(result, trace)
     return _as(ShownAnalysis, result)
 

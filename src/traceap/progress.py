@@ -43,13 +43,22 @@ def track(iterable: Iterable[T], description: str, total: int | None = None) -> 
             bar.advance(task)
 
 
+_SPINNING: list[str] = []   # the messages of the spinners running now (one is drawn)
+
+
 @contextmanager
 def status(message: str):
-    """A spinner with a message while a block runs (terminal only)."""
-    if not enabled():
+    """A spinner with a message while a block runs (terminal only).  Inside another spinner
+    (a command's "comparing" around the analysis' "loading"), the outer one stays: a terminal
+    shows one live display at a time."""
+    if not enabled() or _SPINNING:
         yield
         return
     from rich.console import Console
 
-    with Console(stderr=True).status(message):
-        yield
+    _SPINNING.append(message)
+    try:
+        with Console(stderr=True).status(message):
+            yield
+    finally:
+        _SPINNING.pop()

@@ -12,9 +12,24 @@ from functools import cached_property
 
 import numpy as np
 
+from .errors import TraceapError
 from .trace import Kind, Trace, merged_intervals
 
+#: The paper's N: windows a trace is cut into unless told otherwise (every command, the library).
 DEFAULT_WINDOWS = 100
+#: Most windows a trace may be cut into.  The model's relation module attends over all pairs of
+#: windows: N^2 x heads x 4 bytes per attention map (5000 windows, 4 heads: 0.4 GB, 100000:
+#: 160 GB), and the paper's settings are 50-200 windows (a few tens per profiler step).
+MAX_WINDOWS = 5000
+
+
+def check_windows(n_windows: int) -> int:
+    """`n_windows` when it is a window count traceap accepts (1 to MAX_WINDOWS), else one
+    `TraceapError` line: the one check of `--windows` for every command and library call."""
+    if not 1 <= n_windows <= MAX_WINDOWS:
+        raise TraceapError(f"--windows must be between 1 and {MAX_WINDOWS}, not {n_windows} (the "
+                           f"paper uses 50-200; the model compares every pair of windows)")
+    return n_windows
 
 
 @dataclass(frozen=True)

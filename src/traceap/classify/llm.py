@@ -23,7 +23,8 @@ from ..llm.backend import (DEFAULT_TIMEOUT_S, Backend, BackendError, LlamaCppBac
                            backend_from_settings)
 from ..llm.prompt import Answer, AnswerError, DigestConfig, answer_schema, messages, parse_answer
 from ..windows import Windows
-from .base import PatternCall
+from .base import BaseClassifier, PatternCall
+from .registry import register_classifier
 
 
 @dataclass
@@ -52,7 +53,7 @@ class LLMConfig:
     assume_anomalous: bool = False
 
 
-class LLMClassifier:
+class LLMClassifier(BaseClassifier):
     """Names flagged windows with an LLM; falls back to the offline classifier per window."""
 
     name = "llm"
@@ -146,6 +147,25 @@ class LLMClassifier:
         return rec
 
     # -- the Classifier protocol -----------------------------------------------------------
+    @property
+    def notes(self) -> list[str]:
+        """How many windows the LLM named, how many the offline rules (and why)."""
+        st = self.stats
+        return [f"classifier: {self.describe}: {st['answered_by_llm']} of {st['windows']} "
+                f"window(s) named by the LLM, {st['fell_back']} by the offline rules"
+                + (f" ({st['backend_down']})" if st["backend_down"] else "")]
+
+    def take_state(self) -> dict:
+        """The window records gathered since the last call (taken out) and a dead backend."""
+        state = {"records": list(self.records), "down": self._down}
+        self.records.clear()
+        return state
+
+    def give_state(self, state: dict) -> None:
+        """Add a worker's records; its dead backend is this run's too."""
+        self.records.extend(state.get("records", ()))
+        self._down = self._down or state.get("down")
+
     def classify(self, windows: Windows, window_indices: Sequence[int],
                  scores: np.ndarray) -> list[PatternCall]:
         """One call per flagged window, from the model where its answer is valid."""
@@ -180,6 +200,9 @@ class LLMClassifier:
                                      confidence=round(a.confidence, 4), evidence=ev.text,
                                      fix=pat.fix, explanation=a.evidence, source="llm"))
         return calls
+
+
+register_classifier("llm", LLMClassifier)
 
 
 __all__ = ["LLMClassifier", "LLMConfig", "WindowRecord"]

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..windows import Windows
-from .base import PatternCall
+from .base import BaseClassifier, PatternCall
+from .registry import register_classifier
 
 #: Rule and model pattern scores this close are said to agree (a quarter of the score range:
 #: below it the two would name the same strength, "weak" or "strong", in words).
@@ -62,7 +63,7 @@ class OfflineConfig:
     nearby_reach: int = 2
 
 
-class OfflineClassifier:
+class OfflineClassifier(BaseClassifier):
     """Argmax of the expert pattern scores (optionally blended with a learned head)."""
 
     name = "offline"
@@ -138,3 +139,6 @@ class OfflineClassifier:
         if abs(model - rule) <= AGREE:
             return f"rules and model agree: {combined:.2f}"
         return f"rules {rule:.2f}, model {model:.2f}: {combined:.2f} together"
+
+
+register_classifier("offline", OfflineClassifier)

@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..detectors.base import Detector, clip01
+from ..detectors.base import DEFAULT_THRESHOLD, Detector, clip01
 from ..units import fmt_us
 from ..windows import Windows
-from .base import Classifier, PatternCall
-
-DEFAULT_THRESHOLD = 0.5
+from .base import BaseClassifier, Classifier, PatternCall
 
 
 @dataclass(frozen=True)
@@ -141,17 +139,18 @@ def redetect(windows: Windows, calls: Sequence[PatternCall], detector: Detector,
     return out, [changes[w] for w in sorted(changes)]
 
 
-class RedetectingClassifier:
+class RedetectingClassifier(BaseClassifier):
     """A classifier that gives its own false alarms a finer second look (see `redetect`)."""
 
     def __init__(self, inner: Classifier, detector: Detector, threshold: float | None = None,
                  config: RedetectConfig = RedetectConfig()):
         self.inner = inner
         self.detector = detector
-        self.threshold = float(threshold if threshold is not None
-                               else getattr(detector, "threshold", DEFAULT_THRESHOLD))
+        self.threshold = float(threshold if threshold is not None else
+                               detector.threshold if detector.threshold is not None
+                               else DEFAULT_THRESHOLD)
         self.config = config
-        self.name = f"{getattr(inner, 'name', 'classifier')}+redetect"
+        self.name = f"{inner.name}+redetect"
         self.changes: list[Change] = []
 
     def classify(self, windows: Windows, window_indices: Sequence[int],
@@ -165,8 +164,19 @@ class RedetectingClassifier:
 
     @property
     def notes(self) -> list[str]:
-        """One line per re-examined window, for the report."""
-        return [c.text for c in self.changes]
+        """One line per re-examined window, for the report, then the inner classifier's."""
+        return [c.text for c in self.changes] + self.inner.notes
+
+    def take_state(self) -> dict:
+        """The changes made since the last call (taken out), and the inner classifier's."""
+        state = {"changes": list(self.changes), "inner": self.inner.take_state()}
+        self.changes.clear()
+        return state
+
+    def give_state(self, state: dict) -> None:
+        """Add a worker's changes, and its inner classifier's state to the inner one."""
+        self.changes.extend(state.get("changes", ()))
+        self.inner.give_state(state.get("inner", {}))
 
 
 __all__ = ["Change", "RedetectConfig", "RedetectingClassifier", "redetect"]

@@ -11,11 +11,8 @@ from rich.console import Console
 
 from ..errors import TraceapError
 from ..outputs import check_writable, failing_write
+from ..windows import DEFAULT_WINDOWS, MAX_WINDOWS, check_windows
 
-#: Most windows a trace may be cut into.  The model's relation module attends over all pairs of
-#: windows: N^2 x heads x 4 bytes per attention map (5000 windows, 4 heads: 0.4 GB, 100000:
-#: 160 GB), and the paper's settings are 50-200 windows (a few tens per profiler step).
-MAX_WINDOWS = 5000
 #: Where a user records traces with GPU events (a CPU recording has none).
 GPU_COLLECT = "scripts/gpu_collect.sh"
 
@@ -47,7 +44,7 @@ _LLM, _RANKS = "LLM (--classifier llm, --detector llm)", "A folder of ranks"
 
 def analyze(
     trace: Path = typer.Argument(..., help="A trace (.json / .json.gz) or a folder of per-rank traces."),
-    windows: int = typer.Option(100, "--windows", "-w", help=f"Number of equal time windows (1 to {MAX_WINDOWS})."),
+    windows: int = typer.Option(DEFAULT_WINDOWS, "--windows", "-w", help=f"Number of equal time windows (1 to {MAX_WINDOWS})."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.analysis/v1 JSON (docs/FORMATS.md) here ('-' = stdout)."),
     detector: str | None = typer.Option(None, "--detector", help="hybrid, expert, rule, clustering, model or llm (default: hybrid = the bundled model and the expert rules, stacked; expert when no model is bundled). model alone ranks whole traces better than it places anomalies inside one (docs/RESULTS.md)."),
     model: Path | None = typer.Option(None, "--model", help="A trained model checkpoint (implies --detector model unless --detector hybrid)."),
@@ -64,9 +61,12 @@ def analyze(
     ray_address: str | None = typer.Option(None, "--ray-address", rich_help_panel=_RANKS, help="Analyse ranks on this Ray cluster ('auto', HOST:PORT or ray://HOST:PORT); the folder must be at the same path on every node."),
 ) -> None:
     """Find performance anti-patterns, window by window, with evidence and fixes."""
+    from ..stages import StageOptions, build_stages
+
     # Every option is checked before the (possibly long) load of the trace.
-    _check_options(trace, windows, threshold, detector, classifier, json_out, html, annotate)
-    det, clf = _stages(detector, model, classifier, llm_url, llm_model, redetect, threshold)
+    options = StageOptions(detector, model, classifier, llm_url, llm_model, redetect, threshold)
+    _check_options(trace, windows, options, json_out, html, annotate)
+    det, clf = build_stages(options)
     # Fail on a missing report module before the (possibly long) analysis.
     html_mod = _report_module("html", "--html") if html else None
     ann_mod = _report_module("annotate", "--annotate") if annotate else None
@@ -103,27 +103,14 @@ def analyze(
                 console.print(f"  [dim]{what}: {path}[/dim]")
 
 
-def _check_options(trace: Path, windows: int, threshold: float | None, detector: str | None,
-                   classifier: str, json_out: Path | None, html: Path | None,
-                   annotate: Path | None) -> None:
+def _check_options(trace: Path, windows: int, options, json_out: Path | None,
+                   html: Path | None, annotate: Path | None) -> None:
     """The checks that need nothing loaded: the input exists, numbers in range, known names,
     output paths that can be written (a failed write after a long analysis wastes it)."""
-    from ..classify import CLASSIFIER_NAMES
-    from ..detectors.registry import DETECTOR_NAMES
-
     if not trace.exists():
         raise TraceapError(f"{trace}: no such file or folder")
-    if not 1 <= windows <= MAX_WINDOWS:
-        raise TraceapError(f"--windows must be between 1 and {MAX_WINDOWS}, not {windows} (the "
-                           f"paper uses 50-200; the model compares every pair of windows)")
-    if threshold is not None and not 0.0 <= threshold <= 1.0:
-        raise TraceapError("--threshold must be between 0 and 1")
-    if detector is not None and detector not in DETECTOR_NAMES:
-        raise TraceapError(f"unknown detector {detector!r}; choose one of "
-                           f"{', '.join(DETECTOR_NAMES)}")
-    if classifier not in CLASSIFIER_NAMES:
-        raise TraceapError(f"unknown classifier {classifier!r}; choose one of "
-                           f"{', '.join(CLASSIFIER_NAMES)}")
+    check_windows(windows)
+    options.check()
     for path, what in ((json_out, "--json"), (html, "--html"), (annotate, "--annotate")):
         if path is None:
             continue
@@ -136,86 +123,36 @@ def _check_options(trace: Path, windows: int, threshold: float | None, detector:
                                    f"file name (traceap never overwrites its input)")
 
 
-def _stages(detector: str | None, model: Path | None, classifier: str, llm_url: str | None,
-            llm_model: str | None, redetect: int, threshold: float | None):
-    """(detector, classifier) as the options ask: a name the analysis resolves, or an object
-    built here so that a broken checkpoint or LLM option fails before the trace is read."""
-    from ..detectors.registry import make_detector
-
-    if model is not None:
-        if detector not in (None, "model", "hybrid"):
-            raise TraceapError("--model goes with --detector model or hybrid")
-        if not model.exists():
-            raise TraceapError(f"{model}: no such model checkpoint")
-        det = make_detector(detector or "model", path=str(model))
-    else:
-        det = detector
-    clf, llm_opts = classifier, {"url": llm_url, "model": llm_model}
-    if (llm_url or llm_model) and "llm" not in (classifier, detector):
-        raise TraceapError("--llm-url / --llm-model go with --classifier llm or --detector llm")
-    if detector == "llm":
-        det = make_detector("llm", **llm_opts)
-    elif model is None and detector in ("model", "hybrid"):
-        det = make_detector(detector)  # a broken checkpoint fails here, before the load
-    if classifier == "llm":
-        from ..classify import make_classifier
-        clf = make_classifier("llm", **llm_opts)
-    if redetect < 0:
-        raise TraceapError("--redetect must be 0 or more")
-    if redetect:
-        from ..analysis import resolve_classifier, resolve_detector
-        from ..classify.redetect import RedetectConfig, RedetectingClassifier
-        det = resolve_detector(det, [])
-        clf = RedetectingClassifier(resolve_classifier(clf, det), det, threshold,
-                                    RedetectConfig(max_rounds=redetect))
-    return det, clf
-
-
 def _run(trace: Path, windows: int, det, clf, threshold: float | None, execution,
          for_html: bool):
     """(the `Analysis` or `JobAnalysis`, the loaded `Trace` or None for a folder)."""
-    if trace.is_dir():
-        from ..job import analyze_job
+    from ..job import analyze_path
 
-        # Each rank is read by the process that analyses it, one at a time; the reports
-        # read what they need per rank (the HTML's parts come back with the ranks).
-        details = None
-        if for_html:
-            from ..report.html import trace_details as details
-        result = analyze_job(trace, windows, det, clf, threshold, workers=execution.workers,
-                             ray=execution.ray, details=details)
-        for bad in result.unreadable:
-            typer.echo(f"traceap: warning: rank file {Path(bad['path']).name} could not be read "
-                       f"({bad['error']}); the other ranks were analysed", err=True)
-        return result, None
-    from ..analysis import analyze
-    from ..load import load
-    from ..progress import status
-
-    with status(f"loading {trace.name}"):
-        loaded = load(trace)
-    with status("analysing"):
-        return analyze(loaded, windows, det, clf, threshold), loaded
+    # A folder's ranks are read by the process that analyses each, one at a time; the reports
+    # read what they need per rank (the HTML's parts come back with the ranks).
+    details = None
+    if for_html:
+        from ..report.html import trace_details as details
+    result, loaded = analyze_path(trace, windows, det, clf, threshold, workers=execution.workers,
+                                  ray=execution.ray, details=details)
+    for bad in result.unreadable if loaded is None else ():
+        typer.echo(f"traceap: warning: rank file {Path(bad['path']).name} could not be read "
+                   f"({bad['error']}); the other ranks were analysed", err=True)
+    return result, loaded
 
 
 def _add_notes(result, det, clf, is_job: bool) -> None:
-    """What the stages have to say after the run: the classifier's notes, a detector that
-    failed, no GPU in the trace, how many windows the LLM named."""
-    result.notes.extend(getattr(clf, "notes", []))
-    failed = getattr(det, "failure_note", None)
-    if failed is not None and failed():
-        result.notes.append(failed())
+    """What the stages have to say after the run (the classifier's notes: re-detection, how
+    many windows the LLM named; a detector's failed parts), and no GPU in the trace."""
+    # A name (or None) was resolved where the trace was analysed, and said so in the notes.
+    if not isinstance(clf, (str, type(None))):
+        result.notes.extend(clf.notes)
+    if not isinstance(det, (str, type(None))):
+        result.notes.extend(det.notes)
     # A job's ranks were read where they were analysed: each rank's analysis says.
     if not any(a.has_gpu for a in (result.ranks if is_job else [result])):
         result.notes.append(f"to find them, record the run on a GPU: bash {GPU_COLLECT} (or "
                             f"traceap collect --device cuda)")
-    llm_clf = getattr(clf, "inner", clf)
-    if getattr(llm_clf, "name", "") == "llm":
-        st = llm_clf.stats
-        result.notes.append(f"classifier: {llm_clf.describe}: {st['answered_by_llm']} of "
-                            f"{st['windows']} window(s) named by the LLM, {st['fell_back']} by "
-                            f"the offline rules" + (f" ({st['backend_down']})"
-                                                    if st["backend_down"] else ""))
 
 
 def _execution(workers: int, ray: bool, ray_address: str | None, is_job: bool):

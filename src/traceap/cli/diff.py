@@ -9,6 +9,7 @@ import typer
 
 from ..errors import TraceapError
 from ..outputs import check_writable, write_bytes
+from ..windows import DEFAULT_WINDOWS, MAX_WINDOWS, check_windows
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +21,7 @@ def diff(
     after: Path = typer.Argument(..., help="The same for the run after the change."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the traceap.diff/v1 JSON here ('-' = stdout)."),
     fail_if_slower: float | None = typer.Option(None, "--fail-if-slower", metavar="PCT", help="Exit with code 3 when the median step time grew by more than PCT percent (a CI regression gate)."),
-    windows: int = typer.Option(100, "--windows", "-w", help="Windows per trace when a trace or folder is analysed here."),
+    windows: int = typer.Option(DEFAULT_WINDOWS, "--windows", "-w", help=f"Windows per trace when a trace or folder is analysed here (1 to {MAX_WINDOWS})."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the verdict."),
 ) -> None:
     """Compare two recordings: did the change make the steps faster, and which findings went away?
@@ -32,8 +33,7 @@ def diff(
     from ..diff import EXIT_SLOWER, compare, render
     from ..progress import status
 
-    if windows < 1:
-        raise TraceapError("--windows must be at least 1")
+    check_windows(windows)
     if fail_if_slower is not None and fail_if_slower < 0:
         raise TraceapError("--fail-if-slower must be 0 or more (percent)")
     if json_out is not None:

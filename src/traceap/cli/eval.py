@@ -12,14 +12,13 @@ import typer
 
 from ..errors import TraceapError
 from ..outputs import failing_write
+from ..windows import MAX_WINDOWS
 
 DEFAULT_DETECTORS = "rule,clustering,expert,model"
 #: Detectors fitted on the train split (trace-level labels); the model brings its checkpoint.
 FIT = ("rule", "clustering")
 #: Detectors whose window features depend on the window width: one instance per N.
 PER_N = ("clustering",)
-#: Detectors that load the trained model checkpoint (--model replaces the bundled one).
-MODEL_BASED = ("model", "hybrid")
 ABLATION_FLAGS = ("no_event_adapter", "no_transformer", "no_relation", "names_masked")
 MAX_SHOWN_WARNINGS = 10
 
@@ -48,15 +47,18 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 def build_detectors(names: list[str], explicit: bool, model: Path | None,
                     warn) -> dict[str, object]:
     """Detectors (or per-N factories) by name; a default one that is unavailable is dropped."""
-    from ..detectors.registry import DETECTOR_NAMES, make_detector
+    from ..detectors import detector_names, make_detector
+    from ..stages import detector_options
 
-    unknown = [n for n in names if n not in DETECTOR_NAMES]
+    unknown = [n for n in names if n not in detector_names()]
     if unknown:
-        raise TraceapError(f"unknown detector {unknown[0]!r}; choose from {', '.join(DETECTOR_NAMES)}")
+        raise TraceapError(f"unknown detector {unknown[0]!r}; choose from "
+                           f"{', '.join(detector_names())}")
     out: dict[str, object] = {}
     for name in names:
-        # --model is the checkpoint of every detector built on the trained model
-        options = {"path": model} if name in MODEL_BASED and model is not None else {}
+        # --model is the checkpoint of every detector built on the trained model (the one
+        # builder of `traceap analyze`'s options: `traceap.stages.detector_options`)
+        options = detector_options(name, model)
         try:
             det = make_detector(name, **options)
         except TraceapError as exc:
@@ -79,9 +81,9 @@ def build_classifiers(names: list[str], explicit: bool, model: Path | None, warn
     pattern head of the model detector (`model_detector` when given, else one loaded from
     --model or the bundled checkpoint).
     """
-    from ..classify import CLASSIFIER_NAMES, make_classifier
+    from ..classify import classifier_names, make_classifier
 
-    known = CLASSIFIER_NAMES + ("offline+model",)
+    known = classifier_names() + ("offline+model",)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise TraceapError(f"unknown classifier {unknown[0]!r}; choose from {', '.join(known)}")
@@ -89,9 +91,10 @@ def build_classifiers(names: list[str], explicit: bool, model: Path | None, warn
     for name in names:
         try:
             if name == "offline+model":
-                from ..detectors.registry import make_detector
-                head = model_detector or make_detector("model", **({"path": model} if model else {}))
-                out[name] = make_classifier("offline", pattern_head=head.pattern_probabilities)
+                from ..detectors import make_detector
+                from ..stages import detector_options
+                head = model_detector or make_detector("model", **detector_options("model", model))
+                out[name] = make_classifier("offline", pattern_head=head.pattern_head)
             else:
                 out[name] = make_classifier(name)
         except TraceapError as exc:
@@ -101,20 +104,18 @@ def build_classifiers(names: list[str], explicit: bool, model: Path | None, warn
     return out
 
 
-def _variant_label(det: object, path: Path) -> str:
-    """"full" or the ablation switches a model checkpoint was trained with (else its file name)."""
-    for holder in (det, getattr(det, "predictor", None), getattr(det, "model", None)):
-        for attr in ("cfg", "config"):
-            cfg = getattr(holder, attr, None)
-            if cfg is not None and all(hasattr(cfg, f) for f in ABLATION_FLAGS[:3]):
-                off = [f for f in ABLATION_FLAGS if getattr(cfg, f, False)]
-                return "+".join(off) if off else "full"
-    return path.stem
+def _variant_label(config, path: Path) -> str:
+    """"full" or the ablation switches a model checkpoint was trained with (`config`, the
+    detector's `LearnedDetector.config`; its file name when it has none)."""
+    if config is None:
+        return path.stem
+    off = [f for f in ABLATION_FLAGS if getattr(config, f)]
+    return "+".join(off) if off else "full"
 
 
 def build_ablation(folder: Path) -> dict[str, object]:
     """One model detector per checkpoint (*.pt) in `folder`, named by its ablation switches."""
-    from ..detectors.registry import make_detector
+    from ..detectors import make_detector
 
     if not folder.is_dir():
         raise TraceapError(f"--ablation: no folder of model checkpoints at {folder} "
@@ -125,7 +126,7 @@ def build_ablation(folder: Path) -> dict[str, object]:
     out: dict[str, object] = {}
     for f in files:
         det = make_detector("model", path=f)
-        label = _variant_label(det, f)
+        label = _variant_label(det.config, f)
         out[f"model[{label}]" if label not in out else f"model[{f.stem}]"] = det
     # The full model first, then one switch off, two, three (the paper's rows, reversed).
     return dict(sorted(out.items(), key=lambda kv: (kv[0] != "model[full]", kv[0].count("+"),
@@ -157,7 +158,7 @@ def eval_(
     detectors: str = typer.Option(DEFAULT_DETECTORS, "--detectors",
                                   help="Comma-separated: rule, clustering, expert, model, hybrid (model + expert "
                                        "rules, the default of analyze), llm."),
-    windows: str = typer.Option("50,100,200", "--windows", help="Window counts N, comma-separated."),
+    windows: str = typer.Option("50,100,200", "--windows", help=f"Window counts N, comma-separated (each 1 to {MAX_WINDOWS})."),
     split: str = typer.Option("test_seen,test_unseen", "--split",
                               help="Splits to test on: test_seen, test_unseen (train for inspection)."),
     out: Path | None = typer.Option(None, "--out", "-o",

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import TraceapError
+from ..windows import DEFAULT_WINDOWS, MAX_WINDOWS, check_windows
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +26,7 @@ def profile(
     with_stack: bool = typer.Option(False, "--with-stack", help="Record Python call stacks (bigger traces, more overhead)."),
     exit_after: bool = typer.Option(False, "--exit-after", help="Stop the run once the trace is written (exit code 0 from each stopped process)."),
     period: float = typer.Option(1.0, "--period", help="Seconds per step when the script never steps (no optimizer step, no DataLoader): a time-based schedule."),
-    windows: int = typer.Option(100, "--windows", "-w", help="Windows for the analysis (as traceap analyze)."),
+    windows: int = typer.Option(DEFAULT_WINDOWS, "--windows", "-w", help=f"Windows for the analysis, 1 to {MAX_WINDOWS} (as traceap analyze)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the traces and report of an earlier profile run in --out (only those), or record beside traces profile did not write (never deleting them)."),
     no_analysis: bool = typer.Option(False, "--no-analysis", help="Record only; do not analyse."),
 ) -> None:
@@ -43,8 +44,7 @@ def profile(
     if not command:
         raise TraceapError("give the command to profile after --, e.g. "
                            "traceap profile -- python train.py --lr 0.1")
-    if windows < 1:
-        raise TraceapError("--windows must be at least 1")
+    check_windows(windows)
     acts = None
     if activities is not None:
         acts = tuple(a.strip().lower() for a in activities.split(",") if a.strip())
@@ -80,28 +80,26 @@ def profile(
 
 
 def _analyse(r, cfg, windows: int, html: bool, console) -> None:
-    from ..analysis import analyze
-    from ..job import analyze_job
-    from ..info import step_numbers
-    from ..load import load, load_job
+    from ..job import analyze_path
     from ..progress import status
     from ..report.terminal import render, render_job
     from ..units import fmt_us
 
     with status("analysing the recording"):
-        if len(r.traces) == 1:
-            loaded = load(r.traces[0])
-            result = analyze(loaded, windows)
-            traces = [loaded]
-        else:
-            loaded = load_job(cfg.out, r.traces)
-            result = analyze_job(loaded, windows)
-            traces = loaded.traces
+        # One trace is analysed as a trace; several as the ranks of a job (only the traces
+        # this run wrote: the folder may hold others, --overwrite keeps them).
+        one = len(r.traces) == 1
+        details = None
+        if html:
+            from ..report.html import trace_details as details
+        result, loaded = analyze_path(r.traces[0] if one else cfg.out, windows,
+                                      files=None if one else r.traces, details=details)
+    ranks = [result] if one else result.ranks
     console.print()
-    (render_job if len(r.traces) > 1 else render)(result, console)
-    for t in traces:
-        m = step_numbers(t)
-        who = f"rank {t.meta.rank}: " if len(traces) > 1 else ""
+    (render if one else render_job)(result, console)
+    for a in ranks:
+        m = a.steps   # the trace's step numbers, measured where it was analysed
+        who = "" if one else f"rank {a.summary.get('rank')}: "
         if not m["step_us"]:
             continue
         loading = "no DataLoader"
@@ -117,8 +115,7 @@ def _analyse(r, cfg, windows: int, html: bool, console) -> None:
                       "--activities cpu,cuda) to see them.")
     if html:
         from ..report.html import write_html
-        path = write_html(result, Path(cfg.out) / "report.html",
-                          loaded if len(r.traces) > 1 else traces[0])
+        path = write_html(result, Path(cfg.out) / "report.html", loaded)
         r.owned.add(["report.html"])
         _say(console, f"HTML report: {path}", style="dim")
     _say(console, f"compare with another run: traceap diff {cfg.out} OTHER_DIR", style="dim")

@@ -16,8 +16,9 @@ import numpy as np
 
 from ..errors import TraceapError
 from ..trace import Trace
-from ..windows import Windows
-from .base import clip01
+from ..windows import DEFAULT_WINDOWS, Windows
+from .base import BaseDetector, clip01
+from .registry import register_detector
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class ClusteringConfig:
     """K-means settings (K = 8, as small windows fall into few regimes) and reference quantile."""
 
     k: int = 8
-    n_windows: int = 100
+    n_windows: int = DEFAULT_WINDOWS
     quantile: float = 0.95
     seed: int = 0
 
@@ -43,12 +44,12 @@ def window_features(windows: Windows) -> tuple[list[str], np.ndarray]:
     return names, np.log1p(np.clip(np.nan_to_num(x), 0.0, None))
 
 
-class ClusteringDetector:
+class ClusteringDetector(BaseDetector):
     """Distance to the nearest K-means centroid of (training) window features."""
 
     name = "clustering"
 
-    def __init__(self, k: int = 8, n_windows: int = 100, quantile: float = 0.95, seed: int = 0):
+    def __init__(self, k: int = 8, n_windows: int = DEFAULT_WINDOWS, quantile: float = 0.95, seed: int = 0):
         self.config = ClusteringConfig(k, n_windows, quantile, seed)
         self.threshold = 0.5
         self._model = None  # (mean, std, centroids, d_ref)
@@ -82,3 +83,6 @@ class ClusteringDetector:
         z = (x - mean) / std
         d = np.sqrt(((z[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
         return clip01(d / (d + d_ref))
+
+
+register_detector("clustering", ClusteringDetector)

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..trace import Trace
 from ..windows import Windows
-from .base import clip01
+from .base import BaseDetector, clip01
+from .registry import register_detector
 
 
 #: Neighbour evidence weight and reach, chosen on the validation split of the real-based
@@ -43,7 +44,7 @@ class ExpertConfig:
             raise ValueError("nearby_weight must lie in [0, 1) and nearby_reach be >= 0")
 
 
-class ExpertDetector:
+class ExpertDetector(BaseDetector):
     """Max over the per-pattern scores of `traceap.patterns.REGISTRY`."""
 
     name = "expert"
@@ -79,3 +80,6 @@ class ExpertDetector:
         c = self.config
         # Neighbours never reach the flagging threshold, whatever it is.
         return clip01(nearby(own, min(c.nearby_weight, 0.9 * c.threshold), c.nearby_reach))
+
+
+register_detector("expert", ExpertDetector, built_from_options=True)

@@ -33,7 +33,8 @@ import numpy as np
 from ..errors import ModelError
 from ..trace import Trace
 from ..windows import Windows
-from .base import clip01
+from .base import BaseDetector, clip01
+from .registry import register_detector
 from .expert import ExpertDetector
 
 SCHEMA = "traceap.hybrid/v1"
@@ -94,7 +95,7 @@ def bundled_params_path() -> Path:
     return Path(str(resources.files("traceap") / "data" / "hybrid.json"))
 
 
-class HybridDetector:
+class HybridDetector(BaseDetector):
     """The trained model and the expert rules, stacked (or averaged with `model_weight`)."""
 
     name = "hybrid"
@@ -133,6 +134,11 @@ class HybridDetector:
             warm = warmup_share(windows)
         return clip01(self.params.combine(m, e, warm))
 
+    @property
+    def pattern_head(self):
+        """The model's learned pattern head (`pattern_probabilities`)."""
+        return self.pattern_probabilities
+
     def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
         """The model's learned pattern head (the offline classifier blends it with the rules)."""
         return self.learned.pattern_probabilities(windows)
@@ -142,6 +148,9 @@ class HybridDetector:
             f"stack a={self.params.model_coef:.3g} b={self.params.expert_coef:.3g} "
             f"c={self.params.bias:.3g} d={self.params.warmup_coef:.3g}")
         return f"HybridDetector({self.learned!r}, {how})"
+
+
+register_detector("hybrid", HybridDetector, built_from_options=True)
 
 
 __all__ = ["HybridDetector", "HybridParams", "SCHEMA", "bundled_params_path"]

@@ -19,10 +19,11 @@ import numpy as np
 from ..model.config import HEAD_PATTERNS
 from ..trace import Trace
 from ..windows import Windows
-from .base import clip01
+from .base import BaseDetector, clip01
+from .registry import register_detector
 
 
-class LearnedDetector:
+class LearnedDetector(BaseDetector):
     """Window scores from a trained TorchTraceAP-style model (weakly supervised, CPU)."""
 
     name = "model"
@@ -49,6 +50,17 @@ class LearnedDetector:
         """Anomaly score per window, in [0, 1]."""
         return clip01(self._predict(windows).scores)
 
+    @property
+    def config(self):
+        """The model configuration of the checkpoint (`traceap.model.config`): its ablation
+        switches name an ablation variant (`traceap eval --ablation`)."""
+        return self.predictor.cfg
+
+    @property
+    def pattern_head(self):
+        """The learned pattern head (`pattern_probabilities`)."""
+        return self.pattern_probabilities
+
     def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
         """Per pattern id: per-window probability from the learned pattern head."""
         probs = self._predict(windows).patterns
@@ -56,6 +68,9 @@ class LearnedDetector:
 
     def __repr__(self) -> str:
         return f"LearnedDetector({str(self.predictor.checkpoint.path)!r})"
+
+
+register_detector("model", LearnedDetector, built_from_options=True)
 
 
 __all__ = ["LearnedDetector"]

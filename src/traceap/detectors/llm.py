@@ -7,7 +7,7 @@ paper's GPT-4.1 budget and any small local model, so each window is given as one
 (GPU busy, kernels, launch delays, memcpys, NCCL, syncs, heaviest op) from `prompt.summary_line`.
 The reply is validated (exactly one number in [0, 1] per window) and retried once; a sub-trace
 the model fails on scores 0 and is counted in `failures`, never filled in by the expert rules,
-so the baseline stays a pure LLM.  `failure_note()` says how many sub-traces failed, for the
+so the baseline stays a pure LLM.  `notes` says how many sub-traces failed, for the
 notes of `traceap analyze` and the tables of `traceap eval`; once the server is unreachable the
 remaining sub-traces are not sent (they fail with the same reason).
 """
@@ -24,9 +24,11 @@ from ..llm.prompt import AnswerError, parse_scores, score_messages, score_schema
 from ..errors import TraceapError
 from ..trace import Trace
 from ..windows import Windows
+from .base import BaseDetector
+from .registry import register_detector
 
 
-class PureLLMDetector:
+class PureLLMDetector(BaseDetector):
     """Window scores straight from an LLM, five sub-traces per trace."""
 
     name = "llm"
@@ -88,14 +90,18 @@ class PureLLMDetector:
         self.seconds += time.perf_counter() - t0
         return np.clip(scores, 0.0, 1.0)
 
-    def failure_note(self) -> str | None:
-        """One line on the sub-traces the model gave no valid answer for (None: no failure)."""
+    @property
+    def notes(self) -> list[str]:
+        """One line on the sub-traces the model gave no valid answer for (none: no failure)."""
         if not self.failures:
-            return None
+            return []
         reasons = list(dict.fromkeys(f.split(": ", 1)[-1] for f in self.failures))
-        return (f"pure-LLM detector: {len(self.failures)} of {self.subtraces} sub-trace(s) got "
+        return [f"pure-LLM detector: {len(self.failures)} of {self.subtraces} sub-trace(s) got "
                 f"no valid answer and scored 0 ({reasons[0]}"
-                + (f"; {len(reasons) - 1} other reason(s)" if len(reasons) > 1 else "") + ")")
+                + (f"; {len(reasons) - 1} other reason(s)" if len(reasons) > 1 else "") + ")"]
+
+
+register_detector("llm", PureLLMDetector, built_from_options=True)
 
 
 __all__ = ["PureLLMDetector"]

@@ -16,7 +16,8 @@ import numpy as np
 from ..errors import TraceapError
 from ..trace import Kind, Trace
 from ..windows import Windows
-from .base import clip01
+from .base import BaseDetector, clip01
+from .registry import register_detector
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def _group_stats(names: np.ndarray, durs: np.ndarray) -> dict[str, np.ndarray]:
             "mean": mean, "std": std}
 
 
-class RuleDetector:
+class RuleDetector(BaseDetector):
     """Kernel-runtime outliers per kernel name (the paper's Rule baseline)."""
 
     name = "rule"
@@ -123,3 +124,6 @@ class RuleDetector:
         per_w = windows.total(rows, excess) if len(rows) else np.zeros(windows.n)
         ref = self.config.scale * windows.width_us
         return clip01(per_w / (per_w + ref))
+
+
+register_detector("rule", RuleDetector)

@@ -30,7 +30,7 @@ from ..load import load
 from ..patterns import pattern_ids
 from ..progress import track
 from ..trace import Trace
-from ..windows import Windows
+from ..windows import Windows, check_windows
 from . import metrics
 
 SCHEMA = "traceap.eval/v1"
@@ -55,8 +55,10 @@ class EvalConfig:
     fit_limit: int | None = None
 
     def __post_init__(self):
-        if not self.windows or any(n < 1 for n in self.windows):
+        if not self.windows:
             raise ValueError("window counts must be positive integers")
+        for n in self.windows:   # the one window-count check (`traceap.windows`)
+            check_windows(n)
         bad = [s for s in self.splits if s not in GROUPS]
         if bad or not self.splits:
             raise ValueError(f"unknown split {bad[0] if bad else ''!r}; "
@@ -412,8 +414,8 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _threshold(detector: Detector, default: float) -> float:
-    t = getattr(detector, "threshold", None)
-    return float(t) if isinstance(t, (int, float)) and 0.0 <= t <= 1.0 else default
+    """The detector's own threshold, else the evaluation's."""
+    return float(default if detector.threshold is None else detector.threshold)
 
 
 def evaluate(dataset: str | os.PathLike, detectors: Mapping[str, DetectorSpec],
@@ -492,12 +494,12 @@ def detector_failures(per_n: Mapping[int, Mapping[str, Detector]]) -> dict[str, 
     seen: set[int] = set()
     for dets in per_n.values():
         for name, det in dets.items():
-            if id(det) in seen or not hasattr(det, "failure_note"):
+            if id(det) in seen or not det.failures:
                 continue
             seen.add(id(det))
             f = out.setdefault(name, {"failed": 0, "subtraces": 0, "reasons": []})
             f["failed"] += len(det.failures)
-            f["subtraces"] += int(getattr(det, "subtraces", 0))
+            f["subtraces"] += int(det.subtraces)
             f["reasons"] += [x for x in det.failures if x not in f["reasons"]][:3]
     for name in [n for n, f in out.items() if not f["failed"]]:
         del out[name]

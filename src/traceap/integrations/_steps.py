@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .._torch import require_torch
 from ..handler import TraceHandler
+from ..windows import DEFAULT_WINDOWS
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class StepProfiler:
     `step()` after every training step, `stop()` at its end (waits for the analysis)."""
 
     def __init__(self, config: StepsConfig, out: str | os.PathLike, *, html: bool = True,
-                 windows: int = 100, background: bool = True, worker_name: str | None = None):
+                 windows: int = DEFAULT_WINDOWS, background: bool = True, worker_name: str | None = None):
         self.config = config
         self.handler = TraceHandler(out, worker_name, html=html, windows=windows,
                                     background=background)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from ..windows import DEFAULT_WINDOWS
 from ._steps import StepProfiler, StepsConfig
 
 try:
@@ -29,7 +30,7 @@ class TraceapCallback(Callback):
     unless `background` is False).  Each rank writes its own files."""
 
     def __init__(self, steps: int = 5, out: str | os.PathLike = "traceap", *, skip_first: int = 5,
-                 warmup: int = 1, html: bool = True, windows: int = 100, background: bool = True):
+                 warmup: int = 1, html: bool = True, windows: int = DEFAULT_WINDOWS, background: bool = True):
         super().__init__()
         self.profiler = StepProfiler(StepsConfig(steps, skip_first, warmup), out, html=html,
                                      windows=windows, background=background)

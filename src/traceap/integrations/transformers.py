@@ -14,6 +14,7 @@ except ImportError:
     raise ImportError("traceap.integrations.transformers needs transformers, which is not "
                       "installed here: pip install 'traceap[integrations]'") from None
 
+from ..windows import DEFAULT_WINDOWS
 from ._steps import StepProfiler, StepsConfig
 
 
@@ -25,7 +26,7 @@ class TraceapCallback(TrainerCallback):
     accumulation, several batches).  Each rank writes its own files."""
 
     def __init__(self, steps: int = 5, out: str | os.PathLike = "traceap", *, skip_first: int = 5,
-                 warmup: int = 1, html: bool = True, windows: int = 100, background: bool = True):
+                 warmup: int = 1, html: bool = True, windows: int = DEFAULT_WINDOWS, background: bool = True):
         self.profiler = StepProfiler(StepsConfig(steps, skip_first, warmup), out, html=html,
                                      windows=windows, background=background)
 
