@@ -30,10 +30,11 @@ from .conftest import CNN, DATA, SAMPLE, needs_shared, shared_trace_files
 PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
 
 V1_KEYS = ["schema", "trace", "n_windows", "span_us", "windows", "findings"]
-WINDOW_KEYS = ["index", "start_us", "end_us", "score", "flagged", "pattern", "confidence"]
+WINDOW_KEYS = ["index", "start_us", "end_us", "score", "flagged", "pattern", "confidence",
+               "patterns"]
 FINDING_KEYS = ["pattern", "windows", "start_us", "end_us", "severity", "evidence", "fix"]
 #: Keys added to v1 (docs/formats_findings.md): after the v1 keys, never instead of them.
-ADDED_KEYS = ["gpu_idle", "step_basis", "severity_rule", "notes", "rank"]
+ADDED_KEYS = ["gpu_idle", "gpu_inefficient", "step_basis", "severity_rule", "notes", "rank"]
 ADDED_FINDING_KEYS = ["title", "time_lost_us", "time_lost_per_step_us", "gain_us", "gain_pct",
                       "explanation", "numbers", "source"]
 
@@ -64,6 +65,9 @@ def test_analysis_json_keeps_formats_v1_and_adds_keys(ddp_analysis):
     assert list(j) == V1_KEYS + ADDED_KEYS and j["schema"] == "traceap.analysis/v1"
     assert j["n_windows"] == 100 == len(j["windows"])
     assert all(list(w) == WINDOW_KEYS for w in j["windows"])
+    # A window's named pattern is among the patterns present in it.
+    assert all(w["pattern"] in w["patterns"] for w in j["windows"] if w["pattern"])
+    assert j["gpu_inefficient"]["busy_us"] == j["gpu_idle"]["busy_us"]
     assert all(list(f) == FINDING_KEYS + ADDED_FINDING_KEYS for f in j["findings"])
     assert set(j["gpu_idle"]["by_cause"]) == {"warmup", "communication", "compile_gaps",
                                               "host_copy_sync", "data_loading", "launch_bound",
