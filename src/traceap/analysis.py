@@ -46,8 +46,8 @@ class WindowResult:
     flagged: bool
     pattern: str | None
     confidence: float | None
-    #: Every reported pattern present in the window (its rule flags the window), by the time
-    #: it costs there, most first; `pattern` (the classifier's call) among them.
+    #: Every reported pattern present in the window (its rule flags the window): `pattern`
+    #: (the classifier's call) first, the others by the time they cost there, most first.
     patterns: list[str] = field(default_factory=list)
 
 
@@ -339,11 +339,11 @@ def _present(windows: Windows, registry, shown: set[str], pscores: dict[str, np.
 def _window_patterns(present: dict[str, tuple[np.ndarray, np.ndarray]], i: int,
                      named: str | None) -> list[str]:
     """Every reported pattern present in window `i` (its rule flags it, or the classifier
-    named it), by the time it costs there, most first: an FP32 run with a loader stall reads
-    as both where the stall is."""
+    named it): the named one first, the others by the time they cost there, most first.  An
+    FP32 run with a loader stall reads as the stall, FP32 beside it, where the stall is."""
     here = [(pid, float(lost[i])) for pid, (flag, lost) in present.items()
-            if flag[i] or pid == named]
-    return [pid for pid, _ in sorted(here, key=lambda pl: -pl[1])]
+            if (flag[i] or pid == named)]
+    return [pid for pid, _ in sorted(here, key=lambda pl: (pl[0] != named, -pl[1]))]
 
 
 def _findings(windows: Windows, calls: list[PatternCall], registry, account: IdleAccount,

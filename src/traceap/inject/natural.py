@@ -28,8 +28,9 @@ import numpy as np
 
 from .. import idle
 from ..findings import SEVERITY, SeverityConfig, judge, step_basis
-from ..patterns._registry import pattern_ids, pieces
+from ..patterns._registry import get_pattern, is_pattern, pattern_ids, pieces
 from ..trace import Kind, Trace, merged_intervals
+from ..windows import DEFAULT_WINDOWS, Windows
 from . import mechanisms  # noqa: F401 - each mechanism module registers its label rule
 
 
@@ -69,6 +70,9 @@ class NaturalConfig:
     launch_bound_share: float = 0.5
     launch_bound_slack_us: float = 20.0
     min_step_us: float = 1000.0
+    #: FP32 matrix work on a GPU with tensor cores: FP32 GEMM/convolution kernels (no tensor
+    #: core) >= 10% of a step's GPU busy time (twice the rule's 5% trace gate: obvious).
+    fp32_busy_share: float = 0.10
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,12 @@ def pattern_gain_pct(trace: Trace, pattern: str, severity: SeverityConfig = SEVE
     hide under compute."""
     acc = idle.measure(trace)
     mech = idle.mechanism_of(pattern)
-    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
-        return 0.0
     basis = step_basis(trace, acc)
+    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
+        if not is_pattern(pattern):
+            return 0.0
+        lost, in_steps = get_pattern(pattern).time_lost(Windows(trace, DEFAULT_WINDOWS), acc)
+        return judge(lost, in_steps, basis, None, severity)[2]
     _, _, pct, _ = judge(float(acc.by_mechanism[mech]), acc.in_steady_steps(mech), basis,
                          idle.gain_cap_us(acc, pattern, basis.n_steps), severity)
     return pct
