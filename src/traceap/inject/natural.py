@@ -73,6 +73,9 @@ class NaturalConfig:
     #: FP32 matrix work on a GPU with tensor cores: FP32 GEMM/convolution kernels (no tensor
     #: core) >= 10% of a step's GPU busy time (twice the rule's 5% trace gate: obvious).
     fp32_busy_share: float = 0.10
+    #: Layout transposes around convolutions (a model in NCHW): >= 4% of a step's GPU busy
+    #: time (twice the rule's 2% trace gate).
+    transpose_busy_share: float = 0.04
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ BUILTIN = (
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
     "no_mixed_precision",
+    "no_channels_last",
 )
 
 #: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The
