@@ -22,8 +22,9 @@ from .conftest import CNN, DATA, SHARED_TRACES, needs_shared
 ID = "no_mixed_precision"
 #: A V100 DLRM run in FP32 (volta_sgemm_*: 31% of the GPU busy time), HTA's trace_diff test.
 V100_FP32 = SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis" / "trace_diff__test__test.json.gz"
+DLRM = Path(CNN).parent / "dlrm_a100_rank3.json.gz"   # A100, 6 steps, TF32 GEMMs
 HEALTHY = [CNN, DATA / "particle_transformer_bs8.json.gz", DATA / "amd_mi300_gemm.json.gz",
-           Path(CNN).parent / "dlrm_a100_rank3.json.gz", DATA / "kineto2021_v100.json.gz",
+           DLRM, DATA / "kineto2021_v100.json.gz",
            DATA / "amd_mi250_train.json.gz"]
 
 
@@ -72,7 +73,8 @@ def test_a_real_v100_fp32_run_is_found_with_its_time_lost():
     assert nat.anomalies and nat.gain_pct[ID] > 3.0
 
 
-@pytest.mark.parametrize("base,seed", [(CNN, 1), (DATA / "kineto2021_v100.json.gz", 2)],
+@pytest.mark.parametrize("base,seed", [(DLRM, 1),
+                                       (DATA / "kineto2021_v100.json.gz", 2)],
                          ids=["a100", "v100"])
 def test_planted_fp32_is_found_and_its_time_lost_matches_the_plant(base, seed, tmp_path):
     before = analyze(base, detector="expert")
@@ -105,7 +107,7 @@ def test_no_tensor_cores_no_plant():
 def test_a_window_with_a_stall_in_an_fp32_run_lists_both(tmp_path):
     """The issue's example: an FP32 run with a data-loading stall reads as a stall where the
     stall is, with the FP32 work listed beside it."""
-    o, _ = _plant(CNN, ID, 3, tmp_path, "fp32.json")
+    o, _ = _plant(DLRM, ID, 3, tmp_path, "fp32.json")
     f = tmp_path / "fp32.json"
     o2 = inject_one(Base.of(Doc(f), f.name), "single_process_dataloading",
                     np.random.default_rng(4))

@@ -24,6 +24,7 @@ import numpy as np
 
 from ...measures.precision import fp32_matmul_rows, is_amd, speedup, _capability, _props
 from ...patterns._registry import register_piece
+from ...trace import merged_intervals
 from ..dialect import Factory
 from .base import Base, Block, Instance, Launch, Plan, Unusable, emit_call, op_launch
 
@@ -51,14 +52,21 @@ FP32_NAMES = {
 class Config:
     """How much of a step is planted in FP32."""
 
-    #: FP32 GEMM time added per step, as a share of the step: a few large layers left in FP32
-    #: (a classifier head, an attention block) take 10-40% of a vision model's step.
-    step_share: tuple = (0.15, 0.4)
+    #: FP32 GEMM time added per step, as a share of the step's GPU busy time: a few layers
+    #: left in FP32 (a classifier head, an attention block) take 15-40% of a model's compute.
+    busy_share: tuple = (0.15, 0.4)
+    #: A step whose GPU idles most of the time (launch-bound) counts as busy for at least this
+    #: share of it: the plant stays visible next to the base's own work.
+    min_busy: float = 0.25
     #: FP32 GEMM kernels per step (one per layer left in FP32).
-    kernels: tuple = (2, 6)
+    kernels: tuple = (4, 12)
     #: Host time of one `aten::linear > aten::addmm` call around its launch (us): 20-60 us in
     #: the V100 / A100 traces of ../shared.
     host_us: tuple = (20.0, 60.0)
+    #: A kernel goes where the base GPU has no idle gap longer than this (us) in the stretch
+    #: it will run in (its queue and twice its length): between launches, not into a stall of
+    #: the base (a loader wait, an exposed all-reduce: 1 ms and more) that it would fill.
+    max_gap_us: float = 500.0
     max_instances: int = 12
 
 
@@ -78,7 +86,8 @@ def fp32_name(base: Base) -> str:
 
 
 def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Plan:
-    """FP32 GEMM launches spread over each step; each kernel's last (1 - 1/s) is the label."""
+    """FP32 GEMM launches spread over each step where the GPU is busy; each kernel's last
+    (1 - 1/s) is the label."""
     tr = base.doc.trace
     s = speedup(tr)
     if s is None:
@@ -88,16 +97,28 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     main = base.tl.main_thread
     top = base.top_rows(main)
     starts = base.start_rel(top)
+    backlog = base.tl.backlog_at(starts)
+    busy_s, busy_e = _busy(base)
     instances = []
     for _row, lo, hi, _kids in base.steps_or_stretches()[: config.max_instances]:
-        inside = np.sort(starts[(starts > lo) & (starts < hi)])
+        inside = np.flatnonzero((starts > lo) & (starts < hi))
         if len(inside) < 2:
             continue
         n = int(min(rng.integers(config.kernels[0], config.kernels[1] + 1), len(inside)))
-        at = np.sort(rng.choice(inside, size=n, replace=False))
-        total = rng.uniform(*config.step_share) * (hi - lo)
+        step_busy = float(np.clip(np.minimum(busy_e, hi) - np.maximum(busy_s, lo), 0.0,
+                                  None).sum())
+        total = rng.uniform(*config.busy_share) * max(step_busy, config.min_busy * (hi - lo))
         durs = total * rng.dirichlet(np.ones(n))
-        for T, dur in zip(at.tolist(), durs.tolist()):
+        at = []
+        for dur in durs.tolist():
+            # where the GPU stays busy past the new kernel: slower work in a busy stretch, not
+            # GPU work filling a stall the base has (a loader wait, an exposed all-reduce)
+            ok = [int(i) for i in inside if int(i) not in at and
+                  _longest_gap(busy_s, busy_e, starts[i], starts[i] + backlog[i] + 2 * dur)
+                  <= config.max_gap_us]
+            if ok:
+                at.append(int(rng.choice(ok)))
+        for T, dur in zip(starts[at].tolist(), durs.tolist()):
             block = Block(T=float(T), thread=main)
             host = rng.uniform(*config.host_us)
             call = op_launch(block, ["aten::linear", "aten::addmm"], 0.6 * host,
@@ -114,6 +135,21 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no step with top-level work to launch FP32 GEMMs from")
     return Plan(PATTERN, instances)
+
+
+def _busy(base: Base) -> tuple[np.ndarray, np.ndarray]:
+    """The base's GPU busy stretches (relative us): the union of its GPU work."""
+    tl = base.tl
+    return merged_intervals(tl.start, tl.end)
+
+
+def _longest_gap(bs: np.ndarray, be: np.ndarray, lo: float, hi: float) -> float:
+    """The longest GPU idle gap of the base inside [lo, hi] (relative us)."""
+    i, j = np.searchsorted(be, lo, side="left"), np.searchsorted(bs, hi, side="right")
+    gs = np.r_[lo, be[i:j]]
+    ge = np.r_[bs[i:j], hi]
+    gaps = np.minimum(ge, hi) - np.maximum(gs, lo)
+    return float(gaps.max()) if len(gaps) else hi - lo
 
 
 def _kernel_args(dur_us: float) -> dict:
