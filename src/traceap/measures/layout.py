@@ -6,8 +6,9 @@ Read by the `no_channels_last` rule and its inject mechanism.  Names as real tra
 `nhwcToNchwKernel<...>` (older cuDNN without the namespace), MIOpen `batched_transpose_*` and
 `transpose_NCHW2CNHW` / `transpose_CNHW2NCHW`.  A transpose counts when the convolution launched
 it (its enclosing cpu_op is a convolution: `aten::cudnn_convolution`,
-`aten::convolution_backward`, `aten::miopen_convolution`, ...); in a trace without CPU events
-(GPU-only), when the trace runs convolution kernels at all.
+`aten::convolution_backward`, `aten::miopen_convolution`, ...); one with no enclosing op
+recorded (a GPU-only trace, a launch the profiler did not nest), when the trace runs
+convolution kernels at all.
 """
 
 from __future__ import annotations
@@ -38,11 +39,10 @@ def conv_transpose_rows(trace: Trace) -> np.ndarray:
             return rows
         op = trace.cpu_op[rows]
         conv_op = name_mask(trace, CONV_OP)[trace.name[np.maximum(op, 0)]] & (op >= 0)
-        if (op >= 0).any():
-            return rows[conv_op]
-        # no CPU side: transposes count when the trace runs convolutions
-        has_conv = name_mask(trace, CONV_KERNEL)[trace.name[k]].any()
-        return rows if has_conv else rows[:0]
+        # no enclosing op recorded (a GPU-only trace, a launch the profiler did not nest):
+        # the transpose counts when the trace runs convolutions
+        has_conv = bool(name_mask(trace, CONV_KERNEL)[trace.name[k]].any())
+        return rows[conv_op | ((op < 0) & has_conv)]
     return cached(trace, "layout:conv_transposes", make)
 
 
