@@ -14,7 +14,9 @@ Where a pattern shows is the rules'; whether it counts is the one judgement `tra
 makes of a finding: the pattern's time lost by the idle account (`traceap.idle`), as a gain
 in % of the median steady step (`traceap.findings.judge`, capped where a fix can only hide
 it under compute), must reach `SeverityConfig.medium_pct` (3%) -- the cut at which analyze
-reports a pattern on its measured cost alone.  Below it the windows are listed apart
+reports a pattern on its measured cost alone.  A busy-but-slow pattern (`BusyInefficient`: FP32
+matrix math, layout transposes) costs no idle time: its cost is its own rule's estimate, read
+through the registry, as analyze reads it.  Below it the windows are listed apart
 (`NaturalLabels.below_cut`) and do not make a trace bad: a launch-bound DDP step whose
 collectives run while the host has not launched the next work "looks" exposed, and the
 idle account gives that time to the host (the bundled DDP CNN: 21 windows, none costing 2%).
