@@ -541,8 +541,9 @@ def test_label_and_analyze_agree_by_one_cut(path):
     for p in labelled:  # one measure: the label's cost is the finding's gain
         assert lab.gain_pct[p] == pytest.approx(reported[p].gain_pct, abs=1e-3)
     assert all(lab.gain_pct[p] < lab.cut_pct for _, _, p in lab.below_cut)
-    if path == CNN:
-        assert not lab.anomalies and not reported and len(lab.below_cut) == 21
+    if path == CNN:  # its NCHW transposes: reported low, below the cut (issue 34)
+        assert not lab.anomalies and set(reported) == {"no_channels_last"}
+        assert len([x for x in lab.below_cut if x[2] != "no_channels_last"]) == 21
 
 
 def test_inject_marks_a_base_bad_only_above_the_cut(tmp_path):
@@ -560,7 +561,8 @@ def test_inject_marks_a_base_bad_only_above_the_cut(tmp_path):
     p = subprocess.run([sys.executable, "-m", "traceap", "label", "--json", str(CNN)],
                        capture_output=True, text=True)
     j = json.loads(p.stdout)
-    assert j["label"] == "good" and len(j["below_cut"]) == 21 and j["cut_pct"] == 3.0
+    idle_below = [x for x in j["below_cut"] if x["pattern"] != "no_channels_last"]
+    assert j["label"] == "good" and len(idle_below) == 21 and j["cut_pct"] == 3.0
 
 
 # -- the dataset writer and the CLI -----------------------------------------------------------

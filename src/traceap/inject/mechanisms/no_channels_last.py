@@ -91,6 +91,8 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
             name = tr.names[int(tr.name[c])]
             for to_nhwc, T in ((True, float(t_launch[i])), (False, float(t_end[i]))):
                 dur = max(config.min_us, float(tr.dur[c]) * rng.uniform(*config.share))
+                if base.doc.ts_is_int:  # whole us, or it rounds into the next kernel
+                    dur = float(np.rint(dur))
                 b = Block(T=T, thread=base.tl.main_thread)
                 launch = b.add(Launch(rt_dur=4.0, stream=base.tl.compute_stream, gpu_dur=dur))
                 blocks.append(b)

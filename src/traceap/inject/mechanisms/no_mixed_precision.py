@@ -108,7 +108,7 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
         step_busy = float(np.clip(np.minimum(busy_e, hi) - np.maximum(busy_s, lo), 0.0,
                                   None).sum())
         total = rng.uniform(*config.busy_share) * max(step_busy, config.min_busy * (hi - lo))
-        durs = total * rng.dirichlet(np.ones(n))
+        durs = _whole_us(base, total * rng.dirichlet(np.ones(n)))
         at = []
         for dur in durs.tolist():
             # where the GPU stays busy past the new kernel: slower work in a busy stretch, not
@@ -135,6 +135,12 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable("no step with top-level work to launch FP32 GEMMs from")
     return Plan(PATTERN, instances)
+
+
+def _whole_us(base: Base, durs: np.ndarray) -> np.ndarray:
+    """Kernel lengths as the trace can write them: whole us in a trace of integer times (a
+    fraction would round into the next kernel on the stream)."""
+    return np.maximum(np.rint(durs), 1.0) if base.doc.ts_is_int else durs
 
 
 def _busy(base: Base) -> tuple[np.ndarray, np.ndarray]:
