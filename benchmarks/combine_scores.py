@@ -26,10 +26,9 @@ import numpy as np
 
 from traceap.manifest import read_manifest
 from traceap.detectors.hybrid import HybridParams
+from traceap.detectors.stack import add_warmup
 from traceap.eval.runner import EvalConfig, EvalResult, TraceRecord
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_hybrid import add_warmup, merge_scores  # noqa: E402  (a sibling benchmark script)
+from traceap.eval.scores import merge_scores
 
 
 def main(argv=None) -> int:

@@ -158,7 +158,7 @@ def main() -> None:
         args.url = None if args.offline_only else args.url
         result = run(args)
     else:
-        from traceap.llm_setup import running_server
+        from traceap.llm.setup import running_server
         args.label = args.label or args.model
         with running_server(args.model, threads=args.threads, timeout_s=300) as url:
             args.url = url

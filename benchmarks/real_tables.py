@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     abl = ablation(real, synth)
     if abl:
         parts += ["### Names masked (shortcut check)", "The shipped model scored with every "
-                  "event name hidden (`benchmarks/ship_model.py --names-masked-out`: the same "
+                  "event name hidden (`traceap ship model --names-masked-out`: the same "
                   "weights, config `names_masked`), beside the model as shipped.", abl]
     (args.out / "tables.md").write_text("\n\n".join(parts) + "\n")
     print("\n\n".join(parts))

@@ -30,12 +30,8 @@ SCORES="$OUT/scores"
 mkdir -p "$SCORES/probe"
 
 # the names-masked probe: the shipped weights, every event nameless
-$PY - "$MODEL" "$SCORES/probe/names_masked.pt" <<'PYEOF'
-import sys, torch
-obj = torch.load(sys.argv[1], weights_only=False)
-obj["config"] = {**obj["config"], "names_masked": True}
-torch.save(obj, sys.argv[2])
-PYEOF
+$PY -c 'import sys; from traceap.model.ship import write_names_masked; write_names_masked(*sys.argv[1:])' \
+  "$MODEL" "$SCORES/probe/names_masked.pt"
 
 ev() {  # dataset split detectors out [extra...]
   local ds=$1 split=$2 dets=$3 out=$4; shift 4

@@ -6,7 +6,7 @@
 
 The train split's traces, scored out of fold (`benchmarks/crossfit_folds.py`: each by a model
 that never trained on its workload family), are cut into the same folds.  For each fold K the
-stack is fitted (`tune_hybrid.fit_stack`, the same procedure as the shipped one) on the
+stack is fitted (`traceap.detectors.stack.fit_stack`, the same procedure as the shipped one) on the
 validation split alone, and on the validation split plus the other folds, and both are scored on
 fold K, beside the model and the rules alone.  The pooled numbers over every fold are what a
 stack fitted each way would read on workload families it never saw.  Nothing here reads a test
@@ -21,8 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from traceap.detectors.stack import fit_stack, report
+from traceap.eval.scores import read_scores
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_hybrid import cells, fit_stack, read_scores, report  # noqa: E402  (a sibling benchmark script)
+from tune_hybrid import cells  # noqa: E402  (a sibling benchmark script)
 
 
 def main(argv=None) -> int:

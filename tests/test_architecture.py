@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("load", "windows"),                             # file -> Trace, Trace -> Windows
     ("manifest", "measures", "outputs"),             # pattern ids; shared trace measurements;
                                                      # the folders and files commands write
-    ("idle", "findings", "llm_setup", "synth", "collect", "profile"),
+    ("idle", "findings", "synth", "collect", "profile"),
     ("patterns", "info", "inject"),                  # one module per anti-pattern
     ("parallel",),                                   # one task per trace: processes or Ray
     ("crossrank", "llm", "model"),                   # cross-rank view, LLM I/O, neural model
@@ -37,7 +37,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("classify",),                                   # name the pattern of flagged windows
     ("analysis", "report", "eval"),                  # the facade, its outputs, the tables
     ("job",),                                        # every rank analysed, then compared
-    ("diff",),
+    ("diff", "handler", "notebook"),                 # before/after; the profiler's handler;
+                                                     # analyses that show as their report
+    ("integrations",),                               # Lightning and Hugging Face callbacks
     ("cli",),
     ("__main__",),
 ]
@@ -218,3 +220,19 @@ def test_the_scan_sees_function_level_and_string_imports():
     assert "traceap.patterns" in IMPORTS["traceap.classify.redetect"]
     assert "traceap.detectors.llm" in IMPORTS["traceap.detectors.registry"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: Package imports the layers would allow but the pipeline's shape forbids, with why.
+FORBIDDEN_PACKAGE_IMPORTS: dict[tuple[str, str], str] = {
+    ("model", "inject"): "the neural model reads datasets through `manifest` and `load` "
+                         "(`load.find_traces`), never through the tool that plants patterns",
+    ("job", "report"): "a job is analysed, not written: the caller hands `analyze_job` what an "
+                       "output needs from each trace (`details=`)",
+}
+
+
+def test_no_forbidden_package_import():
+    graph = package_graph()
+    found = sorted(f"{a} -> {b}: {why}" for (a, b), why in FORBIDDEN_PACKAGE_IMPORTS.items()
+                   if b in graph.get(a, set()))
+    assert found == []

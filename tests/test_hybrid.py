@@ -100,9 +100,10 @@ def _tune_hybrid():
 
 
 def test_flag_bias_raises_the_bias_only_while_healthy_windows_stay_unflagged():
-    """`tune_hybrid.py --flag-bias`: the bias goes up (more anomalous windows flagged at 0.5)
-    until one more step would flag a window of a healthy trace that the fitted bias left alone."""
-    tune = _tune_hybrid()
+    """`traceap ship stack` (`traceap.detectors.stack.flag_bias`, on unless --no-flag-bias):
+    the bias goes up (more anomalous windows flagged at 0.5) until one more step would flag a
+    window of a healthy trace that the fitted bias left alone."""
+    from traceap.detectors.stack import flag_bias
     rng = np.random.default_rng(0)
     rows = []
     for i in range(12):
@@ -114,7 +115,7 @@ def test_flag_bias_raises_the_bias_only_while_healthy_windows_stay_unflagged():
         rows.append({"n_windows": 100, "label": "good" if good else "bad", "labels": y,
                      "scores": {"model": np.full(100, 0.5), "expert": expert}})
     fitted = HybridParams(0.0, 1.0, -0.6)
-    raised = tune.flag_bias(fitted, rows, [100], lambda r: None)
+    raised = flag_bias(fitted, rows, [100], lambda r: None)
     # 0.42 crosses 0.5 once the bias passes logit(0.5) - logit(0.42) = 0.323
     assert raised.bias == pytest.approx(-0.6 + 0.05 * 18)     # 0.30, the last step below 0.323
     assert (raised.model_coef, raised.expert_coef) == (0.0, 1.0)
@@ -176,8 +177,9 @@ def test_crossfit_folds_hold_out_whole_families_and_keep_validation(tmp_path):
 
 def test_tune_hybrid_pools_out_of_fold_scores_by_the_manifest_split(tmp_path):
     """tune_hybrid --oof train: the train traces join the fit with the fold runs' scores, matched
-    by trace id whatever split the fold's own view called them; test traces never join, and
-    --oof test_* is refused."""
+    by trace id whatever split the fold's own view called them (`traceap.eval.scores.
+    read_scores`); test traces never join, and --oof test_* is refused."""
+    from traceap.eval.scores import read_scores
     tune = _tune_hybrid()
     data = tmp_path / "real"
     rows = _manifest_rows()
@@ -194,11 +196,11 @@ def test_tune_hybrid_pools_out_of_fold_scores_by_the_manifest_split(tmp_path):
     val_model.write_text("".join(rec(r, "validation", "model") for r in by_split["validation"]))
     fold = tmp_path / "fold_model.jsonl"     # a fold's holdout view: its train traces as validation
     fold.write_text("".join(rec(r, "validation", "model") for r in by_split["train"] + by_split["test_unseen"]))
-    got = tune.read_scores([expert, val_model, fold], data, "validation", ("train",))
+    got = read_scores([expert, val_model, fold], data, "validation", ("train",))
     assert {(r["id"], r["split"]) for r in got} == {(r["id"], r["split"]) for r in
                                                     by_split["train"] + by_split["validation"]}
     assert all(set(r["scores"]) == {"model", "expert"} for r in got)
-    only_val = tune.read_scores([expert, val_model, fold], data, "validation")
+    only_val = read_scores([expert, val_model, fold], data, "validation")
     assert {r["id"] for r in only_val} == {r["id"] for r in by_split["validation"]}
     out = tmp_path / "hybrid.json"
     assert tune.main(["--dataset", str(data), "--windows", "4", "--scores", str(expert),

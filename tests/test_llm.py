@@ -27,7 +27,7 @@ from traceap.llm.prompt import (ANSWER_SCHEMA, AnswerError, DigestConfig, answer
 from traceap.classify.redetect import RedetectConfig, RedetectingClassifier, redetect
 from traceap.patterns import pattern_ids
 from traceap.detectors.registry import make_detector
-from traceap.llm_setup import (LLMSetupError, ModelSpec, assemble, free_port, have_llama_server,
+from traceap.llm.setup import (LLMSetupError, ModelSpec, assemble, free_port, have_llama_server,
                                model_path, running_server)
 from traceap.patterns import REGISTRY
 from traceap.windows import Windows

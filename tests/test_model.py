@@ -408,7 +408,7 @@ def test_bundled_model_scores_the_sample_under_a_second(sample_windows):
 
 
 def test_model_detector_flags_at_its_checkpoints_calibrated_threshold(tmp_path):
-    """`meta["flag_threshold"]` (set on validation by benchmarks/ship_model.py --calibrate) is
+    """`meta["flag_threshold"]` (set on validation by `traceap ship model --calibrate`) is
     where `analyze --detector model` flags; without it, 0.5."""
     from traceap.analysis import analyze
     from traceap.detectors.learned import LearnedDetector

@@ -101,3 +101,19 @@ def test_release_of_reads_nightlies_and_vendor_builds():
     assert release_of("2.14.0.dev20261201+cpu") == (2, 14)
     assert release_of("2.13.0a0+git1234abc") == (2, 13)
     assert release_of("unknown") is None
+
+
+def test_import_and_the_notebook_entry_point_import_no_torch_nor_frameworks(tmp_path):
+    """`import traceap`, `traceap.trace_handler` (made, not called) and `traceap.analyze` with
+    its inline report import neither torch nor the callbacks' frameworks (issue #36)."""
+    code = textwrap.dedent(f"""
+        import sys
+        import traceap
+        traceap.trace_handler("{tmp_path / 'traces'}")
+        html = traceap.analyze("{SAMPLE}")._repr_html_()
+        heavy = ("torch", "lightning", "pytorch_lightning", "transformers")
+        print(sorted(m for m in heavy if m in sys.modules), len(html) > 1000)
+    """)
+    r = _python(code, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[] True"

@@ -12,6 +12,7 @@ however the work is spread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -83,8 +84,8 @@ class JobAnalysis:
 def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str | None = None,
                 classifier: Classifier | str | None = None, threshold: float | None = None,
                 config: JobConfig = JobConfig(), severity: SeverityConfig = SEVERITY, *,
-                workers: int = 1, ray: str | None = None, for_html: bool = False
-                ) -> JobAnalysis:
+                workers: int = 1, ray: str | None = None,
+                details: Callable[[Analysis, Trace], object] | None = None) -> JobAnalysis:
     """Analyse every rank of a job (a folder of per-rank traces, or a loaded `Job`) and compare
     the ranks.
 
@@ -93,9 +94,10 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
     cluster address; see `traceap.parallel.Execution`).  Only the small per-rank results come
     back (the `Analysis` and a `RankSummary`), and the cross-rank findings are computed from
     the summaries, so memory holds at most one trace per worker and the results are the same
-    however the work is spread.  `for_html`: also compute, while each trace is loaded, what
-    the HTML report needs from it (`Analysis.trace_details`), so that writing it reads no
-    trace again.
+    however the work is spread.  `details`: what an output needs from each trace, computed
+    while the trace is loaded (a module-level function of the analysis and the trace, e.g.
+    `traceap.report.html.trace_details`, kept as `Analysis.trace_details`), so that writing
+    the output reads no trace again; a job knows nothing of its outputs.
 
     A rank file that cannot be read is left out and named in `unreadable` and the notes; the
     other ranks are analysed.  Copies of one trace are analysed once and reported as copies;
@@ -123,9 +125,10 @@ def analyze_job(job, n_windows: int = DEFAULT_WINDOWS, detector: Detector | str 
         sources = trace_files(path)
         if not sources:
             raise TraceapError(f"{path}: no .json or .json.gz traces in this folder")
-    work = RankWork(n_windows, detector, classifier, threshold, severity, for_html)
+    work = RankWork(n_windows, detector, classifier, threshold, severity, details)
+    preload = _RANK_PRELOAD + ((details.__module__,) if details is not None else ())
     outcomes = [o for _, o in sorted(track(
-        run(analyze_rank, list(enumerate(sources)), work, execution, preload=_RANK_PRELOAD),
+        run(analyze_rank, list(enumerate(sources)), work, execution, preload=preload),
         "analysing ranks", total=len(sources)), key=lambda io: io[0])]
     result = _assemble_job(path, outcomes, classifier, config, severity)
     result.run = {"execution": execution.describe(),
@@ -163,9 +166,10 @@ class RankWork:
     classifier are built (from their specs) on first use."""
 
     def __init__(self, n_windows: int, detector, classifier, threshold: float | None,
-                 severity: SeverityConfig, for_html: bool = False):
+                 severity: SeverityConfig,
+                 details: Callable[[Analysis, Trace], object] | None = None):
         self.n_windows, self.detector, self.classifier = n_windows, detector, classifier
-        self.threshold, self.severity, self.for_html = threshold, severity, for_html
+        self.threshold, self.severity, self.details = threshold, severity, details
         self._stages = None
 
     def stages(self) -> tuple[Detector, Classifier, list[str]]:
@@ -188,8 +192,7 @@ class RankWork:
 #: Errors that make one rank unreadable without stopping the job.
 _RANK_ERRORS = (TraceapError, OSError, ValueError, EOFError, MemoryError)
 #: Imported once by the local workers' server (`traceap.parallel`), not by every worker.
-_RANK_PRELOAD = ("traceap.job", "traceap.crossrank", "traceap.detectors.registry", "traceap.classify",
-                 "traceap.report.html")
+_RANK_PRELOAD = ("traceap.job", "traceap.crossrank", "traceap.detectors.registry", "traceap.classify")
 
 
 def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
@@ -213,9 +216,8 @@ def analyze_rank(work: RankWork, item: tuple[int, object]) -> RankOutcome:
         n_warnings = len(t.meta.warnings)
         summary = rank_summary(t)
         a = analyze(t, work.n_windows, det, clf, work.threshold, work.severity)
-        if work.for_html:
-            from .report.html import trace_details
-            a.trace_details = trace_details(a, t)
+        if work.details is not None:
+            a.trace_details = work.details(a, t)
         # The parent keeps one result per rank: no arrays that grow with the trace.
         a.idle = a.idle.totals_only() if a.idle is not None else None
     except _RANK_ERRORS as exc:

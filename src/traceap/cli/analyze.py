@@ -179,8 +179,11 @@ def _run(trace: Path, windows: int, det, clf, threshold: float | None, execution
 
         # Each rank is read by the process that analyses it, one at a time; the reports
         # read what they need per rank (the HTML's parts come back with the ranks).
+        details = None
+        if for_html:
+            from ..report.html import trace_details as details
         result = analyze_job(trace, windows, det, clf, threshold, workers=execution.workers,
-                             ray=execution.ray, for_html=for_html)
+                             ray=execution.ray, details=details)
         for bad in result.unreadable:
             typer.echo(f"traceap: warning: rank file {Path(bad['path']).name} could not be read "
                        f"({bad['error']}); the other ranks were analysed", err=True)

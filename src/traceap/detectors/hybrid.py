@@ -12,9 +12,9 @@ where `warmup` is the share of the window that the idle account gives to one-off
 (`traceap.idle.warmup_share`: allocator growth, graph capture, module loading, worker start):
 the model ranks a window against the rest of its trace and reads a start-up stall as an
 anomaly, the rules know it is not one of the steady state.  (a, b, c, d) are fitted on the
-window labels of a `validation` split (never a test split) by `benchmarks/tune_hybrid.py`,
-which writes them to `traceap/data/hybrid.json` with where they came from (d = 0 in files
-without `warmup_coef`); the score is then a probability calibrated on that split, flagged at
+window labels of a `validation` split (never a test split) by `traceap.detectors.stack`
+(`traceap ship stack`), which writes them to a hybrid.json with where they came from (the
+shipped one: `traceap/data/hybrid.json`; d = 0 in files without `warmup_coef`); the score is then a probability calibrated on that split, flagged at
 0.5 like the others.  `HybridDetector(model_weight=w)` is the plain weighted mean instead (the combination
 of earlier releases).
 """

@@ -4,8 +4,8 @@
 `LearnedDetector(path)` loads one written by `traceap train`.  Besides window scores it gives
 per-window pattern probabilities (`pattern_probabilities`), the learned pattern head that the
 offline classifier blends with the expert rules.  Its flagging threshold is the checkpoint's
-`meta["flag_threshold"]` (chosen on a validation split by `benchmarks/ship_model.py
---calibrate`), else 0.5.
+`meta["flag_threshold"]` (chosen on a validation split by `traceap ship model --calibrate`,
+`traceap.model.ship.calibrate_threshold`), else 0.5.
 """
 
 from __future__ import annotations

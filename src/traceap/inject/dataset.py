@@ -23,7 +23,7 @@ import numpy as np
 from ..manifest import MANIFEST, SPLITS, TASKS, Anomaly, Entry, encode_entry, read_manifest
 from ..patterns._registry import is_pattern, pattern_ids
 from ..errors import DatasetError, TraceapError, TraceFormatError
-from ..load import load_bytes, read_bytes
+from ..load import find_traces, load_bytes, read_bytes
 from ..outputs import Claim, Owner, claim
 from .core import WARMUP_SHARE, Invalid, inject_one, warmup_share_in
 from .edit import Doc, gz_bytes, write_file
@@ -34,7 +34,6 @@ from .natural import natural_anomalies
 #: every file it wrote, so that a rerun knows what it may replace; nothing else is deleted.
 MARKER = ".traceap-inject.json"
 SCHEMA = "traceap.inject/v2"
-_TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 @dataclass(frozen=True)
@@ -128,25 +127,6 @@ class InjectReport:
             key = e.patterns[0] if e.source == "injected" else ("natural" if e.is_bad else "good")
             out[key] = out.get(key, 0) + 1
         return out
-
-
-def find_traces(inputs: list) -> list[Path]:
-    """Trace files named or found (recursively) in folders; a missing path is an error."""
-    files: list[Path] = []
-    for item in inputs:
-        p = Path(item)
-        if not p.exists():
-            raise TraceFormatError(f"{p}: no such file or folder")
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(_TRACE_SUFFIXES)
-                           and MARKER not in q.parts and q.name != "catalog.json"
-                           and not q.name.startswith("."))   # stamps of traceap outputs
-            files += found
-        else:
-            files.append(p)
-    if not files:
-        raise TraceFormatError("no trace files (*.json, *.json.gz) in the given paths")
-    return files
 
 
 def relative_names(inputs: list, files: list[Path]) -> list[str]:
@@ -374,4 +354,4 @@ def inject_base(path: Path, bid: str, config: InjectConfig, out: Path) -> tuple[
 
 
 __all__ = ["InjectConfig", "InjectReport", "MARKER", "SplitPlan", "base_ids", "build",
-           "find_traces", "inject_base", "prepare_out", "relative_names"]
+           "inject_base", "prepare_out", "relative_names"]

@@ -115,8 +115,8 @@ class LlamaCppBackend:
 
     def __init__(self, model: str, n_ctx: int = 4096, n_threads: int | None = None,
                  temperature: float = 0.0):
-        from ..llm_setup import resolve_model
-        # Sleeping OpenMP workers (see llm_setup.server_env); read when llama.cpp loads.
+        from .setup import resolve_model
+        # Sleeping OpenMP workers (see setup.server_env); read when llama.cpp loads.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import llama_cpp  # noqa: F401

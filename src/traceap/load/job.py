@@ -12,6 +12,9 @@ from ..trace import Trace
 from .kineto import load
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+#: traceap's own analysis files, which `traceap.trace_handler` writes beside the traces it
+#: exports: JSON, but not traces.
+NOT_TRACES = (".traceap.json",)
 
 
 @dataclass
@@ -36,10 +39,33 @@ class Job:
 
 def trace_files(folder: str | os.PathLike) -> list[Path]:
     """Trace files directly inside a folder (`*.json`, `*.json.gz`), sorted by name.  Hidden
-    files are not traces (the stamp `traceap profile` leaves, `.traceap-profile.json`)."""
+    files are not traces (the stamp `traceap profile` leaves, `.traceap-profile.json`), nor are
+    the analyses `traceap.trace_handler` writes beside its traces (`*.traceap.json`)."""
     p = Path(folder)
     return sorted(f for f in p.iterdir()
-                  if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith("."))
+                  if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+                  and not f.name.endswith(NOT_TRACES))
+
+
+def find_traces(inputs: list) -> list[Path]:
+    """Trace files named, or found recursively in the named folders, in that order (each
+    folder's sorted); a missing path is an error.  Hidden files and folders (the stamps of
+    traceap's outputs) and a source's `catalog.json` are not traces."""
+    files: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if not p.exists():
+            raise TraceFormatError(f"{p}: no such file or folder")
+        if p.is_dir():
+            files += sorted(q for q in p.rglob("*")
+                            if q.is_file() and q.name.endswith(TRACE_SUFFIXES)
+                            and q.name != "catalog.json"
+                            and not any(x.startswith(".") for x in q.relative_to(p).parts))
+        else:
+            files.append(p)
+    if not files:
+        raise TraceFormatError("no trace files (*.json, *.json.gz) in the given paths")
+    return files
 
 
 def load_job(folder: str | os.PathLike, files: list[Path] | None = None) -> Job:

@@ -500,7 +500,7 @@ def pretrain_pool(paths: Sequence[str | os.PathLike], ns: Sequence[int], cfg: Mo
     or trace files and folders of them (searched recursively: a user's own traces).  Traces with no GPU event in
     any window are left out (nothing to learn from), and so are files that are not readable
     traces (each said through `log`); none left is an error."""
-    from ..inject.dataset import find_traces
+    from ..load import find_traces
 
     out: list[dict[int, TraceFeatures]] = []
     for item in paths:

@@ -36,6 +36,7 @@ UNKNOWN_COLOR = "#7b3294"
 TOP = 3  # kernels / CPU ops per window in the hover
 PROOF_ROWS = 8  # events listed under each finding
 DIGEST_NAME_CHARS = 64  # names in the hover are folded to this length
+NOTEBOOK_HEIGHT_PX = 720  # the notebook frame: the header, bars and timeline; findings scroll
 
 
 # -- public API --------------------------------------------------------------------------------
@@ -95,6 +96,19 @@ def render_html(analysis, trace=None) -> str:
               "BODY": "\n".join(body), "DATA": _json_for_script(data), "JS": _asset("report.js")}
     # One pass over the template: text put in is never scanned for markers again.
     return re.sub(r"@([A-Z]+)@", lambda m: values[m.group(1)], _PAGE)
+
+
+def notebook_html(analysis, trace=None, height_px: int = NOTEBOOK_HEIGHT_PX) -> str:
+    """The report (`render_html`) for a notebook cell: the whole page in an ``<iframe srcdoc>``.
+
+    The frame keeps the report's CSS and ids from touching the notebook's page and lets two
+    reports sit in one notebook; its drawing script runs inside the frame, and everything is
+    inline, so it shows the same offline and in a saved notebook.  (No ``sandbox``: Chromium
+    then drew an empty frame; the script writes trace text only through ``textContent``.)"""
+    page = render_html(analysis, trace)
+    return (f'<iframe class="traceap-report" srcdoc="{_e(page)}" title="traceap report" '
+            f'style="width:100%;height:{int(height_px)}px;border:1px solid #ddd;resize:vertical">'
+            f'</iframe>')
 
 
 def pattern_title(pattern: str | None) -> str:

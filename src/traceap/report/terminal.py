@@ -433,6 +433,31 @@ def render(analysis, console: Console | None = None, show_fix: bool = True) -> N
     _notes(console, a.notes)
 
 
+def one_line(analysis) -> str:
+    """One plain line for a profiled cycle (`traceap.trace_handler`, the callbacks): the trace's
+    name, the median steady step, GPU idle, and the top finding with its gain."""
+    from pathlib import Path
+
+    a = analysis
+    st = (a.summary or {}).get("step_time") or {}
+    fields = [Path(str(a.trace_path)).name,
+              f"step {fmt_us(st['median_us'])}" if st.get("median_us") else "no profiler steps"]
+    if not getattr(a, "has_gpu", True):
+        return "traceap: " + ", ".join(fields) + "; CPU-only trace: no GPU activity, so no GPU " \
+                                                  "anti-pattern applies"
+    acc = getattr(a, "idle", None)
+    fields.append(f"GPU idle {acc.idle_pct}%" if acc is not None and acc.span_us > 0
+                  else "GPU idle -")
+    if a.findings:
+        f = a.findings[0]
+        per = " per step" if getattr(f, "time_lost_per_step_us", None) is not None else ""
+        fields.append(f"top finding: {f.title} (fixing it gains about {fmt_us(f.gain_us)}{per}, "
+                      f"{f.gain_pct:.1f}%)")
+    else:
+        fields.append("no anti-pattern found")
+    return "traceap: " + ", ".join(fields)
+
+
 def job_notes(job) -> list[str]:
     """The job's notes, then each rank's own (trace warnings such as duplicate rank ids, a
     CPU-only rank), a note shared by several ranks said once with the ranks it concerns."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .errors import TraceapError
+from ..errors import TraceapError
 
 
 class LLMSetupError(TraceapError):
