@@ -31,8 +31,9 @@ def check_job(job) -> None:
     for r, a in ranks.items():
         assert sums[r].idle_us == pytest.approx(a.idle.total_us)
         assert sums[r].idle_by_cause == pytest.approx(a.idle.by_cause)
-        for f in a.findings:
-            assert f.time_lost_us == pytest.approx(a.idle.by_pattern[f.pattern])
+        for f in a.findings:  # idle time, or busy time spent inefficiently (FP32 GEMMs, ...)
+            lost = a.idle.by_pattern.get(f.pattern, a.inefficient.by_pattern.get(f.pattern))
+            assert f.time_lost_us == pytest.approx(lost)
     # The job's totals: the sum over ranks, cross-rank findings never added.
     tot = job.totals
     assert tot["gpu_idle_us"] == pytest.approx(sum(a.idle.total_us for a in job.ranks), abs=0.2)

@@ -20,7 +20,7 @@ import pytest
 
 import traceap
 from traceap.manifest import SPLITS, read_manifest, splits
-from traceap.patterns import pattern_ids
+from traceap.patterns import BusyInefficient, get_pattern, pattern_ids
 from traceap.errors import DatasetError, OutputError
 from traceap.inject.core import Invalid, inject_one
 from traceap.inject.dataset import InjectConfig, build
@@ -149,7 +149,11 @@ def test_planted_pattern_shows_only_where_labelled(pattern, outputs):
     t0 = tr.span[0]
     for a, b in o.anomalies:
         inside = (tr.ts < b) & (tr.end > a)
-        # the GPU waits inside every labelled interval, or (collectives) communicates there
+        # the GPU waits inside every labelled interval, or (collectives) communicates there,
+        # or (busy-but-slow patterns) runs the slowed kernels there
+        if isinstance(get_pattern(pattern).account, BusyInefficient):
+            assert kernel_idle(tr, a, b) <= 0.05 * (b - a), (pattern, a - t0, b - a)
+            continue
         comm = pattern.startswith(("small_nccl", "nccl_")) and (tr.is_nccl & inside).any()
         assert comm or kernel_idle(tr, a, b) >= 0.3 * (b - a), (pattern, a - t0, b - a)
         if pattern == "single_process_dataloading":
@@ -158,7 +162,8 @@ def test_planted_pattern_shows_only_where_labelled(pattern, outputs):
             assert "TorchDynamo Cache Lookup" in set(names[inside])
 
 
-HOST_SIDE = [p for p in PATTERNS if not p.startswith(("small_nccl", "nccl_"))]
+HOST_SIDE = [p for p in PATTERNS if not p.startswith(("small_nccl", "nccl_"))
+             and not isinstance(get_pattern(p).account, BusyInefficient)]  # GPU work, no wait
 
 
 @pytest.mark.parametrize("path", BASES, ids=lambda p: p.name.split(".")[0])
@@ -536,8 +541,9 @@ def test_label_and_analyze_agree_by_one_cut(path):
     for p in labelled:  # one measure: the label's cost is the finding's gain
         assert lab.gain_pct[p] == pytest.approx(reported[p].gain_pct, abs=1e-3)
     assert all(lab.gain_pct[p] < lab.cut_pct for _, _, p in lab.below_cut)
-    if path == CNN:
-        assert not lab.anomalies and not reported and len(lab.below_cut) == 21
+    if path == CNN:  # its NCHW transposes: reported low, below the cut (issue 34)
+        assert not lab.anomalies and set(reported) == {"no_channels_last"}
+        assert len([x for x in lab.below_cut if x[2] != "no_channels_last"]) == 21
 
 
 def test_inject_marks_a_base_bad_only_above_the_cut(tmp_path):
@@ -555,7 +561,8 @@ def test_inject_marks_a_base_bad_only_above_the_cut(tmp_path):
     p = subprocess.run([sys.executable, "-m", "traceap", "label", "--json", str(CNN)],
                        capture_output=True, text=True)
     j = json.loads(p.stdout)
-    assert j["label"] == "good" and len(j["below_cut"]) == 21 and j["cut_pct"] == 3.0
+    idle_below = [x for x in j["below_cut"] if x["pattern"] != "no_channels_last"]
+    assert j["label"] == "good" and len(idle_below) == 21 and j["cut_pct"] == 3.0
 
 
 # -- the dataset writer and the CLI -----------------------------------------------------------

@@ -312,3 +312,19 @@ def test_good_trace_has_higher_utilisation_than_bad(tmp_path, pattern, ws):
     assert _compute_utilisation(good) > _compute_utilisation(bad)
     # and fewer steps per second
     assert (good.span[1] - good.span[0]) < (bad.span[1] - bad.span[0])
+
+
+def test_no_channels_last_switch_marks_the_transposes_the_rule_measures(tmp_path):
+    """Beyond the paper: NCHW convolutions wrapped in cuDNN transposes, marked as busy time."""
+    from traceap.analysis import analyze
+    from traceap.measures.layout import conv_transpose_rows
+    tr, res = _run(tmp_path, "no_channels_last", dt="bf16", channels_last=True)
+    marks = _intervals(res, "no_channels_last")
+    rows = conv_transpose_rows(tr)
+    assert len(marks) == len(rows) > 0
+    lost = sum(b - a for a, b in marks)
+    a = analyze(tr, detector="expert")
+    f = next(f for f in a.findings if f.pattern == "no_channels_last")
+    assert f.time_lost_us == pytest.approx(lost, rel=0.05)
+    good, res = _run(tmp_path, None, dt="bf16", channels_last=True)
+    assert not len(conv_transpose_rows(good)) and not _intervals(res, "no_channels_last")

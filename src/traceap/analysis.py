@@ -44,7 +44,60 @@ class WindowResult:
     flagged: bool
     pattern: str | None
     confidence: float | None
+    #: Every reported pattern present in the window (its rule flags the window): `pattern`
+    #: (the classifier's call) first, the others by the time they cost there, most first.
+    patterns: list[str] = field(default_factory=list)
 
+
+@dataclass(frozen=True)
+class InefficientAccount:
+    """GPU time spent inefficiently: the part of the GPU *busy* time that the busy-but-slow
+    anti-patterns (`account = BusyInefficient()`) cost, each pattern's time lost as its own
+    rule measures it (`AntiPattern.time_lost`: the number its finding shows).
+
+    It sits inside the busy time, not beside it: busy + idle still make the GPU span.  The
+    rules measure disjoint kernels (FP32 GEMMs and convolutions, layout transposes,
+    per-parameter optimizer kernels), so the parts add up; the total is capped at the busy
+    time all the same."""
+
+    busy_us: float
+    #: Pattern id -> time lost (us), every registered BusyInefficient pattern, registry order.
+    by_pattern: dict[str, float]
+    #: Pattern id -> what the GPU spends that time on (`BusyInefficient.what`).
+    titles: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_us(self) -> float:
+        """Busy time spent inefficiently, all patterns (at most the busy time)."""
+        return min(float(sum(self.by_pattern.values())), max(self.busy_us, 0.0))
+
+    def describe(self) -> str | None:
+        """'Of the GPU busy time (90.1 ms), 31.2 ms (35%) spent inefficiently: FP32 without
+        tensor cores 25.0 ms, ...', or None when no pattern costs any."""
+        if self.total_us <= 0 or self.busy_us <= 0:
+            return None
+        parts = [f"{self.titles.get(p, p)} {fmt_us(v)}" for p, v in
+                 sorted(self.by_pattern.items(), key=lambda kv: -kv[1]) if v > 0]
+        return (f"Of the GPU busy time ({fmt_us(self.busy_us)}), {fmt_us(self.total_us)} "
+                f"({100 * self.total_us / self.busy_us:.0f}%) spent inefficiently: "
+                + ", ".join(parts))
+
+    def to_json(self) -> dict:
+        """The "gpu_inefficient" object of docs/FORMATS.md."""
+        return {"definition": "part of the GPU busy time that busy-but-slow anti-patterns "
+                              "cost, each measured by its own rule (its finding's time lost)",
+                "busy_us": round(float(self.busy_us), 1), "total_us": round(self.total_us, 1),
+                "by_pattern": {k: round(float(v), 1) for k, v in self.by_pattern.items()}}
+
+
+def inefficient_account(windows: Windows, account: IdleAccount) -> InefficientAccount:
+    """The GPU time spent inefficiently, read from every BusyInefficient pattern's rule."""
+    from .patterns import BusyInefficient, patterns
+    slow = [p for p in patterns() if isinstance(p.account, BusyInefficient)]
+    by = {p.id: p.time_lost(windows, account)[0] if windows.trace.has_gpu else 0.0
+          for p in slow}
+    return InefficientAccount(busy_us=float(account.busy_us), by_pattern=by,
+                              titles={p.id: p.account.what or p.title for p in slow})
 
 @dataclass
 class Analysis:
@@ -77,6 +130,8 @@ class Analysis:
     #: Pattern id -> its amount numbers over the whole trace (`AntiPattern.amounts`, measured
     #: on this analysis' windows), for the patterns that have one; never in the JSON.
     amounts: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: The part of the GPU busy time spent inefficiently (busy-but-slow patterns).
+    inefficient: InefficientAccount | None = None
 
     def to_json(self) -> dict:
         """The traceap.analysis/v1 object of docs/FORMATS.md: its keys, then the added ones."""
@@ -88,7 +143,8 @@ class Analysis:
             "windows": [{"index": int(w.index), "start_us": float(w.start_us),
                          "end_us": float(w.end_us), "score": float(w.score),
                          "flagged": bool(w.flagged), "pattern": w.pattern,
-                         "confidence": None if w.confidence is None else float(w.confidence)}
+                         "confidence": None if w.confidence is None else float(w.confidence),
+                         "patterns": list(w.patterns)}
                         for w in self.windows],
             "findings": [{"pattern": f.pattern, "windows": [int(i) for i in f.windows],
                           "start_us": float(f.start_us), "end_us": float(f.end_us),
@@ -97,6 +153,7 @@ class Analysis:
                          for f in self.findings],
         }
         out["gpu_idle"] = gpu_idle_json(self.idle, self.idle_per_window)
+        out["gpu_inefficient"] = (self.inefficient or InefficientAccount(0.0, {})).to_json()
         out["step_basis"] = basis_json(self.basis)
         out["severity_rule"] = severity_json(self.severity, self.basis)
         out["notes"] = list(self.notes)
@@ -184,6 +241,7 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     shown = {f.pattern for f in findings}
     by_window: dict[int, PatternCall] = {c.window: c for c in calls}
 
+    present = _present(windows, REGISTRY, shown, pscores, thr)
     results = []
     for i in range(windows.n):
         c = by_window.get(i)
@@ -191,7 +249,8 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
         results.append(WindowResult(
             index=i, start_us=float(windows.edges[i]), end_us=float(windows.edges[i + 1]),
             score=round(float(scores[i]), 6), flagged=bool(i in by_window or scores[i] >= thr),
-            pattern=named, confidence=None if c is None else round(float(c.confidence), 6)))
+            pattern=named, confidence=None if c is None else round(float(c.confidence), 6),
+            patterns=_window_patterns(present, i, named)))
 
     span = t.span
     n_false = sum(1 for c in calls if c.false_alarm or c.pattern is None)
@@ -226,7 +285,25 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
                     idle_per_window=idle_mod.cause_per_window(windows), basis=basis,
                     threshold=thr, severity=severity, has_gpu=bool(t.has_gpu),
                     steps=step_numbers(t),
-                    amounts={pid: got for pid, p in REGISTRY.items() if (got := p.amounts(windows))})
+                    amounts={pid: got for pid, p in REGISTRY.items() if (got := p.amounts(windows))},
+                    inefficient=inefficient_account(windows, account))
+
+
+def _present(windows: Windows, registry, shown: set[str], pscores: dict[str, np.ndarray],
+             threshold: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Reported pattern id -> (per window: its rule flags it, the time it costs there)."""
+    return {pid: (pscores.get(pid, np.zeros(windows.n)) >= threshold,
+                  registry[pid].window_lost(windows)) for pid in shown if pid in registry}
+
+
+def _window_patterns(present: dict[str, tuple[np.ndarray, np.ndarray]], i: int,
+                     named: str | None) -> list[str]:
+    """Every reported pattern present in window `i` (its rule flags it, or the classifier
+    named it): the named one first, the others by the time they cost there, most first.  An
+    FP32 run with a loader stall reads as the stall, FP32 beside it, where the stall is."""
+    here = [(pid, float(lost[i])) for pid, (flag, lost) in present.items()
+            if (flag[i] or pid == named)]
+    return [pid for pid, _ in sorted(here, key=lambda pl: (pl[0] != named, -pl[1]))]
 
 
 def _findings(windows: Windows, calls: list[PatternCall], registry, account: IdleAccount,
@@ -292,4 +369,5 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
     return out, dropped
 
 
-__all__ = ["Analysis", "Finding", "WindowResult", "analyze", "step_basis"]
+__all__ = ["Analysis", "Finding", "InefficientAccount", "WindowResult", "analyze",
+           "inefficient_account", "step_basis"]

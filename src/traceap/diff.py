@@ -102,6 +102,15 @@ class Side:
     #: Pattern id -> its amount numbers (`AntiPattern.amount`) per step (per trace without
     #: steps), averaged over ranks; only patterns whose amount could be measured on a trace.
     amounts: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: GPU busy time spent inefficiently by busy-but-slow pattern (the analysis'
+    #: `gpu_inefficient.by_pattern`), per rank averaged over ranks; None when not recorded.
+    gpu_inefficient_by_pattern_us: dict[str, float] | None = None
+
+    @property
+    def gpu_inefficient_per_step_us(self) -> float | None:
+        """GPU busy time spent inefficiently per step, all patterns."""
+        by = self.gpu_inefficient_by_pattern_us
+        return None if by is None else _per_step(sum(by.values()), self.n_steps, self.ranks)
 
     @property
     def gpu_idle_per_step_us(self) -> float | None:
@@ -127,9 +136,17 @@ class Side:
             idle = {"total_us": self.gpu_idle_us, "per_step_us": self.gpu_idle_per_step_us,
                     "by_cause_per_step_us": None if not (self.gpu_idle_by_cause_us and steps)
                     else {k: v / steps for k, v in self.gpu_idle_by_cause_us.items()}}
+        slow = None
+        if self.gpu_inefficient_by_pattern_us is not None:
+            steps = self.n_steps / self.ranks if self.n_steps else None
+            by = self.gpu_inefficient_by_pattern_us
+            slow = {"total_us": sum(by.values()), "per_step_us": self.gpu_inefficient_per_step_us,
+                    "by_pattern_per_step_us": {k: v / steps for k, v in by.items()}
+                    if steps else None}
         return {"input": self.input, "kind": self.kind, "ranks": self.ranks,
                 "n_steps": self.n_steps, "step_us": self.step_us,
                 "gpu_busy_fraction": self.gpu_busy_fraction, "gpu_idle": idle,
+                "gpu_inefficient": slow,
                 "dataloader_us_per_step": self.dataloader_us_per_step,
                 "time_lost_per_step_us": self.lost_per_step(),
                 "amounts": self.amounts,
@@ -194,8 +211,10 @@ def _rank_side(data: dict, obj, trace: Trace | None, rank: int | None) -> dict:
     per = max(m["n_steps"] if m else 0, 1)
     amounts = ({pid: {k: v / per for k, v in got.items()} for pid, got in obj.amounts.items()}
                if obj is not None else pattern_amounts(trace, m["n_steps"] if m else 0))
+    slow = data.get("gpu_inefficient")
     return {"n_steps": n_steps or 0, "step_us": step_us, "busy": busy,
-            "idle": idle, "dl": m["dataloader_us"] if m else None, "findings": findings,
+            "idle": idle, "slow": (slow or {}).get("by_pattern") if idle is not None else None,
+            "dl": m["dataloader_us"] if m else None, "findings": findings,
             "notes": notes, "has_gpu": has_gpu, "amounts": amounts}
 
 
@@ -229,6 +248,13 @@ def _combine(path: str, kind: str, ranks: list[dict], cross: list[FindingSummary
             for k, v in (i.get("by_cause") or {}).items():
                 causes[k] = causes.get(k, 0.0) + float(v) / n
         by_cause = causes
+    slows = [r["slow"] for r in ranks if isinstance(r["slow"], dict)]
+    slow = None
+    if slows and len(slows) == n:
+        slow = {}
+        for x in slows:
+            for k, v in x.items():
+                slow[k] = slow.get(k, 0.0) + float(v) / n
     total_steps = sum(steps)
     amounts: dict[str, dict[str, float]] = {}
     if all(r["amounts"] for r in ranks):   # an average needs every rank measured
@@ -251,7 +277,7 @@ def _combine(path: str, kind: str, ranks: list[dict], cross: list[FindingSummary
                 gpu_idle_us=idle_total, gpu_idle_by_cause_us=by_cause,
                 dataloader_us_per_step=dl,
                 findings=[f for r in ranks for f in r["findings"]] + cross, notes=notes,
-                amounts=amounts)
+                amounts=amounts, gpu_inefficient_by_pattern_us=slow)
 
 
 def is_analysis_json(path: Path) -> bool:
@@ -421,6 +447,8 @@ class Diff:
             "change": {"step_pct": self.step_pct, "gpu_busy_points": busy,
                        "gpu_idle_per_step_pct": pct(b.gpu_idle_per_step_us,
                                                     a.gpu_idle_per_step_us),
+                       "gpu_inefficient_per_step_pct": pct(b.gpu_inefficient_per_step_us,
+                                                           a.gpu_inefficient_per_step_us),
                        "dataloader_per_step_pct": self.dataloader_pct},
             "patterns": self.pattern_rows(),
             "findings": [f.to_json() for f in self.findings],
@@ -521,6 +549,9 @@ def verdict(before: Side, after: Side, changes: list[FindingChange],
     ip = pct(before.gpu_idle_per_step_us, after.gpu_idle_per_step_us)
     if ip is not None and abs(ip) >= noise_pct:
         reasons.append(f"GPU idle per step {ip:+.0f}%")
+    sp_slow = pct(before.gpu_inefficient_per_step_us, after.gpu_inefficient_per_step_us)
+    if sp_slow is not None and abs(sp_slow) >= noise_pct:
+        reasons.append(f"GPU time spent inefficiently per step {sp_slow:+.0f}%")
     if sp is not None and abs(sp) < noise_pct and not fixed and not new:
         reasons.insert(0, "no significant change")
     return head + (": " + ", ".join(reasons) if reasons else "")
@@ -579,6 +610,15 @@ def render(d: Diff, console=None) -> None:
     for cause in causes:
         row(f"  idle: {cause}", ((bc or {}).get("by_cause_per_step_us") or {}).get(cause),
             ((ac or {}).get("by_cause_per_step_us") or {}).get(cause))
+    # The busy side: the part of the GPU busy time busy-but-slow patterns cost, by pattern.
+    bs, as_ = b.to_json()["gpu_inefficient"], a.to_json()["gpu_inefficient"]
+    bsp = (bs or {}).get("by_pattern_per_step_us") or {}
+    asp = (as_ or {}).get("by_pattern_per_step_us") or {}
+    if any(v > 0 for v in [*bsp.values(), *asp.values()]):
+        row("GPU busy, inefficient per step", b.gpu_inefficient_per_step_us,
+            a.gpu_inefficient_per_step_us)
+        for pid in [p for p in dict.fromkeys([*bsp, *asp]) if bsp.get(p) or asp.get(p)]:
+            row(f"  inefficient: {pid}", bsp.get(pid), asp.get(pid))
     row("data loading per step", b.dataloader_us_per_step, a.dataloader_us_per_step)
     for r in d.pattern_rows():
         row(f"lost: {r['pattern']}", r["before_us_per_step"], r["after_us_per_step"])

@@ -262,6 +262,7 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     planted last before it.
     """
     k, base_gap = _base_gaps(base)
+    instances = [inst for inst in instances if inst.label != "busy"]  # no wait to add
     if not len(k) or not instances:
         return
     t0 = base.tl.t0
@@ -326,6 +327,11 @@ def _label(base: Base, inst, kernels, growth) -> bool:
     """Fill `inst.intervals` (relative us); False when the GPU did not wait where planted, or
     (host-side plants) when most of the idle there was the base's own (CAUSED_SHARE)."""
     ks, ke = kernels
+    if inst.label == "busy":
+        # GPU work made slower, not a wait: the spans `emit` returned are the planted cost
+        # itself (the part of each slowed kernel a fix would save)
+        inst.intervals = [(float(a), float(b)) for a, b in inst.spans if b > a]
+        return bool(inst.intervals)
     if inst.label == "span":
         # the collective's span, and the compute idle it causes around it: the gap it starts
         # at the end of (waiting to start behind earlier communication) and the gaps after it

@@ -14,7 +14,9 @@ Where a pattern shows is the rules'; whether it counts is the one judgement `tra
 makes of a finding: the pattern's time lost by the idle account (`traceap.idle`), as a gain
 in % of the median steady step (`traceap.findings.judge`, capped where a fix can only hide
 it under compute), must reach `SeverityConfig.medium_pct` (3%) -- the cut at which analyze
-reports a pattern on its measured cost alone.  Below it the windows are listed apart
+reports a pattern on its measured cost alone.  A busy-but-slow pattern (`BusyInefficient`: FP32
+matrix math, layout transposes) costs no idle time: its cost is its own rule's estimate, read
+through the registry, as analyze reads it.  Below it the windows are listed apart
 (`NaturalLabels.below_cut`) and do not make a trace bad: a launch-bound DDP step whose
 collectives run while the host has not launched the next work "looks" exposed, and the
 idle account gives that time to the host (the bundled DDP CNN: 21 windows, none costing 2%).
@@ -28,8 +30,9 @@ import numpy as np
 
 from .. import idle
 from ..findings import SEVERITY, SeverityConfig, judge, step_basis
-from ..patterns._registry import pattern_ids, pieces
+from ..patterns._registry import get_pattern, is_pattern, pattern_ids, pieces
 from ..trace import Kind, Trace, merged_intervals
+from ..windows import DEFAULT_WINDOWS, Windows
 from . import mechanisms  # noqa: F401 - each mechanism module registers its label rule
 
 
@@ -69,6 +72,12 @@ class NaturalConfig:
     launch_bound_share: float = 0.5
     launch_bound_slack_us: float = 20.0
     min_step_us: float = 1000.0
+    #: FP32 matrix work on a GPU with tensor cores: FP32 GEMM/convolution kernels (no tensor
+    #: core) >= 10% of a step's GPU busy time (twice the rule's 5% trace gate: obvious).
+    fp32_busy_share: float = 0.10
+    #: Layout transposes around convolutions (a model in NCHW): >= 4% of a step's GPU busy
+    #: time (twice the rule's 2% trace gate).
+    transpose_busy_share: float = 0.04
 
 
 @dataclass(frozen=True)
@@ -96,9 +105,12 @@ def pattern_gain_pct(trace: Trace, pattern: str, severity: SeverityConfig = SEVE
     hide under compute."""
     acc = idle.measure(trace)
     mech = idle.mechanism_of(pattern)
-    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
-        return 0.0
     basis = step_basis(trace, acc)
+    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
+        if not is_pattern(pattern):
+            return 0.0
+        lost, in_steps = get_pattern(pattern).time_lost(Windows(trace, DEFAULT_WINDOWS), acc)
+        return judge(lost, in_steps, basis, None, severity)[2]
     _, _, pct, _ = judge(float(acc.by_mechanism[mech]), acc.in_steady_steps(mech), basis,
                          idle.gain_cap_us(acc, pattern, basis.n_steps), severity)
     return pct

@@ -30,6 +30,8 @@ BUILTIN = (
     "small_nccl_kernels",
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
+    "no_mixed_precision",
+    "no_channels_last",
 )
 
 #: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The

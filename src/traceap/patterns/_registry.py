@@ -42,7 +42,11 @@ class IdleCause:
 @dataclass(frozen=True)
 class BusyInefficient:
     """The GPU is busy but slow: the pattern's time is GPU time spent inefficiently, measured
-    by its own rule (`lost_us`), not by the idle account."""
+    by its own rule (`lost_us`), not by the idle account.  `what`: what the GPU spends that
+    time on, a few words for the account's sentence ("FP32 without tensor cores"; the
+    pattern's title when empty)."""
+
+    what: str = ""
 
 
 Account = IdleCause | BusyInefficient

@@ -146,6 +146,14 @@ class AntiPattern(ABC):
         share = np.clip(inside / max(windows.width_us, 1e-9), 0.0, 1.0)
         return float(lost.sum()), float((lost * share).sum())
 
+    def window_lost(self, windows: Windows) -> np.ndarray:
+        """Per window: the time lost in the account `time_lost` sums (the idle account's
+        mechanism for an `IdleCause` pattern, the rule's own `lost_us` otherwise)."""
+        if isinstance(self.account, IdleCause):
+            from ..idle import pattern_lost
+            return pattern_lost(windows, self.id)
+        return self.measures(windows)["lost_us"].copy()
+
     def title_for(self, numbers: dict) -> str:
         """The title that fits this evidence (a pattern whose evidence can take two forms,
         e.g. copies or only syncs, says which one it found)."""

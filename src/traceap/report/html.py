@@ -414,6 +414,8 @@ class _RankView:
             f'<div class="tile{" bad" if bad else ""}"><div class="k">{_e(k)}</div>'
             f'<div class="v">{_e(v)}</div></div>' for k, v, bad in tiles] + ["</div>"]
         out.append(self.idle_bar())  # where the idle time goes, first
+        out.append(_inefficient_panel(getattr(self.analysis, "inefficient", None),
+                                      self.findings, self.data["id"]))
         if lost:
             out.append(_lost_bars(lost, self.titles()))
         return "".join(out)
@@ -539,6 +541,31 @@ def _idle_bar(acc, findings: list, prefix: str) -> str:
             'idle microsecond is counted once, in the first cause that covers it (warm-up, '
             'communication, compile gaps, copies and syncs, data loading, launch-bound host). '
             'Click a part to open its finding.</p></div>')
+
+
+def _inefficient_panel(acc, findings: list, prefix: str) -> str:
+    """The busy side of the account: the part of the GPU busy time the busy-but-slow patterns
+    cost, one part per pattern in its colour, linked to its finding ('' when none costs any)."""
+    said = acc.describe() if acc is not None else None
+    if not said:
+        return ""
+    card = {f.pattern: k for k, f in enumerate(findings)}
+    legend = []
+    for pid, us in sorted(acc.by_pattern.items(), key=lambda kv: -kv[1]):
+        if us <= 0:
+            continue
+        name = _e(acc.titles.get(pid, pid))
+        if pid in card:
+            name = f'<a href="#{_e(prefix)}-f{card[pid]}">{name}</a>'
+        legend.append(f'<span><span class="swatch" style="background:'
+                      f'{pattern_colors().get(pid, BUSY_COLOR)}"></span>{name} '
+                      f'<b>{_e(fmt_us(us))}</b></span>')
+    return ('<h2>GPU time spent inefficiently</h2><div class="panel inefficient">'
+            f'<div class="idle-head">{_e(said)}.</div><div class="legend">{"".join(legend)}'
+            '</div><p class="notes">Part of the busy time, not beside it: the GPU was running '
+            'kernels, but slower ones than it has (no tensor cores, layout transposes, '
+            'per-parameter kernels). Each part is its pattern\'s own measured estimate (its '
+            'finding says how); GPU busy and idle still add up to the GPU span.</p></div>')
 
 
 def _cards(findings: list, prefix: str, details: TraceDetails | None,

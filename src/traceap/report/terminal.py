@@ -350,6 +350,16 @@ def idle_line(account, width: int = 24, letters: bool = False, columns: int = 80
     return text
 
 
+def inefficient_line(account, columns: int = 80) -> Text | None:
+    """The busy side of the account, under the idle line: 'of the GPU busy time (X), Y spent
+    inefficiently: FP32 without tensor cores Z, ...' (None when no busy-but-slow pattern costs
+    any time)."""
+    said = account.describe() if account is not None else None
+    if not said:
+        return None
+    return Text("\n".join(wrap_words(said, columns, "  ", "    ")), style="dim")
+
+
 def _apportion(values: list[float], width: int) -> list[int]:
     """Integer cell counts summing to `width`, proportional to `values` (largest remainders)."""
     v = np.maximum(np.asarray(values, dtype=float), 0.0)
@@ -403,6 +413,9 @@ def render(analysis, console: Console | None = None, show_fix: bool = True) -> N
     _header(console, a)
     console.print(idle_line(getattr(a, "idle", None), letters=console.no_color or not console.is_terminal,
                             columns=console_width(console)))
+    slow = inefficient_line(getattr(a, "inefficient", None), console_width(console))
+    if slow is not None:
+        console.print(slow, soft_wrap=True)
     width = max(20, min(a.n_windows, console_width(console) - 4))
     strip = timeline(a, width)
     console.print(Text("  ").append_text(strip), soft_wrap=True)

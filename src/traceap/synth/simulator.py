@@ -93,6 +93,9 @@ class RunConfig:
     host_factor: float = 1.0         # slower host (cloud vCPU, profiler with record_shapes...)
     optimizer: str | None = None     # None: the model's usual one (AdamW or SGD)
     tf32_matmul: bool = False        # torch.backends.cuda.matmul.allow_tf32
+    #: Busy-but-slow patterns switched on (`switches.apply`): (pattern, kernel-name regex); the
+    #: kernels whose names match are the pattern's ground truth (slow GPU work, not a wait).
+    busy_marks: tuple = ()
     algo_salt: int = 0               # cuDNN/cuBLAS versions: which kernels they pick
     extra: dict = field(default_factory=dict)
 
@@ -179,6 +182,7 @@ class _Run(HostOps, DataLoading, Forward, CompiledRegions, LossAndSyncs, Backwar
         e.idle(e.main, e.host(30.0))
         e.sync(e.main, None, e.next_ext())
         t_end = max(max(e.clock.values()), max(e.free.values(), default=0.0))
+        self._mark_busy()
         anomalies = [(a.start, min(a.end, t_end), a.pattern) for a in self._significant(e.anomalies)]
         di = None
         if cfg.world_size > 1:
@@ -191,6 +195,16 @@ class _Run(HostOps, DataLoading, Forward, CompiledRegions, LossAndSyncs, Backwar
         props = [cfg.platform.device_properties(d) for d in range(n_dev)]
         return RunResult(e.events, props, di, anomalies, (cfg.t0_us, t_end), e.n_launch,
                          e.pid, e.main, e.bw, e.device, sorted(e.free))
+
+    def _mark_busy(self) -> None:
+        """Mark the kernels of the busy-but-slow patterns switched on (`RunConfig.busy_marks`):
+        their time is the pattern's ground truth."""
+        import re
+        for pattern, names in self.cfg.busy_marks:
+            rx = re.compile(names)
+            for ev in self.eng.events:
+                if ev.get("cat") == "kernel" and rx.search(ev["name"]):
+                    self.eng.mark(pattern, ev["ts"], ev["ts"] + ev["dur"])
 
     def _significant(self, found: list) -> list:
         """Drop data-loading waits too short to matter.

@@ -16,6 +16,12 @@ makes the GPU wait:
 | small_nccl_kernels | bucket_cap_mb < 1 | first to last all-reduce of the backward | buffer broadcasts, a logging all-reduce, gathered embeddings: small LL collectives |
 | nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel | - |
 | nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce | - |
+| no_channels_last | channels_last=False (NCHW model and inputs) | each layout transpose cuDNN adds around a convolution (busy time, not a wait) | - (healthy runs draw NCHW too: `dataset.py`'s mix, 70%) |
+
+Beyond the paper's eight (not in `TABLE2_WEIGHTS`, so the synthetic dataset's plan is unchanged
+until the model learns them): `no_channels_last` as above.  `no_mixed_precision` has no switch:
+the simulator runs FP32 GEMMs at its platforms' `tflops_fp32` (a TF32-effective rate), so an
+FP32 run would show SIMT kernel names without their slowness.
 
 NCCL kernels are named by the dialect of the job's library version (2.10, 2.14-2.18, 2.19+),
 whatever the pattern.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..measures.layout import TRANSPOSE
 from .simulator import RunConfig
 
 #: Occurrences per pattern in the paper's test split (Table 2): the mix we sample from.
@@ -84,6 +91,11 @@ def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: floa
         cfg.nccl_on_compute = True
     elif pattern == "nccl_compute_no_overlap":
         cfg.allreduce_after_backward = True
+    elif pattern == "no_channels_last":
+        # the model and its inputs left in NCHW: cuDNN wraps each convolution in layout
+        # transposes (`ops.cudnn_transpose`), which are the ground truth
+        cfg.channels_last = False
+        cfg.busy_marks = (*cfg.busy_marks, (pattern, TRANSPOSE))
     else:
         raise KeyError(pattern)
 

@@ -197,7 +197,8 @@ class Instance:
     blocks: list
     emit: Callable[[Factory], list]         # -> GPU spans [(t0, t1)] the label may need
     #: "idle": where the GPU waits during each block; "stretch": from the first to the last
-    #: GPU idle over all blocks; "span": the GPU spans `emit` returned (collectives).
+    #: GPU idle over all blocks; "span": the GPU spans `emit` returned (collectives);
+    #: "busy": exactly the spans `emit` returned, GPU time spent inefficiently (no wait).
     label: str = "idle"
     #: Each labelled interval must hold at least this much GPU idle, or the instance is dropped.
     min_idle_us: float = 50.0
