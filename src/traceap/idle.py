@@ -18,6 +18,11 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`.  A pattern w
 idle time names its mechanism in its declaration (`AntiPattern.account = IdleCause(id)`;
 `pattern_of` reads it from the registry), shown here as the pattern's subject in brackets:
 
+ 0 allocator_churn cudaMalloc/cudaFree (hipMalloc/hipFree) and empty_cache inside steady
+                   profiler steps (after the first and the warm-up ones), and the idle gap
+                   each leaves up to its own length [allocator churn]
+                   (`measures/allocator.py`).  Before warm-up, whose calls name every
+                   cudaMalloc: these are the ones start-up does not explain.
  1 warmup          one-off start-up: allocator growth (cudaMalloc, cudaHostAlloc), stream and
                    CUDA-graph creation, module loading (cuModuleLoad, the slow first launch of a
                    kernel under lazy loading), torch.compile / Triton compilation, autotuning,
@@ -102,15 +107,20 @@ class Mechanism(NamedTuple):
     """One way the GPU ends up idle: its id, the cause it rolls up into, and whether a fix can
     only hide it under the compute there is (collectives: overlapping them better cannot gain
     more than the compute they would overlap).  The pattern whose time a mechanism is declares
-    it (`AntiPattern.account = IdleCause(id)`); `pattern_of` reads that from the registry."""
+    it (`AntiPattern.account = IdleCause(id)`); `pattern_of` reads that from the registry.
+    `model_as`: for a mechanism added after the bundled checkpoint was trained, the one whose
+    time it was before (the learned model's inputs keep their meaning: `model.features`)."""
 
     id: str
     cause: str
     hides_under_compute: bool = False
+    model_as: str | None = None
 
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
+    # Before warm-up: WARMUP_CALLS names every cudaMalloc; these are only the steady steps' ones.
+    Mechanism("allocator_churn", "host_copy_sync", model_as="warmup"),
     Mechanism("warmup", "warmup"),
     Mechanism("nccl_on_compute_stream", "communication", True),
     Mechanism("small_nccl", "communication"),
@@ -126,6 +136,7 @@ MECHANISMS = (
 )
 #: What each mechanism is, for a sentence that splits a cause into its parts.
 MECHANISM_TITLES = {
+    "allocator_churn": "cudaMalloc/cudaFree and empty_cache in steady steps",
     "warmup": "one-off start-up",
     "nccl_on_compute_stream": "collectives on a compute stream",
     "small_nccl": "many small collectives",
@@ -411,9 +422,11 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
     from .measures.signals import nccl_rows, spans, starved_gaps
 
+    from .measures.allocator import churn_intervals
+
     t = trace
-    w0, w1, _, _ = warmup(t, config)
-    out = {"warmup": (w0, w1)}
+    w0, w1, _, wsteps = warmup(t, config)
+    out = {"allocator_churn": churn_intervals(t, wsteps), "warmup": (w0, w1)}
     blk = blocking_nccl(t, BlockConfig())
     sc = SmallNcclConfig()
     small = np.setdiff1d(small_nccl(t, sc), blk)
@@ -735,7 +748,7 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     _, _, sources, wsteps = warmup(t, config)
     # What the warm-up was made of: each warm-up us to the first source covering it.
     src_us = {}
-    left = code == 0
+    left = code == MECHANISM_IDS.index("warmup")
     for name, (s, e) in sources.items():
         s = np.clip(np.asarray(s, np.float64), lo, hi) - lo
         e = np.clip(np.asarray(e, np.float64), lo, hi) - lo

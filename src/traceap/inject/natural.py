@@ -69,6 +69,9 @@ class NaturalConfig:
     launch_bound_share: float = 0.5
     launch_bound_slack_us: float = 20.0
     min_step_us: float = 1000.0
+    #: Allocator churn: a cudaMalloc/cudaFree (hipMalloc/hipFree) after the first step lasting
+    #: >= 50 us (HTA: a runtime call over 50 us is an outlier), the GPU idle for half of it.
+    allocator_min_us: float = 50.0
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ BUILTIN = (
     "small_nccl_kernels",
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
+    # beyond the paper (issue #34), in the issue's order
+    "allocator_churn",
 )
 
 #: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The
