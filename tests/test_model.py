@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from traceap.manifest import read_manifest, trace_path
-from traceap.patterns import pattern_ids
+from traceap.patterns import PAPER
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
@@ -28,7 +28,7 @@ from traceap.windows import Windows
 
 from .conftest import CNN
 
-PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
+PATTERNS = PAPER  # what the pattern head predicts: the paper's eight (model.config.HEAD_PATTERNS)
 
 TINY = replace(preset("small"), d=16, layers=1, heads=2, max_events=16, windows=(20,),
                dropout=0.0, platform_dropout=0.0, lr=3e-3)
