@@ -29,9 +29,10 @@ def _planted(path, tmp_path_factory, seed=3):
                      np.random.default_rng(seed))
     f = tmp_path_factory.mktemp("churn") / f"{path.name.split('.')[0]}.json"
     f.write_bytes(out.data)
-    # With no GPU backlog at the plant, every later launch moves by the block: its cost.
-    cost = sum(b.t1 - b.t0 for b in out.result.blocks)
-    return traceap.load(f), out.anomalies, cost
+    # The plant's cost: the GPU idle it added (the rest of the trace replays as it was).
+    tr = traceap.load(f)
+    cost = idle.measure(tr).total_us - idle.measure(traceap.load(path)).total_us
+    return tr, out.anomalies, cost
 
 
 @pytest.mark.parametrize("path", [CNN, PARTICLE], ids=["ddp_cnn_steps", "particle_no_steps"])

@@ -45,7 +45,11 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    host work, so it goes before the copies and syncs around it.  A GPU idle gap
                    that the loader fills for at least half of its length is the loader's whole:
                    the batch's upload and the relaunch after it are part of waiting for data.
- 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call
+ 5 host_copy_sync  a tensor created on the host (an ATen factory op with no kernel under it)
+                   and uploaded right after it [CPU tensor init] (`measures/host_init.py`):
+                   from the factory op to the end of its copy, ahead of the other copies (the
+                   fix is creating it on the device; pinning would not remove it); then
+                   a host<->device copy runs (pageable uploads and their blocked launch call
                    [pageable copies]; other DtoH / small HtoD copies [host copies and syncs]; large
                    pinned input uploads: no pattern), and the GPU gap after a host-blocking sync
                    [host copies and syncs]: all of it when the sync fetched values to the host (a
@@ -127,6 +131,8 @@ MECHANISMS = (
     Mechanism("nccl", "communication", True),
     Mechanism("compile_gaps", "compile_gaps"),
     Mechanism("data_loading", "data_loading"),
+    # Before the other copies: a tensor made on the host and uploaded costs its creation's fix.
+    Mechanism("cpu_tensor_init", "host_copy_sync", model_as="host_copies_syncs"),
     Mechanism("pageable_copies", "host_copy_sync"),
     Mechanism("host_copies_syncs", "host_copy_sync"),
     Mechanism("input_copies", "host_copy_sync"),      # large pinned uploads: no pattern
@@ -143,6 +149,7 @@ MECHANISM_TITLES = {
     "nccl": "exposed collectives",
     "compile_gaps": "gaps between compiled regions",
     "data_loading": "DataLoader.__next__ and the gaps it fills",
+    "cpu_tensor_init": "tensors created on the host, then uploaded",
     "pageable_copies": "pageable host<->device uploads",
     "host_copies_syncs": "DtoH / small copies and host-blocking syncs",
     "input_copies": "large pinned input uploads (no anti-pattern)",
@@ -420,6 +427,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
     from .measures.compile_regions import compile_gaps
     from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
+    from .measures.host_init import init_intervals
     from .measures.signals import nccl_rows, spans, starved_gaps
 
     from .measures.allocator import churn_intervals
@@ -449,6 +457,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     page = page[~np.isfinite(nb) | (nb <= 0) | (nb >= pin.bytes_lo)]
     calls = t.launch[page]
     calls = calls[calls >= 0]
+    out["cpu_tensor_init"] = init_intervals(t)
     out["pageable_copies"] = (np.concatenate((t.ts[page], t.ts[calls])),
                               np.concatenate((t.end[page], t.end[calls])))
     mc = MemcpyConfig()

@@ -69,9 +69,15 @@ class NaturalConfig:
     launch_bound_share: float = 0.5
     launch_bound_slack_us: float = 20.0
     min_step_us: float = 1000.0
+    #: Unfused optimizer: an optimizer call with >= 5 per-parameter kernels (nsys-ai: at least
+    #: 5 launches averaging under 10 us), the GPU idle for half of their stretch.
+    optimizer_min_launches: int = 5
     #: Allocator churn: a cudaMalloc/cudaFree (hipMalloc/hipFree) after the first step lasting
     #: >= 50 us (HTA: a runtime call over 50 us is an outlier), the GPU idle for half of it.
     allocator_min_us: float = 50.0
+    #: CPU tensor init: a host factory op and its upload together >= 20 us (a launch and a
+    #: copy of a few KB; the cut on the cost decides whether it counts), the GPU idle for half.
+    host_init_min_us: float = 20.0
 
 
 @dataclass(frozen=True)

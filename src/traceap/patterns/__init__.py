@@ -31,7 +31,9 @@ BUILTIN = (
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
     # beyond the paper (issue #34), in the issue's order
+    "unfused_optimizer",
     "allocator_churn",
+    "cpu_tensor_init",
 )
 
 #: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The

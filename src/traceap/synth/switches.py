@@ -16,6 +16,9 @@ makes the GPU wait:
 | small_nccl_kernels | bucket_cap_mb < 1 | first to last all-reduce of the backward | buffer broadcasts, a logging all-reduce, gathered embeddings: small LL collectives |
 | nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel | - |
 | nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce | - |
+| unfused_optimizer | `foreach=False`: per-parameter SGD / AdamW ops | the single-tensor step, once the backward's queue drained | per-gradient fills of `zero_grad(set_to_none=False)` (`extra["zero_grad_fill"]`) |
+| allocator_churn | `torch.cuda.empty_cache()` after every step but the first, then re-allocation | the cudaFree / cudaMalloc round, once the GPU ran dry | - |
+| cpu_tensor_init | `torch.zeros(...).cuda()` 1-3 times before the forward | the factory ops and their pageable uploads | labels copied from pageable memory (no factory op) |
 
 NCCL kernels are named by the dialect of the job's library version (2.10, 2.14-2.18, 2.19+),
 whatever the pattern.
@@ -84,6 +87,13 @@ def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: floa
         cfg.nccl_on_compute = True
     elif pattern == "nccl_compute_no_overlap":
         cfg.allreduce_after_backward = True
+    # beyond the paper (issue #34); not in TABLE2_WEIGHTS, so `synth` does not sample them yet
+    elif pattern == "unfused_optimizer":
+        cfg.extra["foreach"] = False
+    elif pattern == "allocator_churn":
+        cfg.extra["empty_cache"] = max(1, int(rng.integers(2, 7) * strength))
+    elif pattern == "cpu_tensor_init":
+        cfg.extra["host_tensors"] = max(1, int(rng.integers(1, 4) * strength))
     else:
         raise KeyError(pattern)
 
