@@ -326,6 +326,11 @@ def _label(base: Base, inst, kernels, growth) -> bool:
     """Fill `inst.intervals` (relative us); False when the GPU did not wait where planted, or
     (host-side plants) when most of the idle there was the base's own (CAUSED_SHARE)."""
     ks, ke = kernels
+    if inst.label == "work":
+        # new GPU work whose own stretch is the anomaly (per-parameter kernels): exactly the
+        # spans emitted, with no base idle around them
+        inst.intervals = [(float(a), float(b)) for a, b in inst.spans if b > a]
+        return bool(inst.intervals)
     if inst.label == "span":
         # the collective's span, and the compute idle it causes around it: the gap it starts
         # at the end of (waiting to start behind earlier communication) and the gaps after it

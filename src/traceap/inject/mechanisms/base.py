@@ -197,7 +197,9 @@ class Instance:
     blocks: list
     emit: Callable[[Factory], list]         # -> GPU spans [(t0, t1)] the label may need
     #: "idle": where the GPU waits during each block; "stretch": from the first to the last
-    #: GPU idle over all blocks; "span": the GPU spans `emit` returned (collectives).
+    #: GPU idle over all blocks; "span": the GPU spans `emit` returned (collectives) and the
+    #: idle around them; "work": exactly the GPU spans `emit` returned (new GPU work whose own
+    #: stretch is the anomaly: per-parameter optimizer kernels).
     label: str = "idle"
     #: Each labelled interval must hold at least this much GPU idle, or the instance is dropped.
     min_idle_us: float = 50.0

@@ -8,7 +8,7 @@ every step (after the first, where there are two or more) inside the trace's
 `Optimizer.step#...` range, where the least GPU work is queued (at its first or its last op), or
 at the step's last top-level op under a new `Optimizer.step#SGD.step` range when the trace
 records none.  Kernel names are ATen's elementwise templates (the same on CUDA and ROCm).  Label:
-from the first to the last per-parameter kernel, with the GPU idle around them.
+from the first to the last per-parameter kernel (`Instance.label = "work"`).
 """
 
 from __future__ import annotations
@@ -119,10 +119,10 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
                 spans += emit_call(f, base, call, base.main_key,
                                    kernel={"name": kernel, "args": {"grid": [160, 1, 1],
                                                                     "block": [128, 1, 1]}})
-            # one span: the first to the last per-parameter kernel, and the idle around it
+            # one span: the first to the last per-parameter kernel (their gaps are the cost)
             return [(min(a for a, _ in spans), max(b for _, b in spans))]
 
-        instances.append(Instance([block], emit, label="span"))
+        instances.append(Instance([block], emit, label="work"))
     if not instances:
         raise Unusable("no step with host work to run a per-parameter optimizer in, or every "
                        "step's optimizer runs behind a deep GPU queue")
