@@ -8,8 +8,8 @@ kernel instead of a host loop plus a transfer.  Anchor: TorchTidy's "extra CUDA 
 (`torch.profiler._pattern_matcher.ExtraCUDACopyPattern`: a factory op on the CPU followed by
 `aten::to` to CUDA).
 
-A match is an HtoD copy (not from pinned memory) launched under an `aten::to` / `aten::_to_copy` / `aten::copy_` chain
-that starts at most `InitConfig.max_gap_us` after a top-level factory op on the same thread
+A match is an HtoD copy (not from pinned memory) launched under an `aten::to` /
+`aten::_to_copy` / `aten::copy_` chain that starts at most `InitConfig.max_gap_us` after a top-level factory op on the same thread
 ended, that factory op having launched no GPU work.  Measured here so the idle account
 (mechanism `cpu_tensor_init`, ahead of the other copies) and the copy rules agree on which
 copies are these: `no_pin_memory` and `excessive_memcpy` leave them out.
@@ -88,8 +88,7 @@ def _init_copies(trace: Trace, config: InitConfig):
         return empty, empty, empty
     fac = fac[~_launched_under(t, fac)]
     # Per copy: the factory op on the same thread that ended last before its `to` began.
-    thread = lambda rows: t.pid[rows].astype(np.int64) * (1 << 32) + t.tid[rows].astype(np.int64)  # noqa: E731
-    key_f, key_o = thread(fac), thread(op)
+    key_f, key_o = _thread_key(t, fac), _thread_key(t, op)
     order = np.lexsort((t.end[fac], key_f))
     fac, key_f = fac[order], key_f[order]
     out_f, out_o, out_c = [], [], []
@@ -114,6 +113,11 @@ def _init_copies(trace: Trace, config: InitConfig):
     return f[order], o[order], c[order]
 
 
+def _thread_key(t: Trace, rows: np.ndarray) -> np.ndarray:
+    """One int64 per row naming its (pid, tid)."""
+    return t.pid[rows].astype(np.int64) * (1 << 32) + t.tid[rows].astype(np.int64)
+
+
 def _enclosing_to(t: Trace, calls: np.ndarray) -> np.ndarray:
     """Per runtime call: the `aten::to` / `aten::_to_copy` of its thread whose time span holds
     its start (-1: none), for calls the call tree lost (ranges rounded into partial overlap)."""
@@ -122,8 +126,7 @@ def _enclosing_to(t: Trace, calls: np.ndarray) -> np.ndarray:
         return out
     to = t.rows(Kind.CPU_OP)
     to = to[name_mask(t, r"^aten::(to|_to_copy)$")[t.name[to]]]
-    key = lambda rows: t.pid[rows].astype(np.int64) * (1 << 32) + t.tid[rows].astype(np.int64)  # noqa: E731
-    kt, kc = key(to), key(calls)
+    kt, kc = _thread_key(t, to), _thread_key(t, calls)
     for k in np.unique(kc).tolist():
         on = to[kt == k]
         on = on[np.argsort(t.ts[on], kind="stable")]
@@ -140,8 +143,7 @@ def _launched_under(t: Trace, ops: np.ndarray) -> np.ndarray:
     out = np.zeros(len(ops), bool)
     if not len(rt):
         return out
-    key = lambda rows: t.pid[rows].astype(np.int64) * (1 << 32) + t.tid[rows].astype(np.int64)  # noqa: E731
-    krt, kop = key(rt), key(ops)
+    krt, kop = _thread_key(t, rt), _thread_key(t, ops)
     for k in np.unique(kop).tolist():
         starts = np.sort(t.ts[rt[krt == k]])
         sel = np.flatnonzero(kop == k)

@@ -30,12 +30,14 @@ if TYPE_CHECKING:
 
 PATTERN = "unfused_optimizer"
 
-_EW = "void at::native::vectorized_elementwise_kernel<4, at::native::{f}, at::detail::Array<char*, {n}> >(int, at::native::{f}, at::detail::Array<char*, {n}>)"
+_EW = ("void at::native::vectorized_elementwise_kernel<4, at::native::{f}, at::detail::Array<char*, "
+       "{n}> >(int, at::native::{f}, at::detail::Array<char*, {n}>)")
+_MUL = "AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >"
 #: The ops of `_single_tensor_sgd` with momentum and weight decay, per parameter, and the
 #: kernel each launches (names as in the real V100 / A100 traces of tests/data).
 SGD_OPS = (
     ("aten::add_", _EW.format(f="CUDAFunctor_add<float>", n=3)),                     # d_p += wd * p
-    ("aten::mul_", _EW.format(f="AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >", n=2)),
+    ("aten::mul_", _EW.format(f=_MUL, n=2)),                                         # buf *= momentum
     ("aten::add_", _EW.format(f="CUDAFunctor_add<float>", n=3)),                     # buf += d_p
     ("aten::add_", _EW.format(f="CUDAFunctor_add<float>", n=3)),                     # p -= lr * buf
 )

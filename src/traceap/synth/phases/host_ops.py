@@ -107,7 +107,8 @@ class HostOps(RunState):
         for _ in range(n):
             ts, ext = e.clock[e.main], e.next_ext()
             e.clock[e.main] += e.host(4.0)
-            e.runtime(e.main, "cudaMalloc", e.rt_cost(float(np.exp(self.rng.uniform(np.log(60), np.log(2000))))), ext)
+            malloc_us = float(np.exp(self.rng.uniform(np.log(60.0), np.log(2000.0))))
+            e.runtime(e.main, "cudaMalloc", e.rt_cost(malloc_us), ext)
             e.clock[e.main] += e.host(2.0)
             e.cpu_event(e.main, "aten::empty_strided", ts, e.clock[e.main] - ts, ext)
         self.starvation("allocator_churn", t0, e.clock[e.main], backlog)
