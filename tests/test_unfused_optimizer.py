@@ -20,7 +20,7 @@ from traceap.measures.optimizer import optimizer_kernels, per_parameter_runs
 from traceap.patterns import BusyInefficient, get_pattern
 from traceap.windows import Windows
 
-from .conftest import CNN, DATA, SAMPLE
+from .conftest import CNN, DATA, SAMPLE, SHARED_TRACES, needs_shared
 
 PARTICLE = DATA / "particle_transformer_bs8.json.gz"   # inference: no optimizer of its own
 DLRM = DATA / "dlrm_job" / "worker0.pt.trace.json.gz"  # PARAM DLRM: single-tensor Adagrad
@@ -92,3 +92,17 @@ def test_single_tensor_adagrad_of_real_dlrm_is_found_without_its_syncs():
     assert owned > 0 and 0 < m["lost_us"].sum() <= idle_there - owned + 1e-6
     assert [p for _, _, p in natural_labels(tr).below_cut].count("unfused_optimizer") == 1
     assert {f.pattern: f for f in analyze(tr).findings}["unfused_optimizer"].severity == "low"
+
+
+@needs_shared
+def test_shampoos_per_block_matrix_work_is_not_a_per_parameter_update():
+    """HTA's sampled rank runs Shampoo: ~28 kernels of ~95 us per call with ms of host work
+    between them (preconditioner roots), not tiny launches a foreach step would merge."""
+    path = SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis/timeline_analysis__sampled_rank-0.json.gz"
+    if not path.exists():
+        pytest.skip("HTA's sampled rank is absent")
+    tr = traceap.load(path)
+    runs = per_parameter_runs(tr, 5)
+    assert runs and all(np.median(tr.dur[r]) > 20.0 for r, _ in runs)
+    assert get_pattern("unfused_optimizer").measures(Windows(tr, 100))["lost_us"].sum() == 0.0
+    assert "unfused_optimizer" not in {f.pattern for f in analyze(tr).findings}

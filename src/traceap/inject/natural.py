@@ -72,6 +72,8 @@ class NaturalConfig:
     #: Unfused optimizer: an optimizer call with >= 5 per-parameter kernels (nsys-ai: at least
     #: 5 launches averaging under 10 us), the GPU idle for half of their stretch.
     optimizer_min_launches: int = 5
+    #: ... of a median length <= 20 us (tiny elementwise updates, not Shampoo's matrix work).
+    optimizer_tiny_us: float = 20.0
     #: Allocator churn: a cudaMalloc/cudaFree (hipMalloc/hipFree) after the first step lasting
     #: >= 50 us (HTA: a runtime call over 50 us is an outlier), the GPU idle for half of it.
     allocator_min_us: float = 50.0

@@ -9,8 +9,9 @@ launches.  A foreach step runs the same arithmetic in a few `multi_tensor_apply`
 fused one in one kernel (`traceap.measures.optimizer`).
 
 Account: `BusyInefficient` (the GPU works, but in launch-bound slivers).  Time lost, stated
-and conservative: per optimizer call with at least `min_launches` per-parameter kernels, the
-GPU idle between its first and last per-parameter kernel (the gaps a foreach step removes),
+and conservative: per optimizer call with at least `min_launches` per-parameter kernels of a
+tiny median length, the GPU idle between its first and last per-parameter kernel, each gap up
+to `launch_gap_us` (the launch waits a foreach step removes; a longer gap is host work),
 less what a foreach step would still leave (one gap of the median length per distinct
 kernel name: its launches), and less every idle us the idle account gives to a pattern (a
 `.item()` sync inside the step is `excessive_memcpy`'s, Python between launches
@@ -45,6 +46,12 @@ class OptimizerConfig:
     #: Per-parameter kernels in one optimizer call: nsys-ai flags at least 5 launches
     #: averaging under 10 us (a 4-parameter toy model's SGD step stays quiet below it).
     min_launches: int = 5
+    #: ... whose median kernel is tiny (nsys-ai: launches averaging under 10 us; an update of a
+    #: 100 MB tensor takes ~100 us on an A100): Shampoo's per-block matrix work is not this.
+    tiny_kernel_us: float = 20.0
+    #: A gap between two of them counts up to this (HTA: a launch delay over 100 us is an
+    #: outlier); longer is host work of its own (a preconditioner on the CPU), not launching.
+    launch_gap_us: float = 100.0
     #: As the host-blocking rules: 1% of a window starts to count, 10% scores in full.
     lost_lo: float = 0.01
     lost_hi: float = 0.10
@@ -82,7 +89,7 @@ torch._foreach_add_) over the parameter lists, or compile the step (torch.compil
 
     def measure(self, windows: Windows) -> Measures:
         t, c = windows.trace, self.config
-        gs, ge, factor, rows = lost_gaps(t, c.min_launches)
+        gs, ge, factor, rows = lost_gaps(t, c)
         gap_us = union_in(windows, gs, ge)
         lost = gap_us * factor
         score = ramp(lost / windows.width_us, c.lost_lo, c.lost_hi)
@@ -95,7 +102,7 @@ torch._foreach_add_) over the parameter lists, or compile the step (torch.compil
         n = int(m["n"][idx].sum())
         kern = float(m["kernel_us"][idx].sum())
         gaps = float(m["gap_us"][idx].sum())
-        runs = per_parameter_runs(t, self.config.min_launches)
+        runs = unfused_runs(t, self.config)
         _, _, multi = optimizer_kernels(t)
         text = (f"{n} per-parameter optimizer kernels in {len(runs)} optimizer calls "
                 f"({fmt_us(kern / max(n, 1))} each on average, {fmt_us(kern)} in all); the GPU "
@@ -109,19 +116,27 @@ torch._foreach_add_) over the parameter lists, or compile the step (torch.compil
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """The first per-parameter kernels of the flagged optimizer calls, in time order."""
-        rows = np.concatenate([r for r, _ in per_parameter_runs(trace, self.config.min_launches)]
+        rows = np.concatenate([r for r, _ in unfused_runs(trace, self.config)]
                               or [np.zeros(0, np.int64)])
         rows = rows[in_runs(trace, runs)[rows]]
         return ("Per-parameter optimizer kernels, in launch order",
                 event_rows(trace, rows, limit))
 
 
-def lost_gaps(trace: Trace, min_launches: int) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+def unfused_runs(trace: Trace, c: OptimizerConfig) -> list[tuple[np.ndarray, int]]:
+    """The optimizer calls with at least `c.min_launches` per-parameter kernels whose median
+    runs under `c.tiny_kernel_us` (`per_parameter_runs`: rows, distinct kernel names)."""
+    return [(rows, n) for rows, n in per_parameter_runs(trace, c.min_launches)
+            if float(np.median(trace.dur[rows])) <= c.tiny_kernel_us]
+
+
+def lost_gaps(trace: Trace, c: OptimizerConfig) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """(starts, ends) of the GPU idle between the per-parameter kernels of each unfused
-    optimizer call (less the idle a pattern already holds), the share of it a foreach step
-    would remove (see the module docstring), and the per-parameter kernel rows."""
+    optimizer call (less the idle a pattern already holds, each gap up to `c.launch_gap_us`),
+    the share of it a foreach step would remove (see the module docstring), and the
+    per-parameter kernel rows."""
     def make():
-        runs = per_parameter_runs(trace, min_launches)
+        runs = unfused_runs(trace, c)
         empty = np.zeros(0)
         if not runs:
             return empty, empty, 0.0, np.zeros(0, np.int64)
@@ -136,6 +151,7 @@ def lost_gaps(trace: Trace, min_launches: int) -> tuple[np.ndarray, np.ndarray, 
             lo, hi = float(trace.ts[rows].min()), float(trace.end[rows].max())
             s, e = intersect(g0, g1, np.array([lo]), np.array([hi]))
             s, e = subtract(s, e, ps, pe)
+            e = np.minimum(e, s + c.launch_gap_us)
             if not len(s):
                 continue
             # What a foreach step still leaves: one launch gap per distinct kernel.
@@ -149,7 +165,7 @@ def lost_gaps(trace: Trace, min_launches: int) -> tuple[np.ndarray, np.ndarray, 
             return empty, empty, 0.0, np.concatenate([r for r, _ in runs])
         return (np.concatenate(out_s), np.concatenate(out_e), lost / max(gaps, 1e-9),
                 np.concatenate([r for r, _ in runs]))
-    return cached(trace, f"unfused_optimizer:gaps:{min_launches}", make)
+    return cached(trace, f"unfused_optimizer:gaps:{c!r}", make)
 
 
 PATTERN = register_pattern(UnfusedOptimizer())

@@ -134,10 +134,12 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
 # -- the natural label: where a real trace shows the pattern by itself ----------------------
 def natural_label(c: NaturalContext, cfg: NaturalConfig):
     """Optimizer calls (`traceap.measures.optimizer`) with >= `cfg.optimizer_min_launches`
-    per-parameter kernels whose GPU idles for at least half of the stretch from the first to
+    per-parameter kernels of a median <= `cfg.optimizer_tiny_us`, whose GPU idles for at least half of the stretch from the first to
     the last of them: (start, end) intervals."""
     tr = c.tr
     for rows, _ in per_parameter_runs(tr, cfg.optimizer_min_launches):
+        if float(np.median(tr.dur[rows])) > cfg.optimizer_tiny_us:
+            continue
         a, b = float(tr.ts[rows].min()), float(tr.end[rows].max())
         gs, ge = c.idle_in(a, b)
         if b > a and (ge - gs).sum() >= 0.5 * (b - a):
