@@ -95,14 +95,18 @@ def test_single_tensor_adagrad_of_real_dlrm_is_found_without_its_syncs():
 
 
 @needs_shared
-def test_shampoos_per_block_matrix_work_is_not_a_per_parameter_update():
-    """HTA's sampled rank runs Shampoo: ~28 kernels of ~95 us per call with ms of host work
-    between them (preconditioner roots), not tiny launches a foreach step would merge."""
+def test_shampoos_host_work_between_its_kernels_is_not_launch_time():
+    """HTA's sampled rank runs Shampoo: 28-29 kernels per call (median 16 us, mean 94 us) with
+    59 ms of GPU idle between them, the host computing preconditioners.  Only the launch-sized
+    part of each gap counts (<= 100 us): about 1 ms, not 59 ms, and no medium finding."""
     path = SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis/timeline_analysis__sampled_rank-0.json.gz"
     if not path.exists():
         pytest.skip("HTA's sampled rank is absent")
     tr = traceap.load(path)
     runs = per_parameter_runs(tr, 5)
-    assert runs and all(np.median(tr.dur[r]) > 20.0 for r, _ in runs)
-    assert get_pattern("unfused_optimizer").measures(Windows(tr, 100))["lost_us"].sum() == 0.0
-    assert "unfused_optimizer" not in {f.pattern for f in analyze(tr).findings}
+    n = sum(len(r) for r, _ in runs)
+    assert n == 57
+    lost = get_pattern("unfused_optimizer").measures(Windows(tr, 100))["lost_us"].sum()
+    assert 0 < lost <= 100.0 * n
+    found = {f.pattern: f for f in analyze(tr).findings}.get("unfused_optimizer")
+    assert found is None or found.severity == "low"
