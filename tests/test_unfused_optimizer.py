@@ -110,3 +110,19 @@ def test_shampoos_host_work_between_its_kernels_is_not_launch_time():
     assert 0 < lost <= 100.0 * n
     found = {f.pattern: f for f in analyze(tr).findings}.get("unfused_optimizer")
     assert found is None or found.severity == "low"
+
+
+@needs_shared
+def test_label_and_analyze_judge_busy_time_by_one_cut():
+    """`traceap label` judges a busy-but-slow pattern by its rule's time lost, as analyze does:
+    rank 4 of PARAM's DLRM loses 4.7% of its step to the per-parameter Adagrad: a medium
+    finding, and a natural anomaly (before: natural labels gave such patterns 0%)."""
+    path = SHARED_TRACES / ("facebookresearch__param/"
+                            "dlrm_kineto.tar.gz__dlrm_kineto__worker4_step_12.1694128201547.pt.trace.json.gz")
+    if not path.exists():
+        pytest.skip("PARAM's DLRM rank 4 is absent")
+    tr = traceap.load(path)
+    lab = natural_labels(tr)
+    found = {f.pattern: f for f in analyze(tr).findings}["unfused_optimizer"]
+    assert found.severity == "medium" and "unfused_optimizer" in {p for _, _, p in lab.anomalies}
+    assert lab.gain_pct["unfused_optimizer"] == pytest.approx(found.gain_pct, abs=1e-3)

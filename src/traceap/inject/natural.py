@@ -28,8 +28,9 @@ import numpy as np
 
 from .. import idle
 from ..findings import SEVERITY, SeverityConfig, judge, step_basis
-from ..patterns._registry import pattern_ids, pieces
+from ..patterns._registry import BusyInefficient, get_pattern, pattern_ids, pieces
 from ..trace import Kind, Trace, merged_intervals
+from ..windows import DEFAULT_WINDOWS, Windows
 from . import mechanisms  # noqa: F401 - each mechanism module registers its label rule
 
 
@@ -107,11 +108,20 @@ def pattern_gain_pct(trace: Trace, pattern: str, severity: SeverityConfig = SEVE
     hide under compute."""
     acc = idle.measure(trace)
     mech = idle.mechanism_of(pattern)
-    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
-        return 0.0
     basis = step_basis(trace, acc)
-    _, _, pct, _ = judge(float(acc.by_mechanism[mech]), acc.in_steady_steps(mech), basis,
-                         idle.gain_cap_us(acc, pattern, basis.n_steps), severity)
+    if mech is None:
+        # Time that is not GPU idle (`BusyInefficient`): the pattern's own rule measures it,
+        # as analyze does (`AntiPattern.time_lost`, at analyze's default window count).
+        rule = get_pattern(pattern)
+        if not isinstance(rule.account, BusyInefficient):
+            return 0.0
+        windows = Windows(trace, DEFAULT_WINDOWS)
+        lost, in_steps = rule.time_lost(windows, acc)
+        cap = rule.gain_cap_us(windows, basis.n_steps)
+    else:
+        lost, in_steps = float(acc.by_mechanism[mech]), acc.in_steady_steps(mech)
+        cap = idle.gain_cap_us(acc, pattern, basis.n_steps)
+    _, _, pct, _ = judge(lost, in_steps, basis, cap, severity)
     return pct
 
 
