@@ -9,10 +9,11 @@ kernel instead of a host loop plus a transfer.  Anchor: TorchTidy's "extra CUDA 
 `aten::to` to CUDA).
 
 A match is an HtoD copy (not from pinned memory) launched under an `aten::to` /
-`aten::_to_copy` / `aten::copy_` chain that starts at most `InitConfig.max_gap_us` after a top-level factory op on the same thread
-ended, that factory op having launched no GPU work.  Measured here so the idle account
-(mechanism `cpu_tensor_init`, ahead of the other copies) and the copy rules agree on which
-copies are these: `no_pin_memory` and `excessive_memcpy` leave them out.
+`aten::_to_copy` / `aten::copy_` chain that starts at most `InitConfig.max_gap_us` after an
+outermost factory op of the same thread and the same enclosing range ended, that factory op
+having launched no GPU work.  Measured here so the idle account (mechanism `cpu_tensor_init`,
+ahead of the other copies) and the copy rules agree on which copies are these:
+`no_pin_memory` and `excessive_memcpy` leave them out.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ def _init_copies(trace: Trace, config: InitConfig):
         jj = np.maximum(j, 0)
         gap = t.ts[op[sel]] - ends[jj]
         hit &= gap <= config.max_gap_us
+        # One line of code makes and uploads it: both ops sit in the same enclosing range (a
+        # factory op before the step, then the step's first upload, is not one tensor)
+        hit &= t.parent[on_f[jj]] == t.parent[op[sel]]
         out_f.append(on_f[jj[hit]])
         out_o.append(op[sel[hit]])
         out_c.append(copies[sel[hit]])
