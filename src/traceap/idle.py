@@ -20,7 +20,7 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
 
  0 allocator_churn cudaMalloc/cudaFree (hipMalloc/hipFree) and empty_cache inside steady
                    profiler steps (after the first and the warm-up ones), and the idle gap
-                   each leaves up to its own length [allocator churn]
+                   each returns into, up to a relaunch (50 us) [allocator churn]
                    (`measures/allocator.py`).  Before warm-up, whose calls name every
                    cudaMalloc: these are the ones start-up does not explain.
  1 warmup          one-off start-up: allocator growth (cudaMalloc, cudaHostAlloc), stream and
@@ -424,13 +424,12 @@ def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
 def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
+    from .measures.allocator import churn_intervals
     from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
     from .measures.compile_regions import compile_gaps
     from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
     from .measures.host_init import init_intervals
     from .measures.signals import nccl_rows, spans, starved_gaps
-
-    from .measures.allocator import churn_intervals
 
     t = trace
     w0, w1, _, wsteps = warmup(t, config)

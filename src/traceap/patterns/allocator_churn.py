@@ -9,7 +9,7 @@ the driver call and launches nothing, so the GPU runs dry.  Calls in the first p
 and in the idle account's warm-up steps are start-up (the cache growing) and stay warm-up;
 without two profiler steps nothing here is steady state (`traceap.measures.allocator`).
 Time lost is the idle account's `allocator_churn` mechanism: GPU idle inside the calls and in
-the gap each returns into, up to the call's own length; it goes before warm-up in the
+the gap each returns into, up to a relaunch (50 us); it goes before warm-up in the
 account's order (warm-up's calls name every cudaMalloc) and no other pattern claims it.
 Anchors: HTA counts a runtime call over 50 us as an outlier; PyTorch's CUDA semantics notes
 call empty_cache() in a loop an anti-pattern (it "will not increase the amount of GPU memory
