@@ -15,6 +15,7 @@ from traceap.job import analyze_job
 from traceap.crossrank import (RankSummary, cross_rank_findings, find_copies, not_one_job,
                                rank_summary, same_rank_claims)
 from traceap.findings import SEVERITY
+from traceap.patterns import BusyInefficient, get_pattern
 from traceap.load import load_job
 from traceap.report.html import render_html
 

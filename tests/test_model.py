@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from traceap.manifest import read_manifest, trace_path
-from traceap.patterns import pattern_ids
+from traceap.patterns import PAPER
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
@@ -28,7 +28,7 @@ from traceap.windows import Windows
 
 from .conftest import CNN
 
-PATTERNS = pattern_ids()  # the built-in pattern ids, in report order
+PATTERNS = PAPER  # what the pattern head predicts: the paper's eight (model.config.HEAD_PATTERNS)
 
 TINY = replace(preset("small"), d=16, layers=1, heads=2, max_events=16, windows=(20,),
                dropout=0.0, platform_dropout=0.0, lr=3e-3)
@@ -112,13 +112,14 @@ def test_idle_summary_is_the_idle_account_per_window(sample_windows):
     window: absolute, then against the trace's median window; the shares and the rest of the
     idle time add up to the window's idle time."""
     from traceap import idle
+    from traceap.model.features import model_idle
     cfg = replace(preset("small"), summary_idle=True, summary_absolute=False)
     f = featurize(sample_windows, cfg)
     s = f.inputs(cfg)["summary"]
     k = len(SUMMARY_IDLE)
     assert s.shape[1] == summary_dim(cfg) == summary_dim(replace(cfg, summary_idle=False)) + 2 * k
     width = sample_windows.width_us
-    want = np.stack([idle.per_window(sample_windows)[m] / width for m in idle.MECHANISM_IDS], 1)
+    want = np.stack([v / width for v in model_idle(sample_windows).values()], 1)
     absolute, relative = s[:, -2 * k:-k], s[:, -k:]
     assert np.allclose(absolute, want, atol=1e-6) and want.sum() > 0
     assert np.allclose(relative, want - np.sort(want, 0)[(len(want) - 1) // 2], atol=1e-6)
@@ -540,3 +541,17 @@ def test_a_trace_that_cannot_be_featurised_is_read_once(tmp_path, monkeypatch):
     shutil.copy(CNN, stray)                                # the file rewritten: tried again
     n, said = pool()
     assert n == 2 and read == ["notes.json"] and said == []
+
+
+def test_a_mechanism_added_after_the_checkpoint_keeps_the_model_inputs(sample_windows):
+    """The bundled checkpoint reads the idle account of its day (`MODEL_MECHANISMS`): a newer
+    mechanism (`allocator_churn`, issue #34) adds no input and feeds the mechanism its time went
+    to before (`Mechanism.model_as`), so every idle us still reaches the model once."""
+    from traceap import idle
+    from traceap.model.features import MODEL_MECHANISMS, SUMMARY_IDLE, model_idle
+    assert len(SUMMARY_IDLE) == len(MODEL_MECHANISMS) == 13
+    assert set(idle.MECHANISM_IDS) > set(MODEL_MECHANISMS)
+    got = model_idle(sample_windows)
+    pw = idle.per_window(sample_windows)
+    assert list(got) == list(MODEL_MECHANISMS)
+    assert np.allclose(sum(got.values()), sum(pw.values()))

@@ -18,6 +18,11 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`.  A pattern w
 idle time names its mechanism in its declaration (`AntiPattern.account = IdleCause(id)`;
 `pattern_of` reads it from the registry), shown here as the pattern's subject in brackets:
 
+ 0 allocator_churn cudaMalloc/cudaFree (hipMalloc/hipFree) and empty_cache inside steady
+                   profiler steps (after the first and the warm-up ones), and the idle gap
+                   each returns into, up to a relaunch (50 us) [allocator churn]
+                   (`measures/allocator.py`).  Before warm-up, whose calls name every
+                   cudaMalloc: these are the ones start-up does not explain.
  1 warmup          one-off start-up: allocator growth (cudaMalloc, cudaHostAlloc), stream and
                    CUDA-graph creation, module loading (cuModuleLoad, the slow first launch of a
                    kernel under lazy loading), torch.compile / Triton compilation, autotuning,
@@ -40,7 +45,11 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    host work, so it goes before the copies and syncs around it.  A GPU idle gap
                    that the loader fills for at least half of its length is the loader's whole:
                    the batch's upload and the relaunch after it are part of waiting for data.
- 5 host_copy_sync  a host<->device copy runs (pageable uploads and their blocked launch call
+ 5 host_copy_sync  a tensor created on the host (an ATen factory op with no kernel under it)
+                   and uploaded right after it [CPU tensor init] (`measures/host_init.py`):
+                   from the factory op to the end of its copy, ahead of the other copies (the
+                   fix is creating it on the device; pinning would not remove it); then
+                   a host<->device copy runs (pageable uploads and their blocked launch call
                    [pageable copies]; other DtoH / small HtoD copies [host copies and syncs]; large
                    pinned input uploads: no pattern), and the GPU gap after a host-blocking sync
                    [host copies and syncs]: all of it when the sync fetched values to the host (a
@@ -102,21 +111,28 @@ class Mechanism(NamedTuple):
     """One way the GPU ends up idle: its id, the cause it rolls up into, and whether a fix can
     only hide it under the compute there is (collectives: overlapping them better cannot gain
     more than the compute they would overlap).  The pattern whose time a mechanism is declares
-    it (`AntiPattern.account = IdleCause(id)`); `pattern_of` reads that from the registry."""
+    it (`AntiPattern.account = IdleCause(id)`); `pattern_of` reads that from the registry.
+    `model_as`: for a mechanism added after the bundled checkpoint was trained, the one whose
+    time it was before (the learned model's inputs keep their meaning: `model.features`)."""
 
     id: str
     cause: str
     hides_under_compute: bool = False
+    model_as: str | None = None
 
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
+    # Before warm-up: WARMUP_CALLS names every cudaMalloc; these are only the steady steps' ones.
+    Mechanism("allocator_churn", "host_copy_sync", model_as="warmup"),
     Mechanism("warmup", "warmup"),
     Mechanism("nccl_on_compute_stream", "communication", True),
     Mechanism("small_nccl", "communication"),
     Mechanism("nccl", "communication", True),
     Mechanism("compile_gaps", "compile_gaps"),
     Mechanism("data_loading", "data_loading"),
+    # Before the other copies: a tensor made on the host and uploaded costs its creation's fix.
+    Mechanism("cpu_tensor_init", "host_copy_sync", model_as="host_copies_syncs"),
     Mechanism("pageable_copies", "host_copy_sync"),
     Mechanism("host_copies_syncs", "host_copy_sync"),
     Mechanism("input_copies", "host_copy_sync"),      # large pinned uploads: no pattern
@@ -126,12 +142,14 @@ MECHANISMS = (
 )
 #: What each mechanism is, for a sentence that splits a cause into its parts.
 MECHANISM_TITLES = {
+    "allocator_churn": "cudaMalloc/cudaFree and empty_cache in steady steps",
     "warmup": "one-off start-up",
     "nccl_on_compute_stream": "collectives on a compute stream",
     "small_nccl": "many small collectives",
     "nccl": "exposed collectives",
     "compile_gaps": "gaps between compiled regions",
     "data_loading": "DataLoader.__next__ and the gaps it fills",
+    "cpu_tensor_init": "tensors created on the host, then uploaded",
     "pageable_copies": "pageable host<->device uploads",
     "host_copies_syncs": "DtoH / small copies and host-blocking syncs",
     "input_copies": "large pinned input uploads (no anti-pattern)",
@@ -406,14 +424,16 @@ def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
 def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
+    from .measures.allocator import churn_intervals
     from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
     from .measures.compile_regions import compile_gaps
     from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
+    from .measures.host_init import init_intervals
     from .measures.signals import nccl_rows, spans, starved_gaps
 
     t = trace
-    w0, w1, _, _ = warmup(t, config)
-    out = {"warmup": (w0, w1)}
+    w0, w1, _, wsteps = warmup(t, config)
+    out = {"allocator_churn": churn_intervals(t, wsteps), "warmup": (w0, w1)}
     blk = blocking_nccl(t, BlockConfig())
     sc = SmallNcclConfig()
     small = np.setdiff1d(small_nccl(t, sc), blk)
@@ -436,6 +456,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     page = page[~np.isfinite(nb) | (nb <= 0) | (nb >= pin.bytes_lo)]
     calls = t.launch[page]
     calls = calls[calls >= 0]
+    out["cpu_tensor_init"] = init_intervals(t)
     out["pageable_copies"] = (np.concatenate((t.ts[page], t.ts[calls])),
                               np.concatenate((t.end[page], t.end[calls])))
     mc = MemcpyConfig()
@@ -735,7 +756,7 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     _, _, sources, wsteps = warmup(t, config)
     # What the warm-up was made of: each warm-up us to the first source covering it.
     src_us = {}
-    left = code == 0
+    left = code == MECHANISM_IDS.index("warmup")
     for name, (s, e) in sources.items():
         s = np.clip(np.asarray(s, np.float64), lo, hi) - lo
         e = np.clip(np.asarray(e, np.float64), lo, hi) - lo

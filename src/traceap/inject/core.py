@@ -262,7 +262,7 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     planted last before it.
     """
     k, base_gap = _base_gaps(base)
-    instances = [inst for inst in instances if inst.label != "busy"]  # no wait to add
+    instances = [inst for inst in instances if inst.causes_wait]
     if not len(k) or not instances:
         return
     t0 = base.tl.t0
@@ -327,9 +327,9 @@ def _label(base: Base, inst, kernels, growth) -> bool:
     """Fill `inst.intervals` (relative us); False when the GPU did not wait where planted, or
     (host-side plants) when most of the idle there was the base's own (CAUSED_SHARE)."""
     ks, ke = kernels
-    if inst.label == "busy":
-        # GPU work made slower, not a wait: the spans `emit` returned are the planted cost
-        # itself (the part of each slowed kernel a fix would save)
+    if inst.label == "work":
+        # GPU work that is the anomaly itself, not a wait (slowed kernels, added transposes,
+        # per-parameter kernels): exactly the spans `emit` returned, no base idle around them
         inst.intervals = [(float(a), float(b)) for a, b in inst.spans if b > a]
         return bool(inst.intervals)
     if inst.label == "span":

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import idle
 from ..findings import SEVERITY, SeverityConfig, judge, step_basis
-from ..patterns._registry import get_pattern, is_pattern, pattern_ids, pieces
+from ..patterns._registry import BusyInefficient, get_pattern, is_pattern, pattern_ids, pieces
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import DEFAULT_WINDOWS, Windows
 from . import mechanisms  # noqa: F401 - each mechanism module registers its label rule
@@ -78,6 +78,17 @@ class NaturalConfig:
     #: Layout transposes around convolutions (a model in NCHW): >= 4% of a step's GPU busy
     #: time (twice the rule's 2% trace gate).
     transpose_busy_share: float = 0.04
+    #: Unfused optimizer: an optimizer call with >= 5 per-parameter kernels (nsys-ai: at least
+    #: 5 launches averaging under 10 us), the GPU idle for half of their stretch.
+    optimizer_min_launches: int = 5
+    #: ... of a median length <= 20 us (tiny elementwise updates, not Shampoo's matrix work).
+    optimizer_tiny_us: float = 20.0
+    #: Allocator churn: a cudaMalloc/cudaFree (hipMalloc/hipFree) after the first step lasting
+    #: >= 50 us (HTA: a runtime call over 50 us is an outlier), the GPU idle for half of it.
+    allocator_min_us: float = 50.0
+    #: CPU tensor init: a host factory op and its upload together >= 20 us (a launch and a
+    #: copy of a few KB; the cut on the cost decides whether it counts), the GPU idle for half.
+    host_init_min_us: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -106,13 +117,19 @@ def pattern_gain_pct(trace: Trace, pattern: str, severity: SeverityConfig = SEVE
     acc = idle.measure(trace)
     mech = idle.mechanism_of(pattern)
     basis = step_basis(trace, acc)
-    if mech is None:  # time that is not GPU idle: only the pattern's own rule measures it
-        if not is_pattern(pattern):
+    if mech is None:
+        # Time that is not GPU idle (`BusyInefficient`): the pattern's own rule measures it,
+        # as analyze does (`AntiPattern.time_lost`, at analyze's default window count).
+        rule = get_pattern(pattern) if is_pattern(pattern) else None
+        if rule is None or not isinstance(rule.account, BusyInefficient):
             return 0.0
-        lost, in_steps = get_pattern(pattern).time_lost(Windows(trace, DEFAULT_WINDOWS), acc)
-        return judge(lost, in_steps, basis, None, severity)[2]
-    _, _, pct, _ = judge(float(acc.by_mechanism[mech]), acc.in_steady_steps(mech), basis,
-                         idle.gain_cap_us(acc, pattern, basis.n_steps), severity)
+        windows = Windows(trace, DEFAULT_WINDOWS)
+        lost, in_steps = rule.time_lost(windows, acc)
+        cap = rule.gain_cap_us(windows, basis.n_steps)
+    else:
+        lost, in_steps = float(acc.by_mechanism[mech]), acc.in_steady_steps(mech)
+        cap = idle.gain_cap_us(acc, pattern, basis.n_steps)
+    _, _, pct, _ = judge(lost, in_steps, basis, cap, severity)
     return pct
 
 

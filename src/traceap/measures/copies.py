@@ -14,6 +14,7 @@ import numpy as np
 
 from ..trace import CopyKind, Kind, MemKind, merged_intervals
 from ..windows import covered_time
+from .host_init import init_copies
 from .signals import busy_rows, cached, name_mask, starved_gaps
 
 
@@ -55,9 +56,11 @@ class MemcpyConfig:
 def host_copies(trace, batch_bytes: float = 64e3) -> np.ndarray:
     """The copies of the habit: every DtoH copy, and HtoD copies smaller than an input batch
     (`torch.tensor(x, device=...)`, per-sample uploads).  Batch uploads are the normal
-    once-per-step input transfer (pinned) or the pageable-copy pattern (pageable)."""
+    once-per-step input transfer (pinned) or the pageable-copy pattern (pageable).  Not the
+    uploads of tensors just created on the host (`host_init.init_copies`): their own pattern."""
     def make():
         rows = trace.rows(Kind.GPU_MEMCPY)
+        rows = np.setdiff1d(rows, init_copies(trace)[2])
         kind = trace.copy_kind[rows]
         nb = np.nan_to_num(trace.bytes[rows])
         small_up = (kind == CopyKind.HTOD) & (nb > 0) & (nb < batch_bytes)
@@ -243,9 +246,11 @@ class PinConfig:
 
 def pageable_h2d(trace, config: PinConfig = PinConfig()) -> tuple[np.ndarray, np.ndarray]:
     """(rows, weight): HtoD copies from pageable memory (1.0) or unknown host memory that
-    blocked their launch (config.unknown_weight)."""
+    blocked their launch (config.unknown_weight); not the uploads of tensors just created on
+    the host (`host_init.init_copies`: their own pattern)."""
     def make():
         rows = trace.rows(Kind.GPU_MEMCPY)
+        rows = np.setdiff1d(rows, init_copies(trace)[2])
         rows = rows[trace.copy_kind[rows] == CopyKind.HTOD]
         src = trace.copy_src[rows]
         launch = trace.launch[rows]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..idle import MECHANISM_IDS, per_window
+from ..idle import MECHANISMS, per_window
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows
 from .config import ModelConfig
@@ -45,7 +45,13 @@ SUMMARY_EXTRA = ("max_idle_frac",)
 #: every GPU, batch size and model; they go to the model absolute *and*, with
 #: `summary_relative`, against the trace's median window (a trace stalled throughout by its
 #: loader has no outlying window, only a high absolute share).
-SUMMARY_IDLE = tuple(f"idle_{m}" for m in MECHANISM_IDS)
+#: The mechanisms of the account the bundled checkpoint was trained with; one added since feeds
+#: the one it declares (`idle.Mechanism.model_as`, the mechanism its time went to before), so a
+#: new mechanism changes neither the input width nor the meaning of an input.
+MODEL_MECHANISMS = ("warmup", "nccl_on_compute_stream", "small_nccl", "nccl", "compile_gaps",
+                    "data_loading", "pageable_copies", "host_copies_syncs", "input_copies",
+                    "unrecorded_host", "python_host", "launch_bound", "not_explained")
+SUMMARY_IDLE = tuple(f"idle_{m}" for m in MODEL_MECHANISMS)
 STAT_KEYS = SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
 #: Width of the v1 summary: the measures above (without the extras) and log window width.
 SUMMARY_DIM = len(SUMMARY_FRACTIONS) + len(SUMMARY_RATES) + len(SUMMARY_LOGS) + 1
@@ -129,9 +135,19 @@ def raw_stats(windows: Windows) -> np.ndarray:
     cols = [np.nan_to_num(np.asarray(s[k], np.float64)) for k in STAT_KEYS if k in s]
     width = max(windows.width_us, 1e-9)
     cols.append(longest_idle(windows.trace, windows.edges) / width)
-    idle = per_window(windows)
-    cols += [idle[m] / width for m in MECHANISM_IDS]
+    cols += [v / width for v in model_idle(windows).values()]
     return np.stack(cols, axis=1).astype(np.float32)
+
+
+def model_idle(windows: Windows) -> dict[str, np.ndarray]:
+    """Per window, the idle time of each of MODEL_MECHANISMS, a newer mechanism's time in the
+    one it declares (`model_as`; not explained when it declares none)."""
+    idle = per_window(windows)
+    out = {m: idle[m].copy() for m in MODEL_MECHANISMS}
+    for mech in MECHANISMS:
+        if mech.id not in out:
+            out[mech.model_as or "not_explained"] += idle[mech.id]
+    return out
 
 
 def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:

@@ -32,6 +32,10 @@ BUILTIN = (
     "nccl_compute_no_overlap",
     "no_mixed_precision",
     "no_channels_last",
+    # beyond the paper (issue #34), in the issue's order
+    "unfused_optimizer",
+    "allocator_churn",
+    "cpu_tensor_init",
 )
 
 #: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The

@@ -226,6 +226,8 @@ class _Run(HostOps, DataLoading, Forward, CompiledRegions, LossAndSyncs, Backwar
     def train_step(self) -> None:
         cfg, e = self.cfg, self.eng
         e.idle(e.main, e.host(120.0))         # the loop body's own Python (unpacking, meters)
+        if cfg.extra.get("host_tensors", 0):  # cpu_tensor_init: masks / noise made on the host
+            self.host_tensors(int(cfg.extra["host_tensors"]))
         self.forward()
         self.loss()
         if cfg.model.task in ("image_classification", "action_recognition"):
@@ -234,6 +236,9 @@ class _Run(HostOps, DataLoading, Forward, CompiledRegions, LossAndSyncs, Backwar
         if cfg.dt == "fp16":
             self.grad_scaler_check()
         self.optimizer_step()
+        if cfg.extra.get("empty_cache", 0) and self.step_index >= 1:
+            # allocator_churn: torch.cuda.empty_cache() in the loop (the first step is growth)
+            self.allocator_round(int(cfg.extra["empty_cache"]))
         if cfg.dt == "fp16":
             self.op(e.main, OpCall(("aten::_amp_update_scale_",), (Kern(AMP_UPDATE, 1.0, True, 1, 16),),
                                    0.0, 0.0001, 12.0))

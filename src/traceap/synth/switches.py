@@ -17,9 +17,12 @@ makes the GPU wait:
 | nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel | - |
 | nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce | - |
 | no_channels_last | channels_last=False (NCHW model and inputs) | each layout transpose cuDNN adds around a convolution (busy time, not a wait) | - (healthy runs draw NCHW too: `dataset.py`'s mix, 70%) |
+| unfused_optimizer | `foreach=False`: per-parameter SGD / AdamW ops | the single-tensor step, once the backward's queue drained | per-gradient fills of `zero_grad(set_to_none=False)` (`extra["zero_grad_fill"]`) |
+| allocator_churn | `torch.cuda.empty_cache()` after every step but the first, then re-allocation | the cudaFree / cudaMalloc round, once the GPU ran dry | - |
+| cpu_tensor_init | `torch.zeros(...).cuda()` 1-3 times before the forward | the factory ops and their pageable uploads | labels copied from pageable memory (no factory op) |
 
 Beyond the paper's eight (not in `TABLE2_WEIGHTS`, so the synthetic dataset's plan is unchanged
-until the model learns them): `no_channels_last` as above.  `no_mixed_precision` has no switch:
+until the model learns them): `no_channels_last`, `unfused_optimizer`, `allocator_churn` and `cpu_tensor_init` as above.  `no_mixed_precision` has no switch:
 the simulator runs FP32 GEMMs at its platforms' `tflops_fp32` (a TF32-effective rate), so an
 FP32 run would show SIMT kernel names without their slowness.
 
@@ -96,6 +99,12 @@ def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: floa
         # transposes (`ops.cudnn_transpose`), which are the ground truth
         cfg.channels_last = False
         cfg.busy_marks = (*cfg.busy_marks, (pattern, TRANSPOSE))
+    elif pattern == "unfused_optimizer":
+        cfg.extra["foreach"] = False
+    elif pattern == "allocator_churn":
+        cfg.extra["empty_cache"] = max(1, int(rng.integers(2, 7) * strength))
+    elif pattern == "cpu_tensor_init":
+        cfg.extra["host_tensors"] = max(1, int(rng.integers(1, 4) * strength))
     else:
         raise KeyError(pattern)
 

@@ -197,11 +197,15 @@ class Instance:
     blocks: list
     emit: Callable[[Factory], list]         # -> GPU spans [(t0, t1)] the label may need
     #: "idle": where the GPU waits during each block; "stretch": from the first to the last
-    #: GPU idle over all blocks; "span": the GPU spans `emit` returned (collectives);
-    #: "busy": exactly the spans `emit` returned, GPU time spent inefficiently (no wait).
+    #: GPU idle over all blocks; "span": the GPU spans `emit` returned (collectives) and the
+    #: idle around them; "work": exactly the GPU spans `emit` returned, GPU work that is the
+    #: anomaly itself (FP32 kernels' extra time, layout transposes, per-parameter kernels).
     label: str = "idle"
     #: Each labelled interval must hold at least this much GPU idle, or the instance is dropped.
     min_idle_us: float = 50.0
+    #: Whether a wait the plant caused later (the next step's work starting late) is labelled
+    #: its too; False for plants that only make GPU work slower (FP32 kernels, transposes).
+    causes_wait: bool = True
     #: (first row, last row, name): cpu_op ranges over runs of base rows, placed once those
     #: rows have moved (a graph break's compiled regions).
     wrap: list | None = None

@@ -7,7 +7,7 @@ just after (`cudnn::ops::nchwToNhwcKernel` / `nhwcToNchwKernel` with the convolu
 type; ROCm: MIOpen's `batched_transpose_*`), on the compute stream, each 15-50% of the
 convolution kernel's time (a memory-bound pass over the activation the convolution reads or
 writes: 474 transposes next to cutlass/xmma convolutions in the DDP CNN sample).  The transposes
-are all the plant costs: the label is each transpose kernel (mode "busy": GPU time spent
+are all the plant costs: the label is each transpose kernel (mode "work": GPU time spent
 inefficiently, not a wait).
 """
 
@@ -112,7 +112,8 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
                 spans.append((launch.gpu_t0, launch.gpu_t1))
             return spans
 
-        instances.append(Instance(blocks, emit, label="busy", min_idle_us=0.0))
+        instances.append(Instance(blocks, emit, label="work", min_idle_us=0.0,
+                                  causes_wait=False))
     if not instances:
         raise Unusable("no step launches a convolution")
     return Plan(PATTERN, instances)

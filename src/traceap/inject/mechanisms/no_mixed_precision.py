@@ -8,7 +8,7 @@ name when it has one), on the compute stream, delaying the work after it.  Each 
 length D stands for a tensor-core one of D / s, with s the speed-up the rule credits
 (`traceap.measures.precision.speedup`: the GPU's tensor-core over FP32 peak, capped at 3x), so
 the plant costs D x (1 - 1/s) of GPU time per kernel: the label is that last part of each
-kernel (label mode "busy": GPU time spent inefficiently, not a wait).
+kernel (label mode "work": GPU time spent inefficiently, not a wait).
 
 The doc writer keeps every base event's name, so tensor-core kernels are not renamed in place:
 the FP32 work is added beside them, which plants the same mechanism (a share of the step's
@@ -131,7 +131,8 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
                 # the part a tensor-core kernel would not have taken: the plant's cost
                 return [(b - (b - a) * (1.0 - 1.0 / s), b) for a, b in spans]
 
-            instances.append(Instance([block], emit, label="busy", min_idle_us=0.0))
+            instances.append(Instance([block], emit, label="work", min_idle_us=0.0,
+                                      causes_wait=False))
     if not instances:
         raise Unusable("no step with top-level work to launch FP32 GEMMs from")
     return Plan(PATTERN, instances)

@@ -116,3 +116,20 @@ class DataLoading(RunState):
         e.cpu_event(e.main, "aten::to", t0, t1 - t0 + 1.5, e.next_ext())
         e.clock[e.main] = t1 + 2.0
         return t0, gs, ge
+
+    def host_tensors(self, n: int) -> None:
+        """`torch.zeros(shape).cuda()` and kin, `n` times: a factory op fills the tensor on the
+        host (no kernel), then a blocking pageable upload (cpu_tensor_init's interval)."""
+        e = self.eng
+        t0, backlog = e.clock[e.main], e.stream_free(COMPUTE_STREAM)
+        for _ in range(n):
+            nbytes = float(np.exp(self.rng.uniform(np.log(1e5), np.log(8e6))))
+            e.idle(e.main, e.host(6.0))
+            ts = e.clock[e.main]
+            fill = e.host(5.0 + nbytes / 4e3)                # a host memset at ~4 GB/s
+            e.cpu_event(e.main, "aten::zeros", ts, fill, e.next_ext())
+            e.cpu_event(e.main, "aten::zero_", ts + 1.0, fill - 2.0, e.next_ext())
+            e.clock[e.main] = ts + fill
+            e.idle(e.main, e.host(4.0))
+            self.to_device(nbytes, pinned=False)
+        self.starvation("cpu_tensor_init", t0, e.clock[e.main], backlog)

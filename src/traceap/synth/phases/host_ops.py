@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import ops
 from ..ops import Kern, OpCall
 from ._state import _BOOKKEEPING, COMPUTE_STREAM, RunState
@@ -91,6 +93,25 @@ class HostOps(RunState):
         name, kern, typed = self.SMALL_OPS[kind]
         return self.simple(tid, name, ops.elementwise(kern, (dt or self.cfg.dt) if typed else "fp32"),
                            mbytes, cpu_mult=cpu_mult)
+
+    def allocator_round(self, n: int) -> None:
+        """`torch.cuda.empty_cache()` in the loop, then the next ops allocating again: `n`
+        cudaFree (the first waits for the device) and `n` cudaMalloc under
+        `aten::empty_strided` (allocator_churn's interval, once the GPU ran dry)."""
+        e = self.eng
+        t0, backlog = e.clock[e.main], e.stream_free(COMPUTE_STREAM)
+        for i in range(n):
+            wait = max(max(e.free.values(), default=0.0) - e.clock[e.main], 0.0) if i == 0 else 0.0
+            e.runtime(e.main, "cudaFree", wait + e.rt_cost(float(self.rng.uniform(120, 800))),
+                      e.next_ext())
+        for _ in range(n):
+            ts, ext = e.clock[e.main], e.next_ext()
+            e.clock[e.main] += e.host(4.0)
+            malloc_us = float(np.exp(self.rng.uniform(np.log(60.0), np.log(2000.0))))
+            e.runtime(e.main, "cudaMalloc", e.rt_cost(malloc_us), ext)
+            e.clock[e.main] += e.host(2.0)
+            e.cpu_event(e.main, "aten::empty_strided", ts, e.clock[e.main] - ts, ext)
+        self.starvation("allocator_churn", t0, e.clock[e.main], backlog)
 
     def starvation(self, pattern: str, cpu_start: float, cpu_end: float, backlog_end: float) -> None:
         """Mark where a host-side stall leaves the GPU without work: after its backlog drains."""

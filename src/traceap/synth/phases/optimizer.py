@@ -7,7 +7,7 @@ import math
 
 from .. import ops
 from ..ops import Kern, OpCall
-from ._state import RunState
+from ._state import COMPUTE_STREAM, RunState
 
 
 #: GradScaler kernels (ATen's AMP kernels).
@@ -34,7 +34,9 @@ class Optimizer(RunState):
         params_mb = self.cfg.model.params_m * 4.0
         s = e.begin(e.main, f"Optimizer.step#{opt}.step")
         chunks = max(1, math.ceil(self.param_tensors / 110))     # multi_tensor_apply chunking
-        if cfg.compiled and cfg.compiled_optimizer:
+        if not cfg.extra.get("foreach", True):
+            self.single_tensor_step(opt, params_mb)
+        elif cfg.compiled and cfg.compiled_optimizer:
             self.compiled_optimizer_step(params_mb * (14.0 if opt == "AdamW" else 8.0))
         elif opt == "AdamW" and cfg.extra.get("fused_adam", False):
             self.simple(e.main, "aten::_foreach_add_", ops.foreach("add_scalar"), 0.01)  # step count
@@ -78,6 +80,30 @@ class Optimizer(RunState):
             for name, kind, mult in (("aten::_foreach_mul_", "mul_scalar", 2), ("aten::_foreach_add_", "add_list", 3)):
                 self.op(e.main, OpCall((name,), tuple(Kern(ops.foreach(kind), 1.0 / chunks, True, 512, 32)
                                                       for _ in range(chunks)), 0.0, params_mb * mult, 30.0))
+
+    #: The per-parameter ops of torch.optim's single-tensor paths (`_single_tensor_sgd` with
+    #: momentum and weight decay, `_single_tensor_adamw`): (aten op, kernel kind, bytes x param).
+    SINGLE_TENSOR_OPS = {
+        "SGD": (("aten::add_", "add", 3), ("aten::mul_", "mul_scalar", 2), ("aten::add_", "add", 3),
+                ("aten::add_", "add", 3)),
+        "AdamW": (("aten::mul_", "mul_scalar", 2), ("aten::lerp_", "add", 3),
+                  ("aten::mul_", "mul_scalar", 2), ("aten::addcmul_", "add", 3),
+                  ("aten::sqrt", "mul_scalar", 2), ("aten::div_", "div", 3),
+                  ("aten::add_", "add_", 2), ("aten::addcdiv_", "add", 4)),
+    }
+
+    def single_tensor_step(self, opt: str, params_mb: float) -> None:
+        """`foreach=False`: one tiny kernel per parameter and per op; the GPU waits for the
+        launches once the backward's queue has drained (unfused_optimizer's interval)."""
+        e = self.eng
+        per_param = params_mb / max(self.param_tensors, 1)
+        t0, backlog = e.clock[e.main], e.stream_free(COMPUTE_STREAM)
+        for _ in range(self.param_tensors):
+            e.idle(e.main, e.host(4.0))                      # the Python loop over parameters
+            for name, kind, mult in self.SINGLE_TENSOR_OPS.get(opt, self.SINGLE_TENSOR_OPS["SGD"]):
+                self.op(e.main, OpCall((name,), (Kern(ops.elementwise(kind, "fp32"), 1.0, True),),
+                                       0.0, per_param * mult, 6.0))
+        self.starvation("unfused_optimizer", t0, e.clock[e.main], backlog)
 
     def grad_scaler_check(self) -> None:
         """GradScaler.unscale_ and the found-inf check: one foreach kernel and one `.item()`."""
