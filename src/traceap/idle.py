@@ -18,6 +18,10 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`.  A pattern w
 idle time names its mechanism in its declaration (`AntiPattern.account = IdleCause(id)`;
 `pattern_of` reads it from the registry), shown here as the pattern's subject in brackets:
 
+ 0 recompilation   torch.compile compiling again after the first profiler step [recompiles]:
+                   Dynamo/Inductor compile spans in a later step and the relaunch after them
+                   (`measures.compile_regions.recompile_intervals`).  Before warm-up, whose
+                   WARMUP_HOST names the same calls: in a later step they are not one-off.
  1 warmup          one-off start-up: allocator growth (cudaMalloc, cudaHostAlloc), stream and
                    CUDA-graph creation, module loading (cuModuleLoad, the slow first launch of a
                    kernel under lazy loading), torch.compile / Triton compilation, autotuning,
@@ -111,6 +115,7 @@ class Mechanism(NamedTuple):
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
+    Mechanism("recompilation", "compile_gaps"),
     Mechanism("warmup", "warmup"),
     Mechanism("nccl_on_compute_stream", "communication", True),
     Mechanism("small_nccl", "communication"),
@@ -126,6 +131,7 @@ MECHANISMS = (
 )
 #: What each mechanism is, for a sentence that splits a cause into its parts.
 MECHANISM_TITLES = {
+    "recompilation": "torch.compile recompiling after the first step",
     "warmup": "one-off start-up",
     "nccl_on_compute_stream": "collectives on a compute stream",
     "small_nccl": "many small collectives",
@@ -407,13 +413,13 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
     from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
-    from .measures.compile_regions import compile_gaps
+    from .measures.compile_regions import compile_gaps, recompile_intervals
     from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
     from .measures.signals import nccl_rows, spans, starved_gaps
 
     t = trace
     w0, w1, _, _ = warmup(t, config)
-    out = {"warmup": (w0, w1)}
+    out = {"recompilation": recompile_intervals(t), "warmup": (w0, w1)}
     blk = blocking_nccl(t, BlockConfig())
     sc = SmallNcclConfig()
     small = np.setdiff1d(small_nccl(t, sc), blk)
@@ -735,7 +741,7 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     _, _, sources, wsteps = warmup(t, config)
     # What the warm-up was made of: each warm-up us to the first source covering it.
     src_us = {}
-    left = code == 0
+    left = code == MECHANISM_IDS.index("warmup")
     for name, (s, e) in sources.items():
         s = np.clip(np.asarray(s, np.float64), lo, hi) - lo
         e = np.clip(np.asarray(e, np.float64), lo, hi) - lo

@@ -30,6 +30,7 @@ BUILTIN = (
     "small_nccl_kernels",
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
+    "recompilation",
 )
 
 #: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The
