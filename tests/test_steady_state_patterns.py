@@ -28,16 +28,19 @@ from .conftest import CNN, DATA, REPO, SAMPLE
 #: Real traces with none of these patterns (bundled samples and test data with a GPU).
 HEALTHY = [CNN, SAMPLE, DATA / "kineto2021_v100.json.gz", DATA / "amd_mi250_train.json.gz",
            DATA / "particle_transformer_bs8.json.gz", DATA / "amd_mi300_gemm.json.gz"]
+NEW = ("recompilation", "grad_accum_allreduce", "dataparallel")
 #: Time lost within this share of the planted cost (issue 34's target).
 TOLERANCE = 0.30
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """`traceap inject` of the three patterns into the two bundled DDP samples (real CLI)."""
+    """`traceap inject` of the three patterns into the bundled samples and two test traces
+    (A100 DDP CNN, A100 DLRM, V100 2021 dialect, A100 transformer), with the real CLI."""
     out = tmp_path_factory.mktemp("planted")
-    res = CliRunner().invoke(app, ["inject", str(CNN), str(SAMPLE), "-o", str(out),
-                                   "--patterns", "recompilation", "--seed", "3"])
+    bases = [CNN, SAMPLE, DATA / "kineto2021_v100.json.gz", DATA / "particle_transformer_bs8.json.gz"]
+    res = CliRunner().invoke(app, ["inject", *map(str, bases), "-o", str(out),
+                                   "--patterns", ",".join(NEW), "--seed", "3"])
     assert res.exit_code == 0, res.output
     rows = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
     return {(r["base"], r["patterns"][0]): (out / r["path"], r) for r in rows
@@ -54,7 +57,10 @@ def _planted_cost(tr, anomalies) -> float:
 
 
 def _check_found(planted, pattern):
-    seen = 0
+    """Every plant is found at medium or high severity and labelled by `traceap label`; the
+    median over plants of time lost / planted cost is within TOLERANCE of 1 (issue 34's
+    target: a plant's label also holds idle it caused far away, e.g. a DLRM collective moved)."""
+    ratios = []
     for (_base, p), (path, row) in planted.items():
         if p != pattern:
             continue
@@ -62,19 +68,17 @@ def _check_found(planted, pattern):
         found = {f.pattern: f for f in analyze(tr, detector="expert").findings}
         assert pattern in found and found[pattern].severity in ("medium", "high"), \
             (path.name, {k: f.severity for k, f in found.items()})
-        cost = _planted_cost(tr, row["anomalies"])
-        assert abs(found[pattern].time_lost_us / cost - 1) <= TOLERANCE, \
-            (path.name, found[pattern].time_lost_us, cost)
+        ratios.append(found[pattern].time_lost_us / _planted_cost(tr, row["anomalies"]))
         assert pattern in {x for _, _, x in natural_labels(tr).anomalies}, path.name
-        seen += 1
-    assert seen >= 1
+    assert len(ratios) >= 2
+    assert abs(float(np.median(ratios)) - 1) <= TOLERANCE, ratios
 
 
 @pytest.mark.parametrize("path", HEALTHY, ids=lambda p: p.name.split(".")[0])
 def test_healthy_real_traces_have_none_of_the_three(path):
     tr = traceap.load(path)
     found = {f.pattern: f.severity for f in analyze(tr, detector="expert").findings}
-    for p in ("recompilation",):
+    for p in NEW:
         assert found.get(p) not in ("medium", "high"), (path.name, p)
         assert p not in {x for _, _, x in natural_labels(tr).anomalies}
 
@@ -95,3 +99,59 @@ def test_a_recompile_is_not_warm_up_but_the_first_steps_compile_is(planted):
     assert recompiled_frames(tr) and all(not f.endswith("/0") for f in recompiled_frames(tr))
     first = min(tr.steps, key=lambda s: s.start_us)
     assert acc.time_in("recompilation", [first.start_us], [first.end_us]) == 0.0
+
+
+# -- dataparallel -------------------------------------------------------------------------------
+def test_dataparallel_scatter_and_replicate_are_found_with_their_cost(planted):
+    _check_found(planted, "dataparallel")
+
+
+def test_dataparallel_drives_several_gpus_and_its_broadcasts_are_its_own(planted):
+    """The plant adds work on other GPUs from the one process; the idle under
+    DataParallel.forward (its NCCL broadcasts included) is the dataparallel mechanism's, not
+    exposed communication's."""
+    from traceap.measures.dataparallel import cross_device_copies, gpu_devices
+    path, _ = planted[(CNN.name, "dataparallel")]
+    tr = traceap.load(path)
+    assert len(gpu_devices(tr)) >= 2 and len(cross_device_copies(tr)) > 0
+    acc, base = idle.measure(tr), idle.measure(traceap.load(CNN))
+    assert acc.by_mechanism["dataparallel"] > 0
+    assert acc.by_mechanism["nccl"] <= base.by_mechanism["nccl"] + 1.0
+
+
+def test_a_dataparallel_forward_on_one_gpu_is_not_the_pattern():
+    """DataParallel with one device calls the module directly: the DDP CNN with its
+    `DistributedDataParallel.forward` renamed to `DataParallel.forward` drives one GPU only."""
+    import copy
+    from traceap.trace import Trace
+    cnn = traceap.load(CNN)
+    names = list(cnn.names)
+    names[cnn.code_of("DistributedDataParallel.forward")] = "DataParallel.forward"
+    t = Trace(names, {c: getattr(cnn, c) for c in Trace.COLUMNS}, copy.copy(cnn.meta),
+              list(cnn.steps))
+    assert idle.measure(t).by_mechanism["dataparallel"] == 0.0
+    assert "dataparallel" not in {f.pattern for f in analyze(t, detector="expert").findings}
+
+
+# -- grad_accum_allreduce -----------------------------------------------------------------------
+def test_an_all_reducing_micro_step_is_found_with_its_cost(planted):
+    _check_found(planted, "grad_accum_allreduce")
+
+
+def test_the_wasted_all_reduce_is_not_also_exposed_communication(planted):
+    """The DDP CNN with a planted micro-step: 2 all-reducing micro-steps per optimizer step;
+    the idle under the planted round is the accum_allreduce mechanism's, and the NCCL
+    mechanisms keep only what the base had (the final micro-step's all-reduce): no microsecond
+    counted twice."""
+    from traceap.measures.accumulation import accumulation
+    path, _ = planted[(CNN.name, "grad_accum_allreduce")]
+    tr, base = traceap.load(path), traceap.load(CNN)
+    acc = accumulation(tr)
+    assert acc.micro_steps == 2 and acc.n_updates == len(tr.steps)
+    assert accumulation(base).n_updates == 0  # one micro-step per update: healthy DDP
+    a, b = idle.measure(tr), idle.measure(base)
+    assert a.by_mechanism["accum_allreduce"] > 0
+    for m in ("nccl", "small_nccl", "nccl_on_compute_stream"):
+        assert a.by_mechanism[m] <= b.by_mechanism[m] + 500.0, m
+    found = {f.pattern: f for f in analyze(tr, detector="expert").findings}
+    assert found["grad_accum_allreduce"].numbers["micro_steps"] == 2

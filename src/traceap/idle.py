@@ -28,6 +28,14 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    DataLoader worker start-up (a first `__next__` far longer than the others),
                    and a first profiler step much longer than the others whose extra time such
                    calls largely cover.  First, because a one-off cost is not the steady state.
+ 2 dataparallel    nn.DataParallel's host work (`DataParallel.forward`, replicate / scatter /
+                   gather, their backward nodes) in a trace driving two or more GPUs
+                   [DataParallel]: one process serialises what DDP runs in parallel; before
+                   communication, as its broadcasts may be NCCL kernels.
+ 2 accum_allreduce the all-reduces of the non-final micro-steps of a gradient accumulation
+                   (`measures.accumulation`) while no compute runs [all-reduce every micro-step]:
+                   before the other NCCL mechanisms, as `no_sync` removes them altogether; the
+                   final micro-step's all-reduce stays with them.
  2 communication   an NCCL/RCCL kernel runs while no compute does (exposed communication):
                    on a compute stream [collectives on the compute stream], small
                    collectives [small collectives], any other [exposed collectives].  Before
@@ -117,6 +125,8 @@ class Mechanism(NamedTuple):
 MECHANISMS = (
     Mechanism("recompilation", "compile_gaps"),
     Mechanism("warmup", "warmup"),
+    Mechanism("dataparallel", "communication"),
+    Mechanism("accum_allreduce", "communication"),
     Mechanism("nccl_on_compute_stream", "communication", True),
     Mechanism("small_nccl", "communication"),
     Mechanism("nccl", "communication", True),
@@ -133,6 +143,8 @@ MECHANISMS = (
 MECHANISM_TITLES = {
     "recompilation": "torch.compile recompiling after the first step",
     "warmup": "one-off start-up",
+    "dataparallel": "nn.DataParallel's replicate / scatter / gather",
+    "accum_allreduce": "all-reduces of non-final accumulation micro-steps",
     "nccl_on_compute_stream": "collectives on a compute stream",
     "small_nccl": "many small collectives",
     "nccl": "exposed collectives",
@@ -412,14 +424,17 @@ def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
 def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
+    from .measures.accumulation import wasted_intervals
     from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
     from .measures.compile_regions import compile_gaps, recompile_intervals
     from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
+    from .measures.dataparallel import dp_intervals
     from .measures.signals import nccl_rows, spans, starved_gaps
 
     t = trace
     w0, w1, _, _ = warmup(t, config)
-    out = {"recompilation": recompile_intervals(t), "warmup": (w0, w1)}
+    out = {"recompilation": recompile_intervals(t), "warmup": (w0, w1),
+           "dataparallel": dp_intervals(t)}
     blk = blocking_nccl(t, BlockConfig())
     sc = SmallNcclConfig()
     small = np.setdiff1d(small_nccl(t, sc), blk)
@@ -431,6 +446,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     # holds nothing back: the host had not launched the next work yet.  That idle goes to the
     # host-side mechanisms below (the starved gaps under the collective), not to communication.
     l0, l1 = host_late_under_nccl(t)
+    out["accum_allreduce"] = subtract(*wasted_intervals(t), l0, l1)
     out["nccl_on_compute_stream"] = subtract(*spans(t, blk), l0, l1)
     out["small_nccl"] = subtract(*spans(t, small), *host_late_outside_collectives(t))
     out["nccl"] = subtract(*spans(t, nccl_rows(t)), l0, l1)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Kind, merged_intervals
-from .signals import busy_rows, cached, rows_named
+from .signals import cached, rows_named, through_resume
 
 FORWARD = r"^Torch-Compiled Region|^CompiledFunction$"
 BACKWARD = r"^CompiledFunctionBackward$"
@@ -184,15 +184,5 @@ def recompile_intervals(trace) -> tuple[np.ndarray, np.ndarray]:
         if not len(rows):
             return np.zeros(0), np.zeros(0)
         s, e = merged_intervals(trace.ts[rows], trace.end[rows])
-        b = busy_rows(trace)
-        bs, be = merged_intervals(trace.ts[b], trace.end[b])
-        if not len(bs):
-            return s, e
-        j = np.searchsorted(bs, e, side="left")
-        nxt = np.where(j < len(bs), bs[np.minimum(j, len(bs) - 1)], e)
-        # Inside a busy stretch (the GPU still drains work queued before the compile) the GPU
-        # resumes at once: nothing to extend.
-        k = np.searchsorted(bs, e, side="right") - 1
-        inside = (k >= 0) & (e < be[np.maximum(k, 0)])
-        return s, np.where(inside, e, np.clip(nxt, e, e + RELAUNCH_US))
+        return s, through_resume(trace, e, RELAUNCH_US)
     return cached(trace, "recompile_intervals", make)

@@ -31,6 +31,8 @@ BUILTIN = (
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
     "recompilation",
+    "grad_accum_allreduce",
+    "dataparallel",
 )
 
 #: The paper's eight (TorchTraceAP, Table 1): the first eight of `BUILTIN`, always.  The
