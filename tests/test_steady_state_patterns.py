@@ -155,3 +155,29 @@ def test_the_wasted_all_reduce_is_not_also_exposed_communication(planted):
         assert a.by_mechanism[m] <= b.by_mechanism[m] + 500.0, m
     found = {f.pattern: f for f in analyze(tr, detector="expert").findings}
     assert found["grad_accum_allreduce"].numbers["micro_steps"] == 2
+
+
+def test_the_simulator_recompiles_where_its_ground_truth_says(tmp_path):
+    """`synth.switches.apply("recompilation")`: the simulated step compiles again on the host
+    (dynamo_timed phases, `Torch-Compiled Region: 0/1`), its ground truth holds the stall, and
+    the rule finds it there."""
+    from traceap.synth import switches
+    from traceap.synth.platforms import PLATFORMS
+    from traceap.synth.simulator import RunConfig, simulate
+    from traceap.synth.workloads import resnet50
+    from traceap.synth.writer import trace_document, write_trace
+    cfg = RunConfig(resnet50(), PLATFORMS["a100"], batch=32, res=160, steps=3, seed=11,
+                    t0_us=2.0e12)
+    switches.healthy(cfg, np.random.default_rng(3))
+    cfg.benign_idle_us = 0.0
+    switches.apply("recompilation", cfg, np.random.default_rng(5))
+    res = simulate(cfg)
+    path = tmp_path / "recompile.pt.trace.json.gz"
+    write_trace(path, trace_document(res, 1_700_000_000_000_000_000))
+    tr = traceap.load(path)
+    truth = [(a, b) for a, b, p in res.anomalies if p == "recompilation"]
+    assert len(truth) == 1 and truth[0][1] - truth[0][0] > 0.5 * cfg.recompile_us
+    found = {f.pattern: f for f in analyze(tr, detector="expert").findings}
+    assert found["recompilation"].severity == "high"
+    assert found["recompilation"].time_lost_us == pytest.approx(truth[0][1] - truth[0][0],
+                                                                rel=TOLERANCE)
