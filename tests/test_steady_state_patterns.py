@@ -23,7 +23,7 @@ from traceap.inject.natural import natural_labels
 from traceap.trace import merged_intervals
 from traceap.windows import covered_time
 
-from .conftest import CNN, DATA, REPO, SAMPLE
+from .conftest import CNN, DATA, SAMPLE
 
 #: Real traces with none of these patterns (bundled samples and test data with a GPU).
 HEALTHY = [CNN, SAMPLE, DATA / "kineto2021_v100.json.gz", DATA / "amd_mi250_train.json.gz",
@@ -38,7 +38,8 @@ def planted(tmp_path_factory):
     """`traceap inject` of the three patterns into the bundled samples and two test traces
     (A100 DDP CNN, A100 DLRM, V100 2021 dialect, A100 transformer), with the real CLI."""
     out = tmp_path_factory.mktemp("planted")
-    bases = [CNN, SAMPLE, DATA / "kineto2021_v100.json.gz", DATA / "particle_transformer_bs8.json.gz"]
+    bases = [CNN, SAMPLE, DATA / "kineto2021_v100.json.gz",
+             DATA / "particle_transformer_bs8.json.gz"]
     res = CliRunner().invoke(app, ["inject", *map(str, bases), "-o", str(out),
                                    "--patterns", ",".join(NEW), "--seed", "3"])
     assert res.exit_code == 0, res.output

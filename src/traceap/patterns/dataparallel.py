@@ -47,7 +47,7 @@ class DataParallelConfig:
 class DataParallel(AntiPattern):
     id = "dataparallel"
     title = "nn.DataParallel: one process drives several GPUs (serial replicate/scatter/gather)"
-    mechanism = "one process replicates the model and scatters/gathers every step while the GPUs wait"
+    mechanism = "one process replicates the model, scatters and gathers every step; the GPUs wait"
     amount = ("n_forwards",)
     fix = """\
 Replace DataParallel by DistributedDataParallel, one process per GPU:
@@ -87,7 +87,9 @@ Accelerate: `accelerate launch train.py`."""
         dp_us = union_in(windows, t.ts[rows], t.end[rows])
         fw = dp_forward_rows(t)
         copies = cached(t, "dp_copies", lambda: cross_device_copies(t))
-        score = ramp(lost / windows.width_us, c.idle_lo, c.idle_hi) * (dp_us > 0)
+        # the mechanism's idle is there only where DataParallel's host work (and the relaunch
+        # after it) is: a window it covers scores, whether or not the host span reaches into it
+        score = ramp(lost / windows.width_us, c.idle_lo, c.idle_hi)
         return {"score": score, "lost_us": lost, "dp_us": dp_us,
                 "n_forwards": count_in(windows, t.ts[fw]),
                 "n_copies": count_in(windows, t.ts[copies])}

@@ -84,7 +84,9 @@ FSDP: `model.no_sync()` too (at the cost of unsharded gradients in memory)."""
         lost = pattern_lost(windows, self.id)
         n = count_in(windows, t.ts[w])
         comm = sum_in(windows, t.ts[w], t.dur[w])
-        score = ramp(lost / windows.width_us, c.idle_lo, c.idle_hi) * (comm > 0)
+        # the mechanism's idle is only under the wasted all-reduces (a long one spans windows
+        # its start is not in) and the relaunch after them: a window it covers scores
+        score = ramp(lost / windows.width_us, c.idle_lo, c.idle_hi)
         return {"score": score, "lost_us": lost, "n": n, "comm_us": comm}
 
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:

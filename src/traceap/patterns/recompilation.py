@@ -28,7 +28,7 @@ import numpy as np
 
 from ..idle import pattern_lost
 from ..measures.compile_regions import recompile_rows, recompiled_frames
-from ..measures.signals import cached, fmt_us, ramp, union_in
+from ..measures.signals import cached, count_in, fmt_us, ramp, union_in
 from ..trace import Trace
 from ..units import plural
 from ..windows import Windows
@@ -83,11 +83,10 @@ guards: pass them as tensors, and compile the train and eval models separately."
         rows = recompile_rows(t)
         lost = pattern_lost(windows, self.id)
         compile_us = union_in(windows, t.ts[rows], t.end[rows])
-        outer = _outer(t, rows)
-        n = np.bincount(windows.index_of(np.clip(t.ts[outer], windows.edges[0],
-                                                 windows.edges[-1])),
-                        minlength=windows.n).astype(float) if len(outer) else np.zeros(windows.n)
-        score = ramp(lost / windows.width_us, c.idle_lo, c.idle_hi) * (compile_us > 0)
+        n = count_in(windows, t.ts[_outer(t, rows)])
+        # the mechanism's idle is only under compile work after the first step and the relaunch
+        # after it: a window it covers scores
+        score = ramp(lost / windows.width_us, c.idle_lo, c.idle_hi)
         return {"score": score, "lost_us": lost, "compile_us": compile_us, "n": n}
 
     def describe(self, windows: Windows, idx: np.ndarray, m: Measures) -> tuple[str, dict]:
