@@ -182,3 +182,16 @@ def test_the_simulator_recompiles_where_its_ground_truth_says(tmp_path):
     assert found["recompilation"].severity == "high"
     assert found["recompilation"].time_lost_us == pytest.approx(truth[0][1] - truth[0][0],
                                                                 rel=TOLERANCE)
+
+
+def test_the_shipped_checkpoint_still_reads_a_trace_with_the_new_mechanisms(planted):
+    """The model's idle inputs stay the checkpoint's (`model.features.MODEL_MECHANISMS`): the
+    new mechanisms' time feeds the input that held it before, so the default (hybrid) analysis
+    loads the bundled model and still reports the planted pattern by its rule."""
+    from traceap.model.features import SUMMARY_IDLE, model_mechanism
+    assert len(SUMMARY_IDLE) == 13
+    assert model_mechanism("recompilation") == "warmup"
+    assert model_mechanism("accum_allreduce") == model_mechanism("dataparallel") == "nccl"
+    path, _ = planted[(CNN.name, "recompilation")]
+    a = analyze(traceap.load(path))
+    assert a.detector == "hybrid" and "recompilation" in {f.pattern for f in a.findings}

@@ -45,7 +45,33 @@ SUMMARY_EXTRA = ("max_idle_frac",)
 #: every GPU, batch size and model; they go to the model absolute *and*, with
 #: `summary_relative`, against the trace's median window (a trace stalled throughout by its
 #: loader has no outlying window, only a high absolute share).
-SUMMARY_IDLE = tuple(f"idle_{m}" for m in MECHANISM_IDS)
+#: The mechanisms the model's idle inputs are, in the order the shipped checkpoint was trained
+#: on (`idle.MECHANISM_IDS` before the patterns beyond the paper): the input width and meaning
+#: stay those of the checkpoint when the idle account gains a mechanism.
+MODEL_MECHANISMS = ("warmup", "nccl_on_compute_stream", "small_nccl", "nccl", "compile_gaps",
+                    "data_loading", "pageable_copies", "host_copies_syncs", "input_copies",
+                    "unrecorded_host", "python_host", "launch_bound", "not_explained")
+SUMMARY_IDLE = tuple(f"idle_{m}" for m in MODEL_MECHANISMS)
+
+
+#: Mechanisms added since the checkpoint whose time an older one held, where that is not the
+#: last known mechanism of their cause: warm-up named a recompile's compile calls.
+HELD_BY = {"recompilation": "warmup"}
+
+
+def model_mechanism(mechanism: str) -> str:
+    """The model input that carries a mechanism's idle time: its own; for a mechanism added
+    since the checkpoint the one that held its time before (`HELD_BY`), else the last known
+    mechanism of its cause (all-reduces of non-final micro-steps and DataParallel's broadcasts
+    were exposed collectives: `nccl`), else not_explained."""
+    if mechanism in MODEL_MECHANISMS:
+        return mechanism
+    if mechanism in HELD_BY:
+        return HELD_BY[mechanism]
+    from ..idle import MECHANISMS
+    cause = next((m.cause for m in MECHANISMS if m.id == mechanism), None)
+    known = [m.id for m in MECHANISMS if m.cause == cause and m.id in MODEL_MECHANISMS]
+    return known[-1] if known else "not_explained"
 STAT_KEYS = SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
 #: Width of the v1 summary: the measures above (without the extras) and log window width.
 SUMMARY_DIM = len(SUMMARY_FRACTIONS) + len(SUMMARY_RATES) + len(SUMMARY_LOGS) + 1
@@ -130,7 +156,11 @@ def raw_stats(windows: Windows) -> np.ndarray:
     width = max(windows.width_us, 1e-9)
     cols.append(longest_idle(windows.trace, windows.edges) / width)
     idle = per_window(windows)
-    cols += [idle[m] / width for m in MECHANISM_IDS]
+    folded = {m: idle[m].copy() for m in MODEL_MECHANISMS}
+    for m in MECHANISM_IDS:
+        if m not in folded:
+            folded[model_mechanism(m)] += idle[m]
+    cols += [folded[m] / width for m in MODEL_MECHANISMS]
     return np.stack(cols, axis=1).astype(np.float32)
 
 

@@ -37,6 +37,9 @@ TABLE2_WEIGHTS = {
     "graph_break": 74, "cpu_bound": 271, "small_nccl_kernels": 312,
     "nccl_blocks_compute_stream": 65, "nccl_compute_no_overlap": 103,
 }
+#: The patterns `apply` can switch on: Table 2's eight and those beyond the paper the simulator
+#: expresses (grad_accum_allreduce and dataparallel are planted into real traces only).
+EXPRESSED = (*TABLE2_WEIGHTS, "recompilation")
 #: Patterns that only exist in data-parallel training.
 MULTI_GPU = frozenset({"small_nccl_kernels", "nccl_blocks_compute_stream", "nccl_compute_no_overlap"})
 
