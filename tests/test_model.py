@@ -15,8 +15,8 @@ from traceap.patterns import PAPER
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
-from traceap.model.features import (HOST_KINDS, STAT_KEYS, SUMMARY_DIM, SUMMARY_IDLE,
-                                     featurize, host_pick, longest_idle,
+from traceap.model.features import (HOST_KINDS, MODEL_MECHANISMS, STAT_KEYS, SUMMARY_DIM,
+                                     SUMMARY_IDLE, featurize, host_pick, longest_idle,
                                      quantize_ratio, quantize_time, summary_dim)
 from traceap.model.losses import (cluster_loss, pattern_loss, select_windows, smooth_loss,
                                   svm_loss, total_loss, trace_loss, window_loss,

@@ -18,6 +18,7 @@ from traceap.synth.dataset import planned_files, simulate_job
 from traceap.synth.workloads import all_models
 from traceap.synth.platforms import PLATFORMS
 from traceap.synth.simulator import RunConfig, simulate
+from traceap.synth.switches import TABLE2_WEIGHTS
 from traceap.windows import Windows
 
 from .conftest import DATA

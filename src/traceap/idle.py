@@ -18,6 +18,10 @@ intervals cover it; mechanisms roll up into the causes of `CAUSES`.  A pattern w
 idle time names its mechanism in its declaration (`AntiPattern.account = IdleCause(id)`;
 `pattern_of` reads it from the registry), shown here as the pattern's subject in brackets:
 
+ 0 recompilation   torch.compile compiling again after the first profiler step [recompiles]:
+                   Dynamo/Inductor compile spans in a later step and the relaunch after them
+                   (`measures.compile_regions.recompile_intervals`).  Before warm-up, whose
+                   WARMUP_HOST names the same calls: in a later step they are not one-off.
  0 allocator_churn cudaMalloc/cudaFree (hipMalloc/hipFree) and empty_cache inside steady
                    profiler steps (after the first and the warm-up ones), and the idle gap
                    each returns into, up to a relaunch (50 us) [allocator churn]
@@ -29,6 +33,14 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    DataLoader worker start-up (a first `__next__` far longer than the others),
                    and a first profiler step much longer than the others whose extra time such
                    calls largely cover.  First, because a one-off cost is not the steady state.
+ 2 dataparallel    nn.DataParallel's host work (`DataParallel.forward`, replicate / scatter /
+                   gather, their backward nodes) in a trace driving two or more GPUs
+                   [DataParallel]: one process serialises what DDP runs in parallel; before
+                   communication, as its broadcasts may be NCCL kernels.
+ 2 accum_allreduce the all-reduces of the non-final micro-steps of a gradient accumulation
+                   (`measures.accumulation`) while no compute runs [all-reduce every micro-step]:
+                   before the other NCCL mechanisms, as `no_sync` removes them altogether; the
+                   final micro-step's all-reduce stays with them.
  2 communication   an NCCL/RCCL kernel runs while no compute does (exposed communication):
                    on a compute stream [collectives on the compute stream], small
                    collectives [small collectives], any other [exposed collectives].  Before
@@ -123,9 +135,12 @@ class Mechanism(NamedTuple):
 
 #: Priority order: a microsecond covered by several mechanisms goes to the first.
 MECHANISMS = (
+    Mechanism("recompilation", "compile_gaps", model_as="warmup"),
     # Before warm-up: WARMUP_CALLS names every cudaMalloc; these are only the steady steps' ones.
     Mechanism("allocator_churn", "host_copy_sync", model_as="warmup"),
     Mechanism("warmup", "warmup"),
+    Mechanism("dataparallel", "communication", model_as="nccl"),
+    Mechanism("accum_allreduce", "communication", model_as="nccl"),
     Mechanism("nccl_on_compute_stream", "communication", True),
     Mechanism("small_nccl", "communication"),
     Mechanism("nccl", "communication", True),
@@ -142,8 +157,11 @@ MECHANISMS = (
 )
 #: What each mechanism is, for a sentence that splits a cause into its parts.
 MECHANISM_TITLES = {
+    "recompilation": "torch.compile recompiling after the first step",
     "allocator_churn": "cudaMalloc/cudaFree and empty_cache in steady steps",
     "warmup": "one-off start-up",
+    "dataparallel": "nn.DataParallel's replicate / scatter / gather",
+    "accum_allreduce": "all-reduces of non-final accumulation micro-steps",
     "nccl_on_compute_stream": "collectives on a compute stream",
     "small_nccl": "many small collectives",
     "nccl": "exposed collectives",
@@ -424,16 +442,19 @@ def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
 def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
+    from .measures.accumulation import wasted_intervals
     from .measures.allocator import churn_intervals
     from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
-    from .measures.compile_regions import compile_gaps
+    from .measures.compile_regions import compile_gaps, recompile_intervals
     from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
+    from .measures.dataparallel import dp_intervals
     from .measures.host_init import init_intervals
     from .measures.signals import nccl_rows, spans, starved_gaps
 
     t = trace
     w0, w1, _, wsteps = warmup(t, config)
-    out = {"allocator_churn": churn_intervals(t, wsteps), "warmup": (w0, w1)}
+    out = {"recompilation": recompile_intervals(t), "allocator_churn": churn_intervals(t, wsteps),
+           "warmup": (w0, w1), "dataparallel": dp_intervals(t)}
     blk = blocking_nccl(t, BlockConfig())
     sc = SmallNcclConfig()
     small = np.setdiff1d(small_nccl(t, sc), blk)
@@ -445,6 +466,7 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     # holds nothing back: the host had not launched the next work yet.  That idle goes to the
     # host-side mechanisms below (the starved gaps under the collective), not to communication.
     l0, l1 = host_late_under_nccl(t)
+    out["accum_allreduce"] = subtract(*wasted_intervals(t), l0, l1)
     out["nccl_on_compute_stream"] = subtract(*spans(t, blk), l0, l1)
     out["small_nccl"] = subtract(*spans(t, small), *host_late_outside_collectives(t))
     out["nccl"] = subtract(*spans(t, nccl_rows(t)), l0, l1)

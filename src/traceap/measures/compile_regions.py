@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Kind, merged_intervals
-from .signals import cached, rows_named
+from .signals import cached, rows_named, through_resume
 
 FORWARD = r"^Torch-Compiled Region|^CompiledFunction$"
 BACKWARD = r"^CompiledFunctionBackward$"
@@ -118,3 +118,71 @@ def compile_gaps(trace, config: BreakConfig = BreakConfig()) -> tuple[np.ndarray
     if len(frames) == 1:
         return np.zeros(0), np.zeros(0)
     return break_gaps(trace, config)
+
+
+# -- recompilation: compile work after warm-up ------------------------------------------------
+#: Compile work on the host: Dynamo's frame conversion, AOTAutograd and Inductor (python frames
+#: of traces recorded with_stack) and the `... (dynamo_timed)` ranges PyTorch records around
+#: each compile phase (`_compile.compile_inner`, `compile_fx_inner`, `CUDAGraphNode.record`
+#: in ../shared's xDiT capture traces).  The same calls `traceap.idle.WARMUP_HOST` counts as
+#: one-off start-up; in a later step they are a recompile.
+COMPILE_WORK = (r"torch/_dynamo/convert_frame\.py|torch/_inductor/(compile_fx|codecache"
+                r"|standalone_compile|async_compile)\.py|torch/_functorch/aot_autograd\.py"
+                r"|\(dynamo_timed\)$")
+
+
+def after_first_step(trace) -> float | None:
+    """Where the steady state begins for compilation: the end of the first profiler step (the
+    first call of a compiled model compiles it there), None without two or more steps (no
+    later step to tell a recompile from the first compile)."""
+    if len(trace.steps) < 2:
+        return None
+    first = min(trace.steps, key=lambda s: s.start_us)
+    return float(first.end_us)
+
+
+def recompile_rows(trace) -> np.ndarray:
+    """Compile-work rows (`COMPILE_WORK`) that start after the first profiler step, in time
+    order."""
+    def make():
+        start = after_first_step(trace)
+        if start is None:
+            return np.zeros(0, np.int64)
+        rows = rows_named(trace, COMPILE_WORK, (Kind.CPU_OP, Kind.USER_ANNOTATION,
+                                                Kind.PYTHON_FUNCTION))
+        return rows[trace.ts[rows] >= start]
+    return cached(trace, "recompile_rows", make)
+
+
+def recompiled_frames(trace) -> list[str]:
+    """`Torch-Compiled Region: F/C` names with C > 0 (frame F compiled again) that first run
+    after the first profiler step: the regions the recompiles produced."""
+    start = after_first_step(trace)
+    if start is None:
+        return []
+    rows = rows_named(trace, FORWARD, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    out = []
+    for c in np.unique(trace.name[rows]).tolist():
+        m = FRAME.match(trace.names[c])
+        if m and int(m.group(2)) > 0 and trace.ts[rows[trace.name[rows] == c]].min() >= start:
+            out.append(trace.names[c])
+    return sorted(out)
+
+
+#: The GPU idle right after a compile span that is still the compile's: the compiled code's
+#: guards, first launches and first-call set-up (Triton kernels launched in 0.1-1 ms in the
+#: real compiled traces of ../shared).  Longer waits after it are some other cause's.
+RELAUNCH_US = 2000.0
+
+
+def recompile_intervals(trace) -> tuple[np.ndarray, np.ndarray]:
+    """Where a recompile holds the GPU up: each compile span after the first step, to the end
+    of the GPU idle gap it ends in (the compiled code's first launches come only after it),
+    at most `RELAUNCH_US` past the span."""
+    def make():
+        rows = recompile_rows(trace)
+        if not len(rows):
+            return np.zeros(0), np.zeros(0)
+        s, e = merged_intervals(trace.ts[rows], trace.end[rows])
+        return s, through_resume(trace, e, RELAUNCH_US)
+    return cached(trace, "recompile_intervals", make)

@@ -258,3 +258,22 @@ def per_episode(values: np.ndarray, active: np.ndarray) -> np.ndarray:
     sums = np.bincount(run[active], weights=np.asarray(values, float)[active],
                        minlength=run.max() + 1)
     return np.where(active, sums[run], values)
+
+
+def through_resume(trace: Trace, ends: np.ndarray, cap_us: float) -> np.ndarray:
+    """Per host-interval end: where the GPU resumes after it (the next busy start, `busy_rows`)
+    when it ends while the GPU idles, at most `cap_us` later; the end itself otherwise.  A
+    stall's cost runs until the work launched after it reaches the GPU."""
+    def make():
+        b = busy_rows(trace)
+        return merged_intervals(trace.ts[b], trace.end[b])
+    bs, be = cached(trace, "busy_merged", make)
+    e = np.asarray(ends, dtype=np.float64)
+    if not len(bs) or not len(e):
+        return e
+    j = np.searchsorted(bs, e, side="left")
+    nxt = np.where(j < len(bs), bs[np.minimum(j, len(bs) - 1)], e)
+    # inside a busy stretch (the GPU still drains work queued before) it resumes at once
+    k = np.searchsorted(bs, e, side="right") - 1
+    inside = (k >= 0) & (e < be[np.maximum(k, 0)])
+    return np.where(inside, e, np.clip(nxt, e, e + cap_us))

@@ -30,11 +30,14 @@ BUILTIN = (
     "small_nccl_kernels",
     "nccl_blocks_compute_stream",
     "nccl_compute_no_overlap",
+    # beyond the paper (issue #34), in the issue's order
     "no_mixed_precision",
     "no_channels_last",
-    # beyond the paper (issue #34), in the issue's order
     "unfused_optimizer",
     "allocator_churn",
+    "recompilation",
+    "grad_accum_allreduce",
+    "dataparallel",
     "cpu_tensor_init",
 )
 

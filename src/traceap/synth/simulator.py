@@ -67,6 +67,8 @@ class RunConfig:
     item_syncs: int = 0              # excessive_memcpy: .item()/.cpu()/torch.tensor(...) per step
     sync_steps: tuple[int, ...] = ()
     graph_breaks: int = 0            # graph_break: number of breaks in the compiled forward
+    recompile_steps: tuple[int, ...] = ()  # recompilation: steps whose forward compiles again
+    recompile_us: float = 0.0        # ... for this long on the host (Dynamo + Inductor)
     compiled_parts: int = 1          # modules compiled separately (backbone, neck, head): frames
     compiled_optimizer: bool = False  # torch.compile(optimizer.step): its own compiled region
     compiled_loss: bool = False      # torch.compile(criterion): the loss as its own frame

@@ -20,9 +20,11 @@ makes the GPU wait:
 | unfused_optimizer | `foreach=False`: per-parameter SGD / AdamW ops | the single-tensor step, once the backward's queue drained | per-gradient fills of `zero_grad(set_to_none=False)` (`extra["zero_grad_fill"]`) |
 | allocator_churn | `torch.cuda.empty_cache()` after every step but the first, then re-allocation | the cudaFree / cudaMalloc round, once the GPU ran dry | - |
 | cpu_tensor_init | `torch.zeros(...).cuda()` 1-3 times before the forward | the factory ops and their pageable uploads | labels copied from pageable memory (no factory op) |
+| recompilation | torch.compile whose first frame compiles again in a later step (20-300 ms) | the compile span, once the GPU backlog drained | the first step's compile is not in the trace (profiling starts after warm-up) |
 
 Beyond the paper's eight (not in `TABLE2_WEIGHTS`, so the synthetic dataset's plan is unchanged
-until the model learns them): `no_channels_last`, `unfused_optimizer`, `allocator_churn` and `cpu_tensor_init` as above.  `no_mixed_precision` has no switch:
+until the model learns them): `no_channels_last`, `unfused_optimizer`, `allocator_churn`, `cpu_tensor_init` and
+`recompilation` as above.  `no_mixed_precision` has no switch:
 the simulator runs FP32 GEMMs at its platforms' `tflops_fp32` (a TF32-effective rate), so an
 FP32 run would show SIMT kernel names without their slowness.
 
@@ -43,6 +45,9 @@ TABLE2_WEIGHTS = {
     "graph_break": 74, "cpu_bound": 271, "small_nccl_kernels": 312,
     "nccl_blocks_compute_stream": 65, "nccl_compute_no_overlap": 103,
 }
+#: The patterns `apply` can switch on: Table 2's eight and those beyond the paper the simulator
+#: expresses (grad_accum_allreduce and dataparallel are planted into real traces only).
+EXPRESSED = (*TABLE2_WEIGHTS, "recompilation")
 #: Patterns that only exist in data-parallel training.
 MULTI_GPU = frozenset({"small_nccl_kernels", "nccl_blocks_compute_stream", "nccl_compute_no_overlap"})
 
@@ -105,6 +110,11 @@ def apply(pattern: str, cfg: RunConfig, rng: np.random.Generator, strength: floa
         cfg.extra["empty_cache"] = max(1, int(rng.integers(2, 7) * strength))
     elif pattern == "cpu_tensor_init":
         cfg.extra["host_tensors"] = max(1, int(rng.integers(1, 4) * strength))
+    elif pattern == "recompilation":
+        # a later step's batch has a new shape (the last, ragged batch; multi-scale training)
+        cfg.compiled = True
+        cfg.recompile_steps = (int(rng.integers(1, max(2, cfg.steps))),)
+        cfg.recompile_us = float(rng.uniform(20_000, 300_000)) * strength
     else:
         raise KeyError(pattern)
 

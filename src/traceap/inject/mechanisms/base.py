@@ -344,8 +344,10 @@ def collective(block: Block, stream: int, gpu_us: float, host_us: float,
 
 
 def emit_collective(f: Factory, base: Base, call: OpCall, thread_key: tuple, nbytes: float,
-                    world: int, stream_key: tuple) -> list:
-    """Events of one all-reduce call: cpu_ops and annotation with comm args, kernel, arrow."""
+                    world: int, stream_key: tuple, kernel_name: str | None = None) -> list:
+    """Events of one all-reduce call: cpu_ops and annotation with comm args, kernel (named
+    `kernel_name`, a clone of the base's own, or as the trace's NCCL generation names it),
+    arrow."""
     t0, t1 = call.steps[0].t0, call.steps[-1].t1
     comm = {"Collective name": "allreduce", "In msg nelems": int(nbytes // 4),
             "Out msg nelems": int(nbytes // 4), "Group size": world, "dtype": "Float",
@@ -361,8 +363,8 @@ def emit_collective(f: Factory, base: Base, call: OpCall, thread_key: tuple, nby
     launch = call.steps[1]
     rt, corr = f.runtime(base.dialect.launch_name, launch.t0, launch.t1, thread_key, ext)
     grid = [max(1, min(32, int(nbytes // 65536) + 1)), 1, 1]
-    op = f.gpu(Kind.KERNEL, base.dialect.nccl_kernel(nbytes), launch.gpu_t0, launch.gpu_t1,
-               stream_key, corr, ext, dict(comm, grid=grid, block=[512, 1, 1]))
+    op = f.gpu(Kind.KERNEL, kernel_name or base.dialect.nccl_kernel(nbytes), launch.gpu_t0,
+               launch.gpu_t1, stream_key, corr, ext, dict(comm, grid=grid, block=[512, 1, 1]))
     f.flows(rt, op, corr)
     return [(launch.gpu_t0, launch.gpu_t1)]
 

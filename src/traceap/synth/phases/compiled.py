@@ -67,7 +67,7 @@ class CompiledRegions(RunState):
         flush()
         return out
 
-    def enter_compiled_region(self, frame: int) -> _Span:
+    def enter_compiled_region(self, frame: int, compile_id: int = 0) -> _Span:
         """Dynamo's guard check (`TorchDynamo Cache Lookup`), then the frame's
         `Torch-Compiled Region` annotation opens on the main thread."""
         e = self.eng
@@ -75,7 +75,7 @@ class CompiledRegions(RunState):
         d = e.host(14.0)
         e.cpu_event(e.main, "TorchDynamo Cache Lookup", t, d, e.next_ext())
         e.clock[e.main] = t + d + e.host(8.0)
-        return e.begin(e.main, f"Torch-Compiled Region: {frame}/0")
+        return e.begin(e.main, f"Torch-Compiled Region: {frame}/{compile_id}")
 
     def leave_compiled_function(self, ann: _Span, cf_start: float, cf_ext: int) -> None:
         """`CompiledFunction` closes over the launches since cf_start, then the region."""
@@ -85,10 +85,32 @@ class CompiledRegions(RunState):
                     extra={"Sequence number": self.seq, "Fwd thread id": 0})
         e.end(ann)
 
+    def recompile(self) -> int:
+        """recompilation: the first frame's guard fails in a later step (a new input shape), so
+        Dynamo traces it again and Inductor compiles it on the host (the `(dynamo_timed)` phases
+        PyTorch records) while the GPU drains and waits; returns the new compile id (1), or 0
+        where this step does not recompile."""
+        cfg, e = self.cfg, self.eng
+        if self.step_index not in cfg.recompile_steps or self.step_index == 0:
+            return 0
+        cpu_start = e.clock[e.main]
+        gpu_before = e.stream_free(COMPUTE_STREAM)
+        d = e.host(cfg.recompile_us)
+        phases = (("_compile.compile_inner (dynamo_timed)", 0.0, 1.0),
+                  ("OutputGraph.call_user_compiler (dynamo_timed)", 0.18, 0.985),
+                  ("compile_fx_inner (dynamo_timed)", 0.35, 0.97))
+        for depth, (name, a, b) in enumerate(phases):
+            e.cpu_event(e.main, name, cpu_start + a * d + depth, (b - a) * d - 2 * depth,
+                        e.next_ext(), cat="user_annotation")
+        e.clock[e.main] = cpu_start + d
+        self.starvation("recompilation", cpu_start, e.clock[e.main], gpu_before)
+        return 1
+
     def compiled_region(self, lo: int, hi: int, region: int) -> None:
         """One `Torch-Compiled Region`: a cache lookup, then CompiledFunction's launches."""
         cfg, e = self.cfg, self.eng
-        ann = self.enter_compiled_region(region)
+        cid = self.recompile() if region == 0 else 0
+        ann = self.enter_compiled_region(region, cid)
         cf_start, cf_ext = e.clock[e.main], e.next_ext()
         e.clock[e.main] += e.host(25.0)
         for kind, call, k, aten in self._compiled_kernels(self.layers[lo:hi], False):
