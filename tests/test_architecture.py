@@ -237,3 +237,39 @@ def test_no_forbidden_package_import():
     found = sorted(f"{a} -> {b}: {why}" for (a, b), why in FORBIDDEN_PACKAGE_IMPORTS.items()
                    if b in graph.get(a, set()))
     assert found == []
+
+
+#: The modules that belong to a pattern and so may quote its id (docs/ARCHITECTURE.md, "A new
+#: anti-pattern"): its rule, its inject mechanism and natural label, its simulator switch (the
+#: switch table and the phase that runs its mechanism) and its recorded cause.
+PATTERN_OWN = ("patterns/{id}.py", "inject/mechanisms/{id}.py")
+SHARED_OWN = ("synth/switches.py", "synth/phases/", "collect/causes.py", "collect/runner.py")
+#: Outside those, the only files that quote a pattern id: the built-in list the registry loads,
+#: and the idle account, whose mechanisms share their pattern's name.
+QUOTING = {"patterns/__init__.py", "idle.py"}
+
+
+def _quoted_ids(text: str, ids) -> set[str]:
+    import re
+    return {i for i in ids if re.search(rf"[\"']{i}[\"']", text)}
+
+
+def test_at_most_two_files_quote_a_pattern_id():
+    """Adding a pattern costs its own modules: every other module reads the registry."""
+    from traceap.patterns import pattern_ids
+    ids = pattern_ids()
+    found = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        quoted = _quoted_ids(path.read_text(encoding="utf-8"), ids)
+        quoted -= {i for i in quoted if rel in {p.format(id=i) for p in PATTERN_OWN}}
+        if quoted and not rel.startswith(SHARED_OWN):
+            found[rel] = sorted(quoted)
+    assert set(found) <= QUOTING, {k: v for k, v in found.items() if k not in QUOTING}
+    assert len(QUOTING) <= 2
+
+
+def test_the_quote_scan_sees_a_quoted_id():
+    assert _quoted_ids('x = "graph_break"  # and \'cpu_bound\'', ["graph_break", "cpu_bound",
+                                                                  "no_pin_memory"]) \
+        == {"graph_break", "cpu_bound"}

@@ -185,7 +185,7 @@ class _Run(HostOps, DataLoading, Forward, CompiledRegions, LossAndSyncs, Backwar
         e.sync(e.main, None, e.next_ext())
         t_end = max(max(e.clock.values()), max(e.free.values(), default=0.0))
         self._mark_busy()
-        anomalies = [(a.start, min(a.end, t_end), a.pattern) for a in self._significant(e.anomalies)]
+        anomalies = [(a.start, min(a.end, t_end), a.pattern) for a in self.significant_waits(e.anomalies)]
         di = None
         if cfg.world_size > 1:
             di = {"backend": "nccl", "rank": cfg.rank, "world_size": cfg.world_size, "pg_count": 1,
@@ -207,23 +207,6 @@ class _Run(HostOps, DataLoading, Forward, CompiledRegions, LossAndSyncs, Backwar
             for ev in self.eng.events:
                 if ev.get("cat") == "kernel" and rx.search(ev["name"]):
                     self.eng.mark(pattern, ev["ts"], ev["ts"] + ev["dur"])
-
-    def _significant(self, found: list) -> list:
-        """Drop data-loading waits too short to matter.
-
-        Any loader makes the GPU wait a little at a step boundary when the previous step ended
-        in a sync (a queue get from workers: 60-300 us; a cached single-process loader: well
-        under a millisecond).  A wait counts as "data loading starves the GPU" when it is at
-        least 5% of the median step and 0.5 ms: a window at the paper's N=100 over a 2-3 step
-        trace is 2-3% of a step, so a labelled wait fills at least one window, and the host
-        jitter of healthy runs alone moves a step by a few percent.
-        """
-        if not self.step_spans:
-            return found
-        step_us = float(np.median([b - a for a, b in self.step_spans]))
-        floor = max(500.0, 0.05 * step_us)
-        return [a for a in found
-                if a.pattern != "single_process_dataloading" or a.end - a.start >= floor]
 
     def train_step(self) -> None:
         cfg, e = self.cfg, self.eng
