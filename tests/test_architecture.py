@@ -36,10 +36,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("detectors",),                                  # score windows
     ("classify",),                                   # name the pattern of flagged windows
     ("stages",),                                     # options -> (detector, classifier)
-    ("analysis", "report", "eval"),                  # the facade, its outputs, the tables
+    ("analysis", "eval"),                            # the facade, the tables
     ("job",),                                        # every rank analysed, then compared
-    ("diff", "handler", "notebook"),                 # before/after; the profiler's handler;
-                                                     # analyses that show as their report
+    ("diff",),                                       # before/after
+    ("report",),                                     # the outputs of analysis, job and diff:
+                                                     # above what it shows, so a job or a diff
+                                                     # is computed, never written (a job's
+                                                     # caller hands it `details=`)
+    ("handler", "notebook"),                         # the profiler's handler; analyses that
+                                                     # show as their report
     ("integrations",),                               # Lightning and Hugging Face callbacks
     ("cli",),
     ("__main__",),
@@ -227,8 +232,6 @@ def test_the_scan_sees_function_level_and_string_imports():
 FORBIDDEN_PACKAGE_IMPORTS: dict[tuple[str, str], str] = {
     ("model", "inject"): "the neural model reads datasets through `manifest` and `load` "
                          "(`load.find_traces`), never through the tool that plants patterns",
-    ("job", "report"): "a job is analysed, not written: the caller hands `analyze_job` what an "
-                       "output needs from each trace (`details=`)",
 }
 
 

@@ -3,6 +3,7 @@ bundled real traces, a folder of ranks and analysis JSONs."""
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import subprocess
@@ -10,11 +11,13 @@ import sys
 
 import orjson
 import pytest
+from rich.console import Console
 
 import traceap
 from traceap.collect import CollectConfig, collect
 from traceap.diff import EXIT_SLOWER, FINDING_NUMBERS, SCHEMA, compare, side_of
 from traceap.info import step_numbers
+from traceap.report.diff import render, render_verdict
 
 from .conftest import CNN, DATA, SAMPLE
 
@@ -99,8 +102,13 @@ def test_every_line_fits_100_columns_and_keeps_the_whole_verdict(quiet, monkeypa
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert max(len(x) for x in lines) <= 100, max(lines, key=len)
-    verdict = compare(CNN, SAMPLE).verdict
-    assert len(verdict) > 100 and " ".join(verdict.split()) in " ".join(p.stdout.split())
+    d = compare(CNN, SAMPLE)
+    assert len(d.verdict) > 100 and " ".join(d.verdict.split()) in " ".join(p.stdout.split())
+    # The command prints what the library's renderer draws from the comparison, so a notebook
+    # or a script shows the same: `traceap.diff` compares, `traceap.report.diff` lays it out.
+    shown = io.StringIO()
+    (render_verdict if quiet else render)(d, Console(file=shown, width=100))
+    assert shown.getvalue() == p.stdout
 
 
 def test_same_recording_twice_is_no_change():

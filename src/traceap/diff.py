@@ -14,7 +14,8 @@ GPU idle time and its causes (when the analysis carries `gpu_idle`), the time ea
 costs, and the host time spent in `DataLoader.__next__`, which is the one number a CPU-only
 recording can compare when no GPU pattern can be measured.  A trace or a folder is analysed
 here; an analysis JSON is read as it is, and its trace (the "trace" key) is opened for the step
-and data-loading numbers when it can be found.
+and data-loading numbers when it can be found.  This module compares; `traceap.report.diff`
+shows the comparison in the terminal.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 import orjson
 
 from .errors import TraceapError
-from .idle import busy_fraction_of, busy_pct
+from .idle import busy_fraction_of
 from .info import step_numbers
 from .trace import Trace
 from .units import fmt_us
@@ -567,84 +568,6 @@ def compare(before, after, n_windows: int = DEFAULT_WINDOWS,
     return Diff(b, a, changes, verdict(b, a, changes), fail_if_slower_pct)
 
 
-# -- terminal ------------------------------------------------------------------------------
-def render(d: Diff, console=None) -> None:
-    """Side by side: step time, GPU busy and idle, data loading, time lost per pattern,
-    the findings' fate, the verdict."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    from .report.terminal import console_width, wrap_text
-
-    console = console or Console()
-    # the lines below the table break between words at the console's width (80 in a pipe)
-    width = console_width(console)
-    b, a = d.before, d.after
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    t.add_column("")
-    t.add_column("before", justify="right")
-    t.add_column("after", justify="right")
-    t.add_column("change", justify="right")
-
-    def row(label, x, y, fmt=fmt_us, change=None):
-        c = pct(x, y) if change is None else change
-        t.add_row(label, fmt(x), fmt(y), "-" if c is None else f"{c:+.0f}%")
-
-    t.add_row("input", escape(_short(b.input)), escape(_short(a.input)), "")
-    t.add_row("profiler steps", str(b.n_steps or "-"), str(a.n_steps or "-"), "")
-    row("step time (median)", b.step_us, a.step_us)
-
-    def frac(x):
-        return "-" if x is None else f"{busy_pct(x)}%"
-    busy_pts = (None if b.gpu_busy_fraction is None or a.gpu_busy_fraction is None
-                else 100 * (a.gpu_busy_fraction - b.gpu_busy_fraction))
-    # The same GPU busy as `traceap analyze` and `info` print: of the GPU span, idle the rest.
-    t.add_row("GPU busy", frac(b.gpu_busy_fraction), frac(a.gpu_busy_fraction),
-              "-" if busy_pts is None else f"{busy_pts:+.0f} pts")
-    row("GPU idle per step", b.gpu_idle_per_step_us, a.gpu_idle_per_step_us)
-    bc, ac = b.to_json()["gpu_idle"], a.to_json()["gpu_idle"]
-    causes = sorted(set((bc or {}).get("by_cause_per_step_us") or {}) |
-                    set((ac or {}).get("by_cause_per_step_us") or {}))
-    for cause in causes:
-        row(f"  idle: {cause}", ((bc or {}).get("by_cause_per_step_us") or {}).get(cause),
-            ((ac or {}).get("by_cause_per_step_us") or {}).get(cause))
-    # The busy side: the part of the GPU busy time busy-but-slow patterns cost, by pattern.
-    bs, as_ = b.to_json()["gpu_inefficient"], a.to_json()["gpu_inefficient"]
-    bsp = (bs or {}).get("by_pattern_per_step_us") or {}
-    asp = (as_ or {}).get("by_pattern_per_step_us") or {}
-    if any(v > 0 for v in [*bsp.values(), *asp.values()]):
-        row("GPU busy, inefficient per step", b.gpu_inefficient_per_step_us,
-            a.gpu_inefficient_per_step_us)
-        for pid in [p for p in dict.fromkeys([*bsp, *asp]) if bsp.get(p) or asp.get(p)]:
-            row(f"  inefficient: {pid}", bsp.get(pid), asp.get(pid))
-    row("data loading per step", b.dataloader_us_per_step, a.dataloader_us_per_step)
-    for r in d.pattern_rows():
-        row(f"lost: {r['pattern']}", r["before_us_per_step"], r["after_us_per_step"])
-    console.print(t)
-    for c in d.findings:
-        if c.status == "same":
-            continue
-        style = {"fixed": "green", "better": "green", "new": "red", "worse": "red",
-                 "now_visible": "yellow", "now_hidden": "yellow"}[c.status]
-        where = f" (rank {c.rank})" if c.rank is not None else ""
-        line = Text.from_markup(f"  [{style}]{c.label:6s}[/{style}] {escape(c.pattern)}{where}: "
-                                f"{escape(c.title)}")
-        console.print(wrap_text(line, width, " " * 9), soft_wrap=True)
-    for n in dict.fromkeys(b.notes + a.notes):
-        where = ("both" if n in b.notes and n in a.notes else
-                 "before" if n in b.notes else "after")
-        console.print(wrap_text(Text.from_markup(f"  [dim]{where}: {escape(n)}[/dim]"), width,
-                                "    "), soft_wrap=True)
-    style = "bold red" if d.slower else "bold"
-    console.print(wrap_text(Text(d.verdict, style=style), width, "  "), soft_wrap=True)
-
-
-def _short(path: str, limit: int = 40) -> str:
-    return path if len(path) <= limit else "..." + path[-(limit - 3):]
-
-
 __all__ = ["Diff", "EXIT_SLOWER", "FINDING_NUMBERS", "FindingChange", "FindingSummary",
            "NOISE_PCT", "SCHEMA", "Side", "compare", "is_analysis_json", "match_findings",
-           "pct", "render", "side_of", "verdict"]
+           "pct", "side_of", "verdict"]

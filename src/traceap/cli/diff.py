@@ -30,8 +30,9 @@ def diff(
     2 for unreadable input (or --fail-if-slower without profiler steps on both sides)."""
     from rich.console import Console
 
-    from ..diff import EXIT_SLOWER, compare, render
+    from ..diff import EXIT_SLOWER, compare
     from ..progress import status
+    from ..report.diff import render, render_verdict
 
     check_windows(windows)
     if fail_if_slower is not None and fail_if_slower < 0:
@@ -48,9 +49,7 @@ def diff(
             write_bytes(json_out, data, "--json")
     console = Console(stderr=str(json_out) == "-")
     if quiet:
-        from ..report.terminal import console_width, wrap_words
-        console.print("\n".join(wrap_words(d.verdict, console_width(console), "", "  ")),
-                      markup=False, highlight=False, soft_wrap=True)
+        render_verdict(d, console)
     else:
         render(d, console)
     if fail_if_slower is not None:
