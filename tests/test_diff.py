@@ -309,5 +309,9 @@ def test_a_pattern_hidden_by_a_bigger_cause_is_now_visible_not_new(hidden_pair):
     # The CLI prints the status in words.
     p = _diff(str(before), str(after))
     assert p.returncode == 0, p.stderr
-    assert "now visible (was hidden by single_process_dataloading) no_pin_memory" in \
+    # the status, then the pattern, then what hid it (not two pattern ids in a row)
+    assert "now visible no_pin_memory (was hidden by single_process_dataloading):" in \
         " ".join(p.stdout.split())
+    back_cli = _diff(str(after), str(before))
+    assert "now hidden no_pin_memory (hidden by single_process_dataloading):" in \
+        " ".join(back_cli.stdout.split())

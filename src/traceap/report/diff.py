@@ -40,8 +40,15 @@ def render(d: Diff, console: Console | None = None) -> None:
             continue
         style = STATUS_STYLES[c.status]
         where = f" (rank {c.rank})" if c.rank is not None else ""
-        line = Text.from_markup(f"  [{style}]{c.label:6s}[/{style}] {escape(c.pattern)}{where}: "
-                                f"{escape(c.title)}")
+        # the status in the first column, what hid the finding after its pattern: "now hidden
+        # no_pin_memory (by X)", never "now hidden by X no_pin_memory" (two patterns in a row)
+        status = c.status.replace("_", " ")
+        hidden = ""
+        if c.hidden_by:
+            hidden = (f" (was hidden by {escape(c.hidden_by)})" if c.status == "now_visible"
+                      else f" (hidden by {escape(c.hidden_by)})")
+        line = Text.from_markup(f"  [{style}]{status:6s}[/{style}] {escape(c.pattern)}{where}"
+                                f"{hidden}: {escape(c.title)}")
         console.print(wrap_text(line, width, " " * 9), soft_wrap=True)
     b, a = d.before, d.after
     for n in dict.fromkeys(b.notes + a.notes):
