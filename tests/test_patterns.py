@@ -523,6 +523,9 @@ def simulated(pattern: str | None, world_size: int, tmp_path_factory) -> tuple[T
                     steps=3, seed=11, t0_us=2.0e12)
     switches.healthy(cfg, np.random.default_rng(3))
     cfg.benign_idle_us = 0.0
+    # a careful user's layout: channels_last (NCHW is the no_channels_last switch: cuDNN's
+    # layout transposes around every convolution)
+    cfg.channels_last = True
     # no data-dependent sync in the forward: it drains the queue, and the next step's
     # 0.4 ms DataLoader get then idles the GPU (real, but not what these tests are about)
     cfg.forward_syncs = 0
@@ -565,16 +568,20 @@ def test_each_rule_finds_its_simulated_pattern_where_the_truth_says(pattern, tmp
 
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_healthy_simulated_run_raises_no_configuration_pattern(world_size, tmp_path_factory):
-    """A careful user's run: none of the seven configuration patterns fires.  `cpu_bound` may,
+    """A careful user's run: none of the configuration patterns fires.  `cpu_bound` may,
     and only where the GPU really waits for the host most of the window: the simulator's host
-    costs come from real traces, and an eager ResNet-50 at 160 px is partly launch-bound."""
+    costs come from real traces, and an eager ResNet-50 at 160 px is partly launch-bound.  So
+    may the loader rule at a step boundary where the GPU really waits for the workers' queue
+    get (0.4 ms once the queue drained: a third of a window of this 36 ms step)."""
     t, _ = simulated(None, world_size, tmp_path_factory)
     w = Windows(t, 100)
+    real_wait = {"cpu_bound": 0.4, "single_process_dataloading": 0.3}
     for pid in PATTERNS:
         hits = np.flatnonzero(REGISTRY[pid].score_windows(w) >= FLAG)
-        if pid == "cpu_bound":
+        if pid in real_wait:
             m = REGISTRY[pid].measures(w)
-            assert (m["lost_us"][hits] >= 0.4 * w.width_us).all()
+            assert (m["lost_us"][hits] >= real_wait[pid] * w.width_us).all(), (pid, hits)
+            assert len(hits) <= 3, (pid, hits)  # one per step at most
         else:
             assert len(hits) <= 1, (pid, hits)
 

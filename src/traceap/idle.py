@@ -465,8 +465,10 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     # A collective running while no compute is queued and the host is not waiting on the device
     # holds nothing back: the host had not launched the next work yet.  That idle goes to the
     # host-side mechanisms below (the starved gaps under the collective), not to communication.
+    # Except the host inside a wasted all-reduce's own c10d calls: that is its cost (no_sync
+    # removes the calls too), as for small collectives.
     l0, l1 = host_late_under_nccl(t)
-    out["accum_allreduce"] = subtract(*wasted_intervals(t), l0, l1)
+    out["accum_allreduce"] = subtract(*wasted_intervals(t), *host_late_outside_collectives(t))
     out["nccl_on_compute_stream"] = subtract(*spans(t, blk), l0, l1)
     out["small_nccl"] = subtract(*spans(t, small), *host_late_outside_collectives(t))
     out["nccl"] = subtract(*spans(t, nccl_rows(t)), l0, l1)
