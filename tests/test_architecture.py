@@ -30,6 +30,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("manifest", "measures", "outputs"),             # pattern ids; shared trace measurements;
                                                      # the folders and files commands write
     ("idle", "findings", "synth", "collect", "profile"),
+    ("report.idle_text",),                           # the idle account in sentences, which
+                                                     # the rules' evidence and the notes quote
     ("patterns", "info", "inject"),                  # one module per anti-pattern
     ("parallel",),                                   # one task per trace: processes or Ray
     ("crossrank", "llm", "model"),                   # cross-rank view, LLM I/O, neural model
@@ -108,8 +110,11 @@ IMPORTS = {m: imports_of(m) for m in MODULES}
 #: declarations through it (manifest validates ids, idle maps mechanisms to patterns, inject
 #: registers pieces), and it imports nothing of traceap.  It loads the rule modules at the
 #: first read, by the names in `traceap.patterns.BUILTIN` and at run time, so no import of it
-#: reaches up.
-OWN_PACKAGES = ("traceap.patterns._registry",)
+#: reaches up.  The idle account's sentences (`traceap/report/idle_text.py`) sit just above the
+#: account, below the rules: a finding's evidence quotes `cause_split` and the analysis' notes
+#: the account's summary, both written where they are measured (`report/__init__.py` imports
+#: nothing, so importing it pulls in no other output).
+OWN_PACKAGES = ("traceap.patterns._registry", "traceap.report.idle_text")
 
 
 def package_of(module: str) -> str | None:

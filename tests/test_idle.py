@@ -22,6 +22,7 @@ from traceap.measures.host import HostConfig, unrecorded_host
 from traceap.measures.signals import busy_rows, intersect
 from traceap.measures.warmup import warmup_intervals
 from traceap.report.html import render_html
+from traceap.report.idle_text import describe, launch_bound_note
 from traceap.report.terminal import render
 from traceap.trace import CopyKind, Kind, Trace, busy_union, merged_intervals
 from traceap.units import fmt_us
@@ -246,7 +247,7 @@ def test_python_between_calls_is_cpu_bound_and_dispatch_is_the_steady_state():
     acc = check_partition(t)
     assert acc.by_mechanism["launch_bound"] > 0.8 * acc.total_us
     assert acc.by_pattern["cpu_bound"] == acc.by_mechanism["python_host"] < 0.1 * acc.total_us
-    assert idle.launch_bound_note(acc).startswith("launch-bound run:")
+    assert launch_bound_note(acc).startswith("launch-bound run:")
 
 
 @needs_shared
@@ -267,7 +268,7 @@ def test_a_host_that_records_nothing_is_not_explained_not_launch_bound():
 def test_bundled_sample_names_a_cause_for_most_idle_time_and_says_the_rest(ddp):
     acc = idle.measure(ddp)
     assert idle.explained_share(acc) >= 0.80
-    text = idle.describe(acc)
+    text = describe(acc)
     assert "not explained" in text and fmt_us(acc.by_cause["not_explained"]) in text
     assert text.startswith(f"GPU idle {fmt_us(acc.total_us)} of {fmt_us(acc.span_us)}")
 

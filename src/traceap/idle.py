@@ -96,7 +96,8 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
 This module is the account: the mechanism table, its priority, the assignment of each idle
 microsecond (`measure`), and the per-window and per-step views of it.  The intervals each
 mechanism covers are measured in `traceap.measures` (the GPU span and its gaps: `gaps.py`;
-warm-up: `warmup.py`; the host's holes between framework calls: `host.py`; ...).
+warm-up: `warmup.py`; the host's holes between framework calls: `host.py`; ...), the sentences
+about the account are `traceap.report.idle_text`.
 """
 
 from __future__ import annotations
@@ -123,7 +124,6 @@ from .measures.signals import (busy_rows, cached, intersect, nccl_rows, spans, s
 from .measures.warmup import WarmupConfig, warmup
 from .patterns._registry import mechanism_of_pattern, pattern_of_mechanism
 from .trace import CopyKind, Kind, Trace, merged_intervals
-from .units import fmt_us
 from .windows import Windows, covered_time
 
 CAUSES = ("warmup", "communication", "compile_gaps", "data_loading", "host_copy_sync",
@@ -559,66 +559,6 @@ def per_step(trace: Trace, config: IdleConfig = IdleConfig()) -> list[dict]:
             for i, s in enumerate(steps)]
 
 
-# -- words ---------------------------------------------------------------------------------------
-def describe(account: IdleAccount, limit: int = 4) -> str:
-    """One sentence: how much of the GPU span is idle and the biggest causes."""
-    if account.span_us <= 0:
-        return "no GPU activity in this trace"
-    by = account.by_cause
-    named = [(c, v) for c, v in by.items() if c != "not_explained" and v > 0]
-    named.sort(key=lambda cv: -cv[1])
-    tot = account.total_us
-    parts = [f"{CAUSE_TITLES[c]} {fmt_us(v)}" for c, v in named[:limit]]
-    text = (f"GPU idle {fmt_us(tot)} of {fmt_us(account.span_us)} "
-            f"({account.idle_pct}% of the GPU span)")
-    if parts:
-        text += ": " + ", ".join(parts)
-    if by["not_explained"] > 0:
-        text += (f"; not explained {fmt_us(by['not_explained'])} "
-                 f"({100 * by['not_explained'] / max(tot, 1e-9):.0f}% of the idle time)")
-    return text
-
-
-#: The framework's dispatch holding this share of the idle time makes the run launch-bound.
-LAUNCH_BOUND_RUN = 0.5
-
-
-def launch_bound_note(account: IdleAccount) -> str | None:
-    """A sentence when the run's steady state is launch-bound: the GPU waits for the framework
-    to dispatch its kernels (the `launch_bound` mechanism) for most of its idle time.  That is
-    the nature of the workload (a small model, a small batch), not an anomaly of some windows,
-    so it is said once, here, rather than raised as a finding."""
-    if account.total_us <= 0:
-        return None
-    share = account.by_mechanism["launch_bound"] / account.total_us
-    if share < LAUNCH_BOUND_RUN:
-        return None
-    return (f"launch-bound run: {fmt_us(account.by_mechanism['launch_bound'])} "
-            f"({100 * share:.0f}% of the idle time) the GPU waits for the framework to dispatch "
-            f"the next kernel{cause_split(account, 'launch_bound')}, all through the run: the "
-            f"workload's steady state, not an anomaly "
-            f"of some windows; fewer, bigger launches remove it (CUDA graphs with "
-            f"torch.compile(model, mode=\"reduce-overhead\"), a larger batch, fused optimizers)")
-
-
-def cause_split(account: IdleAccount, mechanism: str) -> str:
-    """' (of the 24.2 ms host<->device copies and syncs: also large pinned input uploads (no
-    anti-pattern) 15.9 ms)': how a mechanism's idle time relates to its cause's total, the number
-    the idle summary prints, whenever the two print differently; '' otherwise.  Lets a
-    finding's time lost and the summary's cause read as one account."""
-    cause = next((m.cause for m in MECHANISMS if m.id == mechanism), "not_explained")
-    total = account.by_cause[cause]
-    others = [(m.id, account.by_mechanism[m.id]) for m in MECHANISMS
-              if m.cause == cause and m.id != mechanism and account.by_mechanism[m.id] > 0]
-    if cause == "not_explained" and mechanism != "not_explained":
-        others.append(("not_explained", account.by_mechanism["not_explained"]))
-    if total <= 0 or fmt_us(total) == fmt_us(account.by_mechanism[mechanism]):
-        return ""
-    parts = ", ".join(f"{MECHANISM_TITLES[k]} {fmt_us(v)}" for k, v in
-                      sorted(others, key=lambda kv: -kv[1]))
-    return f" (of the {fmt_us(total)} {CAUSE_TITLES[cause]}: also {parts})"
-
-
 def explained_share(account: IdleAccount) -> float:
     """Share of the idle time assigned to a named cause."""
     if account.total_us <= 0:
@@ -628,6 +568,6 @@ def explained_share(account: IdleAccount) -> float:
 
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
            "MECHANISM_TITLES", "Mechanism", "busy_fraction_of", "busy_pct", "cause_per_window",
-           "cause_split", "compute_per_step", "describe", "explained_share", "gain_cap_us",
-           "launch_bound_note", "measure", "mechanism_intervals", "mechanism_of", "pattern_lost",
-           "pattern_of", "per_step", "per_window", "trace_costs", "warmup_share"]
+           "compute_per_step", "explained_share", "gain_cap_us", "measure", "mechanism_intervals",
+           "mechanism_of", "pattern_lost", "pattern_of", "per_step", "per_window", "trace_costs",
+           "warmup_share"]
