@@ -278,3 +278,52 @@ def test_the_quote_scan_sees_a_quoted_id():
     assert _quoted_ids('x = "graph_break"  # and \'cpu_bound\'', ["graph_break", "cpu_bound",
                                                                   "no_pin_memory"]) \
         == {"graph_break", "cpu_bound"}
+
+
+#: `traceap.idle` is the account (the mechanism table, its priority, the assignment of each idle
+#: microsecond, its per-window and per-step views); what it measures and what it says live in
+#: the layers for those (issue #33 part 3).  Each name: its one home.
+MEASURED_FOR_IDLE = {
+    "traceap.measures.signals": ("intersect", "subtract", "busy_rows", "busy_per_window"),
+    "traceap.measures.gaps": ("gpu_span", "first_batch_start", "idle_gaps", "queued_intervals",
+                              "loader_gaps"),
+    "traceap.measures.warmup": ("warmup_intervals", "warmup", "WarmupConfig", "WARMUP_CALLS",
+                                "WARMUP_HOST"),
+    "traceap.measures.host": ("framework_calls", "host_holes", "python_holes", "unrecorded_host",
+                              "HostConfig"),
+    "traceap.measures.communication": ("host_late_under_nccl", "host_late_outside_collectives"),
+    "traceap.measures.copies": ("sync_costs",),
+    "traceap.report.idle_text": ("describe", "launch_bound_note", "cause_split"),
+}
+
+
+def _defined(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments)."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
+def test_the_idle_account_measures_and_words_each_have_one_home():
+    idle_defines = _defined(MODULES["traceap.idle"])
+    for module, names in MEASURED_FOR_IDLE.items():
+        assert set(names) <= _defined(MODULES[module]), module
+        assert idle_defines & set(names) == set(), f"idle.py defines what {module} owns"
+    # ... and no caller reaches them through traceap.idle (no re-export kept alive there).
+    moved = {n for names in MEASURED_FOR_IDLE.values() for n in names}
+    root = SRC.parent.parent
+    wrong = []
+    for path in [*SRC.rglob("*.py"), *(root / "tests").glob("*.py"),
+                 *(root / "benchmarks").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and (node.module or "").endswith("idle")
+                    and (node.module == "traceap.idle" or node.level)):
+                wrong += [f"{path.name}: {a.name}" for a in node.names if a.name in moved]
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in ("idle", "idle_mod") and node.attr in moved):
+                wrong.append(f"{path.name}: idle.{node.attr}")
+    assert wrong == []
