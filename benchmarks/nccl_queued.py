@@ -9,8 +9,9 @@ was waiting to start, and prints its quantiles per true pattern of the window
 (`traceap.manifest.window_patterns`).  Queued compute is the signature of communication that
 holds the step back (the optimizer waits for the all-reduce); nothing queued means the host was
 late (a sync, a Python loop, a late batch) and the collectives that ran anyway only look
-exposed.  The idle account (`traceap.idle.host_late_under_nccl`) gives the second to the host
-causes; before it did, host-side plants in DDP bases were named `nccl_compute_no_overlap`.
+exposed.  The idle account gives the second to the host causes
+(`traceap.measures.communication.host_late_under_nccl`); before it did, host-side plants in DDP
+bases were named `nccl_compute_no_overlap`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from traceap.idle import intersect, queued_intervals  # noqa: E402
 from traceap.load import load  # noqa: E402
 from traceap.manifest import read_manifest, trace_path, window_patterns  # noqa: E402
-from traceap.measures.signals import busy_rows, nccl_rows, union_in  # noqa: E402
+from traceap.measures.gaps import queued_intervals  # noqa: E402
+from traceap.measures.signals import busy_rows, intersect, nccl_rows, union_in  # noqa: E402
 from traceap.trace import merged_intervals  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
 

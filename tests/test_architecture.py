@@ -30,6 +30,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("manifest", "measures", "outputs"),             # pattern ids; shared trace measurements;
                                                      # the folders and files commands write
     ("idle", "findings", "synth", "collect", "profile"),
+    ("report.idle_text",),                           # the idle account in sentences, which
+                                                     # the rules' evidence and the notes quote
     ("patterns", "info", "inject"),                  # one module per anti-pattern
     ("parallel",),                                   # one task per trace: processes or Ray
     ("crossrank", "llm", "model"),                   # cross-rank view, LLM I/O, neural model
@@ -113,8 +115,11 @@ IMPORTS = {m: imports_of(m) for m in MODULES}
 #: declarations through it (manifest validates ids, idle maps mechanisms to patterns, inject
 #: registers pieces), and it imports nothing of traceap.  It loads the rule modules at the
 #: first read, by the names in `traceap.patterns.BUILTIN` and at run time, so no import of it
-#: reaches up.
-OWN_PACKAGES = ("traceap.patterns._registry",)
+#: reaches up.  The idle account's sentences (`traceap/report/idle_text.py`) sit just above the
+#: account, below the rules: a finding's evidence quotes `cause_split` and the analysis' notes
+#: the account's summary, both written where they are measured (`report/__init__.py` imports
+#: nothing, so importing it pulls in no other output).
+OWN_PACKAGES = ("traceap.patterns._registry", "traceap.report.idle_text")
 
 
 def package_of(module: str) -> str | None:
@@ -276,3 +281,52 @@ def test_the_quote_scan_sees_a_quoted_id():
     assert _quoted_ids('x = "graph_break"  # and \'cpu_bound\'', ["graph_break", "cpu_bound",
                                                                   "no_pin_memory"]) \
         == {"graph_break", "cpu_bound"}
+
+
+#: `traceap.idle` is the account (the mechanism table, its priority, the assignment of each idle
+#: microsecond, its per-window and per-step views); what it measures and what it says live in
+#: the layers for those (issue #33 part 3).  Each name: its one home.
+MEASURED_FOR_IDLE = {
+    "traceap.measures.signals": ("intersect", "subtract", "busy_rows", "busy_per_window"),
+    "traceap.measures.gaps": ("gpu_span", "first_batch_start", "idle_gaps", "queued_intervals",
+                              "loader_gaps"),
+    "traceap.measures.warmup": ("warmup_intervals", "warmup", "WarmupConfig", "WARMUP_CALLS",
+                                "WARMUP_HOST"),
+    "traceap.measures.host": ("framework_calls", "host_holes", "python_holes", "unrecorded_host",
+                              "HostConfig"),
+    "traceap.measures.communication": ("host_late_under_nccl", "host_late_outside_collectives"),
+    "traceap.measures.copies": ("sync_costs",),
+    "traceap.report.idle_text": ("describe", "launch_bound_note", "cause_split"),
+}
+
+
+def _defined(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments)."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
+def test_the_idle_account_measures_and_words_each_have_one_home():
+    idle_defines = _defined(MODULES["traceap.idle"])
+    for module, names in MEASURED_FOR_IDLE.items():
+        assert set(names) <= _defined(MODULES[module]), module
+        assert idle_defines & set(names) == set(), f"idle.py defines what {module} owns"
+    # ... and no caller reaches them through traceap.idle (no re-export kept alive there).
+    moved = {n for names in MEASURED_FOR_IDLE.values() for n in names}
+    root = SRC.parent.parent
+    wrong = []
+    for path in [*SRC.rglob("*.py"), *(root / "tests").glob("*.py"),
+                 *(root / "benchmarks").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and (node.module or "").endswith("idle")
+                    and (node.module == "traceap.idle" or node.level)):
+                wrong += [f"{path.name}: {a.name}" for a in node.names if a.name in moved]
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in ("idle", "idle_mod") and node.attr in moved):
+                wrong.append(f"{path.name}: idle.{node.attr}")
+    assert wrong == []

@@ -16,9 +16,15 @@ import traceap.idle as idle
 from traceap.analysis import analyze
 from traceap.findings import cost_sentence
 from traceap.info import summarize
+from traceap.measures.communication import host_late_under_nccl
+from traceap.measures.gaps import first_batch_start, queued_intervals
+from traceap.measures.host import HostConfig, unrecorded_host
+from traceap.measures.signals import busy_rows, intersect
+from traceap.measures.warmup import warmup_intervals
 from traceap.report.html import render_html
+from traceap.report.idle_text import describe, launch_bound_note
 from traceap.report.terminal import render
-from traceap.trace import CopyKind, Kind, Trace, busy_union
+from traceap.trace import CopyKind, Kind, Trace, busy_union, merged_intervals
 from traceap.units import fmt_us
 from traceap.windows import Windows
 
@@ -43,7 +49,7 @@ def measured_idle(trace: Trace) -> float:
         lo = min(lo, min(s.start_us for s in trace.steps))
         hi = max(hi, max(s.end_us for s in trace.steps))
     else:  # the first batch the GPU waited for
-        lo = min(lo, idle.first_batch_start(trace, lo))
+        lo = min(lo, first_batch_start(trace, lo))
     kind = trace.kind[g]
     busy = g[((kind == Kind.KERNEL) & ~trace.is_nccl[g]) | (kind == Kind.GPU_MEMSET)
              | np.isin(trace.copy_kind[g], (CopyKind.DTOD, CopyKind.PTOP))]
@@ -94,7 +100,7 @@ def test_per_window_and_per_step_figures_add_up_to_the_totals(ddp):
 # -- what each cause means ------------------------------------------------------------------------
 def _exposed(t: Trace) -> float:
     nccl = np.flatnonzero(t.is_nccl)
-    busy = idle.busy_rows(t)
+    busy = busy_rows(t)
     both = np.concatenate((nccl, busy))
     return busy_union(t.ts[both], t.end[both]) - busy_union(t.ts[busy], t.end[busy])
 
@@ -105,12 +111,12 @@ def test_exposed_communication_is_nccl_with_no_compute_beside_it_or_queued(ddp, 
     idle is the host's (the CNN's collectives: launch-bound, so almost all of it)."""
     for t in (ddp, readme_sample):
         acc = idle.measure(t)
-        l0, l1 = idle.host_late_under_nccl(t)
+        l0, l1 = host_late_under_nccl(t)
         late = float(np.sum(l1 - l0))
         assert acc.by_cause["communication"] == pytest.approx(_exposed(t) - late, rel=1e-3)
         # Nothing was queued in the host-late time.
-        q0, q1 = idle.queued_intervals(t)
-        assert float(np.sum(np.subtract(*idle.intersect(l0, l1, q0, q1)[::-1]))) == 0.0
+        q0, q1 = queued_intervals(t)
+        assert float(np.sum(np.subtract(*intersect(l0, l1, q0, q1)[::-1]))) == 0.0
         # `traceap info` reports the same number, not its own overlap arithmetic.
         info = summarize(t)
         assert info["nccl"]["exposed_us"] == pytest.approx(acc.by_cause["communication"], abs=0.01)
@@ -150,8 +156,8 @@ def test_a_sync_is_charged_the_lead_it_lost_in_later_gaps_too(readme_sample):
     j = np.searchsorted(g0, d0, side="right") - 1
     assert np.all(j >= 0) and np.all(d1 <= g1[j] + 1e-6)               # inside a starved gap
     rows, _ = _blocking_calls(t, 20.0)
-    busy = idle.busy_rows(t)
-    bs, be = idle.merged_intervals(t.ts[busy], t.end[busy])
+    busy = busy_rows(t)
+    bs, be = merged_intervals(t.ts[busy], t.end[busy])
     lead = sum(float(np.clip(np.minimum(be, t.end[r]) - np.maximum(bs, t.ts[r]), 0, None).sum())
                for r in rows)
     only_debt = float(np.sum(d1 - d0)) - float(np.sum(b1 - b0))
@@ -167,7 +173,6 @@ def test_a_burst_of_item_calls_after_a_deep_queue_is_a_copy_habit_not_launch_bou
     from traceap.inject.core import inject_one
     from traceap.inject.edit import Doc
     from traceap.inject.mechanisms import Base
-    from traceap.trace import merged_intervals
     from .conftest import SAMPLE
     o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), "excessive_memcpy",
                    np.random.default_rng([7, 0]))
@@ -225,13 +230,13 @@ def test_first_multiprocess_next_far_longer_than_the_rest_is_worker_startup():
     t = traceap.load(path)
     nxt = np.flatnonzero(t.name == t.code_of("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"))
     assert len(nxt) >= 2
-    assert "DataLoader worker start-up" not in idle.warmup_intervals(t)[2]
+    assert "DataLoader worker start-up" not in warmup_intervals(t)[2]
     dur = t.dur.copy()
     dur[nxt[0]] = 10 * np.median(t.dur[nxt[1:]]) + 1000.0
     cols = {c: getattr(t, c) for c in Trace.COLUMNS}
     cols["dur"] = dur
     slow = Trace(t.names, cols, copy.copy(t.meta), list(t.steps))
-    assert "DataLoader worker start-up" in idle.warmup_intervals(slow)[2]
+    assert "DataLoader worker start-up" in warmup_intervals(slow)[2]
 
 
 def test_python_between_calls_is_cpu_bound_and_dispatch_is_the_steady_state():
@@ -242,7 +247,7 @@ def test_python_between_calls_is_cpu_bound_and_dispatch_is_the_steady_state():
     acc = check_partition(t)
     assert acc.by_mechanism["launch_bound"] > 0.8 * acc.total_us
     assert acc.by_pattern["cpu_bound"] == acc.by_mechanism["python_host"] < 0.1 * acc.total_us
-    assert idle.launch_bound_note(acc).startswith("launch-bound run:")
+    assert launch_bound_note(acc).startswith("launch-bound run:")
 
 
 @needs_shared
@@ -252,7 +257,7 @@ def test_a_host_that_records_nothing_is_not_explained_not_launch_bound():
     launch overhead: nothing in the trace says what the host did."""
     t = traceap.load(SHARED_TRACES / "harryjmoss__particle_transformer/gpu_working_chrome_trace.json.gz")
     acc = check_partition(t)
-    h0, h1 = idle.unrecorded_host(t, idle.IdleConfig().unrecorded_host_us)
+    h0, h1 = unrecorded_host(t, HostConfig().unrecorded_host_us)
     assert (h1 - h0).max() > 300_000
     assert acc.by_mechanism["unrecorded_host"] > 300_000
     assert acc.by_cause["launch_bound"] < 0.1 * acc.by_mechanism["unrecorded_host"]
@@ -263,7 +268,7 @@ def test_a_host_that_records_nothing_is_not_explained_not_launch_bound():
 def test_bundled_sample_names_a_cause_for_most_idle_time_and_says_the_rest(ddp):
     acc = idle.measure(ddp)
     assert idle.explained_share(acc) >= 0.80
-    text = idle.describe(acc)
+    text = describe(acc)
     assert "not explained" in text and fmt_us(acc.by_cause["not_explained"]) in text
     assert text.startswith(f"GPU idle {fmt_us(acc.total_us)} of {fmt_us(acc.span_us)}")
 

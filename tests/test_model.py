@@ -111,7 +111,8 @@ def test_idle_summary_is_the_idle_account_per_window(sample_windows):
     """`summary_idle` feeds each window's GPU-idle time by mechanism (idle.py) as shares of the
     window: absolute, then against the trace's median window; the shares and the rest of the
     idle time add up to the window's idle time."""
-    from traceap import idle
+    from traceap.measures.gaps import gpu_span
+    from traceap.measures.signals import busy_per_window
     from traceap.model.features import model_idle
     cfg = replace(preset("small"), summary_idle=True, summary_absolute=False)
     f = featurize(sample_windows, cfg)
@@ -123,8 +124,8 @@ def test_idle_summary_is_the_idle_account_per_window(sample_windows):
     absolute, relative = s[:, -2 * k:-k], s[:, -k:]
     assert np.allclose(absolute, want, atol=1e-6) and want.sum() > 0
     assert np.allclose(relative, want - np.sort(want, 0)[(len(want) - 1) // 2], atol=1e-6)
-    busy = idle.busy_per_window(sample_windows) / width
-    inside = np.diff(np.clip(sample_windows.edges, *idle.gpu_span(sample_windows.trace))) / width
+    busy = busy_per_window(sample_windows) / width
+    inside = np.diff(np.clip(sample_windows.edges, *gpu_span(sample_windows.trace))) / width
     assert np.allclose(absolute.sum(1) + busy, inside, atol=1e-4)
     assert featurize(sample_windows, replace(cfg, summary_idle=False)).inputs(
         replace(cfg, summary_idle=False))["summary"].shape[1] == s.shape[1] - 2 * k

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import traceap
+from traceap.measures.gaps import idle_gaps
 from traceap.patterns import PAPER, pattern_ids
-from traceap.idle import idle_gaps
 from traceap.patterns import REGISTRY, Evidence, runs_of
 from traceap.trace import Kind, Trace
 from traceap.windows import Windows

@@ -25,6 +25,8 @@ from .findings import (SEVERITY, Finding, SeverityConfig, StepBasis, finding_ord
                        step_basis)
 from .idle import IdleAccount
 from .info import step_numbers, summarize
+from .report.idle_text import describe as describe_idle
+from .report.idle_text import launch_bound_note
 from .stages import resolve_classifier, resolve_detector
 from .trace import Trace
 from .units import fmt_us
@@ -257,8 +259,8 @@ def analyze(trace: Trace | str | os.PathLike, n_windows: int = DEFAULT_WINDOWS,
     if not t.has_gpu:
         notes.append("CPU-only trace: no GPU activity, so the eight GPU anti-patterns do not apply")
     else:
-        notes.insert(0, idle_mod.describe(account))
-        notes.extend(n for n in [idle_mod.launch_bound_note(account)] if n)
+        notes.insert(0, describe_idle(account))
+        notes.extend(n for n in [launch_bound_note(account)] if n)
         if account.by_cause["warmup"] > 0:
             src = ", ".join(f"{k} {fmt_us(v)}" for k, v in
                             sorted(account.warmup_sources.items(), key=lambda kv: -kv[1]))

@@ -6,7 +6,7 @@ Definitions (one for every report: terminal, HTML, JSON, `traceap info`, cross-r
   widened to whole profiler steps where the trace has them (a step that starts by loading a
   batch leaves the GPU idle before its first kernel, and that wait is the step's too), and
   without steps to the start of a `DataLoader.__next__` that runs up to the first GPU work
-  (the first batch the GPU waits for).
+  (the first batch the GPU waits for; `measures.gaps.gpu_span`).
 - GPU busy: a compute kernel (any kernel but NCCL/RCCL communication), a memset or an on-device
   copy (DtoD, PtoP) runs on any stream of the trace.
 - GPU idle: the GPU span less the busy time.  Stretches where only communication or only a
@@ -21,7 +21,8 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
  0 recompilation   torch.compile compiling again after the first profiler step [recompiles]:
                    Dynamo/Inductor compile spans in a later step and the relaunch after them
                    (`measures.compile_regions.recompile_intervals`).  Before warm-up, whose
-                   WARMUP_HOST names the same calls: in a later step they are not one-off.
+                   `measures.warmup.WARMUP_HOST` names the same calls: in a later step they are
+                   not one-off.
  0 allocator_churn cudaMalloc/cudaFree (hipMalloc/hipFree) and empty_cache inside steady
                    profiler steps (after the first and the warm-up ones), and the idle gap
                    each returns into, up to a relaunch (50 us) [allocator churn]
@@ -32,7 +33,8 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    kernel under lazy loading), torch.compile / Triton compilation, autotuning,
                    DataLoader worker start-up (a first `__next__` far longer than the others),
                    and a first profiler step much longer than the others whose extra time such
-                   calls largely cover.  First, because a one-off cost is not the steady state.
+                   calls largely cover (`measures/warmup.py`).  First, because a one-off cost is
+                   not the steady state.
  2 dataparallel    nn.DataParallel's host work (`DataParallel.forward`, replicate / scatter /
                    gather, their backward nodes) in a trace driving two or more GPUs
                    [DataParallel]: one process serialises what DDP runs in parallel; before
@@ -46,10 +48,11 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    collectives [small collectives], any other [exposed collectives].  Before
                    the host causes: the device is executing a collective, not waiting for the
                    host.  Except where nothing waits for the collective (no compute launched and
-                   queued, the host in no sync: `host_late_under_nccl`): the host had not
-                   launched the next work yet, the collective only looks exposed, and those
-                   gaps are starved gaps for the host causes below.  Small collectives keep
-                   the part of it the host spends in their own c10d calls (their cost).
+                   queued, the host in no sync: `measures.communication.host_late_under_nccl`):
+                   the host had not launched the next work yet, the collective only looks
+                   exposed, and those gaps are starved gaps for the host causes below.  Small
+                   collectives keep the part of it the host spends in their own c10d calls
+                   (their cost).
  3 compile_gaps    between two compiled regions of one step [graph breaks]: eager code, often a
                    data-dependent op (.item(), nonzero) with its copy and sync, so a gap framed
                    by compiled regions is a break before it is a copy.
@@ -70,18 +73,18 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    time the host waited in it for a bare sync (an event/stream/device sync: the
                    wait is how far ahead of the device the host was, all it can have cost).  And
                    the later starved gaps of the lead the sync lost, up to the compute the device
-                   ran while the host waited (`sync_debt`): a host far ahead of a deep queue that
-                   relaunches at the device's pace after the sync starves it until that lead would
-                   have been used up.  Not where Python or unrecorded host work fills those later
-                   gaps: that is named first.
+                   ran while the host waited (`measures.copies.sync_debt`; both: `sync_costs`):
+                   a host far ahead of a deep queue that relaunches at the device's pace after
+                   the sync starves it until that lead would have been used up.  Not where
+                   Python or unrecorded host work fills those later gaps: that is named first.
  6 unrecorded_host a starved gap while the host recorded nothing for a long stretch (over
-                   `IdleConfig.unrecorded_host_us` between framework calls: no op, no runtime
-                   call): the host was busy with something the profiler did not see (model
-                   set-up, unannotated data preparation, evaluation), not launching.  Rolls up
-                   into "not explained": nothing in the trace says what it was.
+                   `measures.host.HostConfig.unrecorded_host_us` between framework calls: no op,
+                   no runtime call): the host was busy with something the profiler did not see
+                   (model set-up, unannotated data preparation, evaluation), not launching.
+                   Rolls up into "not explained": nothing in the trace says what it was.
  7 python_host     a starved gap (the launch of the work that ends it began only after the
                    device had gone idle) while the host ran Python between framework calls for
-                   longer than `IdleConfig.python_ratio` x the framework call before it: the
+                   longer than `HostConfig.python_ratio` x the framework call before it: the
                    user's code, not the framework, kept the GPU waiting [CPU-bound Python].
  8 launch_bound    the rest of the starved gaps: the framework's own dispatch and launch calls
                    (a small model's steady state; no pattern: fixed by CUDA graphs or
@@ -89,6 +92,12 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    the launch-bound cause.
  9 not_explained   the rest (dependencies on other streams, host work between steps that no
                    marker names, events the profiler did not record).
+
+This module is the account: the mechanism table, its priority, the assignment of each idle
+microsecond (`measure`), and the per-window and per-step views of it.  The intervals each
+mechanism covers are measured in `traceap.measures` (the GPU span and its gaps: `gaps.py`;
+warm-up: `warmup.py`; the host's holes between framework calls: `host.py`; ...), the sentences
+about the account are `traceap.report.idle_text`.
 """
 
 from __future__ import annotations
@@ -99,10 +108,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .measures.signals import busy_rows  # noqa: F401 - part of this module's interface
+from .measures.accumulation import wasted_intervals
+from .measures.allocator import churn_intervals
+from .measures.communication import (BlockConfig, SmallNcclConfig, blocking_nccl,
+                                     host_late_outside_collectives, host_late_under_nccl,
+                                     small_nccl)
+from .measures.compile_regions import compile_gaps, recompile_intervals
+from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d, sync_costs
+from .measures.dataparallel import dp_intervals
+from .measures.gaps import gpu_span, loader_gaps
+from .measures.host import HostConfig, python_holes, unrecorded_host
+from .measures.host_init import init_intervals
+from .measures.signals import (busy_rows, cached, intersect, nccl_rows, spans, starved_gaps,
+                               subtract)
+from .measures.warmup import WarmupConfig, warmup
 from .patterns._registry import mechanism_of_pattern, pattern_of_mechanism
 from .trace import CopyKind, Kind, Trace, merged_intervals
-from .units import fmt_us
 from .windows import Windows, covered_time
 
 CAUSES = ("warmup", "communication", "compile_gaps", "data_loading", "host_copy_sync",
@@ -191,58 +212,16 @@ def mechanism_of(pattern: str) -> str | None:
     pattern whose time is not idle time)."""
     return mechanism_of_pattern().get(pattern)
 
-#: One-off start-up calls (runtime/driver API).
-WARMUP_CALLS = (r"^(cuda|hip)(Malloc|MallocAsync|MallocManaged|MallocHost|HostAlloc|HostRegister"
-                r"|ExtMallocWithFlags|StreamCreate\w*|StreamBeginCapture|StreamEndCapture"
-                r"|GraphInstantiate\w*|ModuleLoad\w*)$"
-                r"|^cu(MemAlloc\w*|MemCreate|MemHostAlloc|ModuleLoad\w*|LibraryLoad\w*"
-                r"|GraphInstantiate\w*)$")
-#: One-off start-up on the host (cpu ops, annotations, with_stack python frames).
-WARMUP_HOST = (r"torch/_dynamo/convert_frame\.py|torch/_inductor/(compile_fx|codecache"
-               r"|standalone_compile|async_compile)\.py|compile_or_warm_up|capture_model"
-               r"|torch/cuda/graphs\.py|torch/cuda/__init__\.py\(\d+\): _lazy_init"
-               r"|triton/compiler/compiler\.py\(\d+\): compile|autotuner\.py\(\d+\): _bench"
-               r"|do_bench|cudnnFind|_MultiProcessingDataLoaderIter\.__init__"
-               r"|dataloader\.py\(\d+\): _get_iterator")
-LAUNCH_CALLS = r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|cuLaunch"
-LOADER_MULTI_NEXT = r"_MultiProcessingDataLoaderIter.*__next__"
-#: The host side of a collective: c10d's op, its record_param_comms and nccl:* ranges.
-COLLECTIVE_HOST = r"^(c10d::|c10d_functional::|_c10d_functional::|nccl:|rccl:|record_param_comms$)"
-HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
-
-
 @dataclass(frozen=True)
 class IdleConfig:
-    """How warm-up is recognised (the other mechanisms keep their patterns' configs)."""
+    """The thresholds of the account's own measurements: how warm-up is recognised, when a host
+    hole is the user's Python or unrecorded work, and when an idle gap is the loader's (the
+    mechanisms of a pattern keep their pattern's config)."""
 
-    #: A first step this many times the median of the others is warm-up, when it also holds
-    #: warm-up calls (a long first step alone may be an injected or real stall).
-    first_step_ratio: float = 1.5
-    #: ... and when warm-up calls cover at least this share of its excess over the median.
-    first_step_explained: float = 0.25
-    #: The first launch of a kernel taking this long is lazy module loading (HTA: a runtime
-    #: call over 50 us is an outlier; steady-state launches take 3-20 us).
-    slow_first_launch_us: float = 50.0
-    #: A multi-process loader's first `__next__` this many times the median of the later ones
-    #: is worker start-up.
-    first_next_ratio: float = 3.0
-    #: ... when the loader keeps up afterwards: its later `__next__` calls take under this share
-    #: of a step (a prefetched batch returns in microseconds).  A loader that starves the GPU
-    #: every step waits longest for its first batch (nothing prefetched yet): the same
-    #: bottleneck, not start-up.
-    loader_keeps_up: float = 0.05
+    warmup: WarmupConfig = WarmupConfig()
+    host: HostConfig = HostConfig()
     #: A GPU idle gap a `DataLoader.__next__` fills for at least this share is the loader's.
     loader_gap_share: float = 0.5
-    #: The host recording no framework call (op, runtime call) for longer than this is doing
-    #: something the profiler did not see.  Python between two launches takes 10-150 us in the
-    #: real traces at hand (1.2 ms at most with 6x planted overhead, docs/INJECT.md); the
-    #: unrecorded stretches of the validation traces last 148 ms to 1.3 s.
-    unrecorded_host_us: float = 5000.0
-    #: Python between two framework calls longer than this many times the framework call
-    #: before it is the user's code holding the GPU up, not dispatch.  Chosen on the validation
-    #: split of the real-based benchmark (`benchmarks/real_rules_report.py`): at 2 healthy
-    #: small-model windows stay under the CPU-bound rule's flag (99%) while planted Python is found.
-    python_ratio: float = 2.0
 
 
 @dataclass
@@ -372,87 +351,11 @@ def busy_fraction_of(gpu_idle: dict | None) -> float | None:
 
 
 # -- cause intervals ---------------------------------------------------------------------------
-def _rows_named(trace: Trace, pattern: str, kinds) -> np.ndarray:
-    from .measures.signals import rows_named
-    return rows_named(trace, pattern, kinds)
-
-
-def warmup_intervals(trace: Trace, config: IdleConfig = IdleConfig()
-                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], list[int]]:
-    """(starts, ends, intervals per source, warm-up step numbers) of the trace's warm-up."""
-    calls = _rows_named(trace, WARMUP_CALLS, (Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER))
-    host = _rows_named(trace, WARMUP_HOST, HOST_KINDS)
-    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {
-        "allocator, streams, graphs, modules": (trace.ts[calls], trace.end[calls]),
-        "compilation, autotuning, lazy init": (trace.ts[host], trace.end[host])}
-    # Lazy module loading: the first launch of each kernel, when it is slow.
-    launches = _rows_named(trace, LAUNCH_CALLS, (Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER))
-    k = trace.rows(Kind.KERNEL)
-    k = k[trace.launch[k] >= 0]
-    if len(k) and len(launches):
-        order = np.argsort(trace.ts[k], kind="stable")
-        k = k[order]
-        _, first = np.unique(trace.name[k], return_index=True)
-        call = trace.launch[k[first]]
-        slow = call[trace.dur[call] >= config.slow_first_launch_us]
-        parts["first launches (module loading)"] = (trace.ts[slow], trace.end[slow])
-    # DataLoader worker start-up: a first multi-process __next__ far longer than the rest.
-    nxt = _rows_named(trace, LOADER_MULTI_NEXT, HOST_KINDS)
-    if len(nxt) >= 2:
-        s, e = merged_intervals(trace.ts[nxt], trace.end[nxt])
-        later = float(np.median(e[1:] - s[1:])) if len(s) >= 2 else 0.0
-        if (len(s) >= 2 and (e[0] - s[0]) >= config.first_next_ratio * later
-                and later < config.loader_keeps_up * _typical_step_us(trace, s)):
-            parts["DataLoader worker start-up"] = (s[:1], e[:1])
-    starts = np.concatenate([p[0] for p in parts.values()])
-    ends = np.concatenate([p[1] for p in parts.values()])
-    steps: list[int] = []
-    if len(trace.steps) >= 2 and len(starts):
-        st = sorted(trace.steps, key=lambda x: x.start_us)
-        first, rest = st[0], st[1:]
-        dur = first.end_us - first.start_us
-        med = float(np.median([x.end_us - x.start_us for x in rest]))
-        # The warm-up calls must account for a good part of the extra time, or the long first
-        # step is a stall of its own (a real or injected anti-pattern), not start-up.
-        ms, me = merged_intervals(np.clip(starts, first.start_us, first.end_us),
-                                  np.clip(ends, first.start_us, first.end_us))
-        held = float(np.sum(me - ms))
-        if (med > 0 and dur >= config.first_step_ratio * med
-                and held >= config.first_step_explained * (dur - med)):
-            parts["first profiler step"] = (np.array([first.start_us]), np.array([first.end_us]))
-            steps.append(first.number)
-            starts = np.append(starts, first.start_us)
-            ends = np.append(ends, first.end_us)
-    return starts, ends, {k: v for k, v in parts.items()}, steps
-
-
-def _typical_step_us(trace: Trace, next_starts: np.ndarray) -> float:
-    """The median profiler step, or without steps the median spacing of the loader's calls."""
-    if len(trace.steps) >= 2:
-        return float(np.median([x.end_us - x.start_us for x in trace.steps]))
-    return float(np.median(np.diff(next_starts))) if len(next_starts) >= 3 else float("inf")
-
-
-def warmup(trace: Trace, config: IdleConfig = IdleConfig()):
-    """`warmup_intervals`, computed once per trace and config."""
-    from .measures.signals import cached
-    return cached(trace, f"idle:warmup:{config!r}", lambda: warmup_intervals(trace, config))
-
-
 def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                         ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per mechanism id (priority order): the (starts, ends) where it would explain idle time."""
-    from .measures.accumulation import wasted_intervals
-    from .measures.allocator import churn_intervals
-    from .measures.communication import BlockConfig, SmallNcclConfig, blocking_nccl, small_nccl
-    from .measures.compile_regions import compile_gaps, recompile_intervals
-    from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d
-    from .measures.dataparallel import dp_intervals
-    from .measures.host_init import init_intervals
-    from .measures.signals import nccl_rows, spans, starved_gaps
-
     t = trace
-    w0, w1, _, wsteps = warmup(t, config)
+    w0, w1, _, wsteps = warmup(t, config.warmup)
     out = {"recompilation": recompile_intervals(t), "allocator_churn": churn_intervals(t, wsteps),
            "warmup": (w0, w1), "dataparallel": dp_intervals(t)}
     blk = blocking_nccl(t, BlockConfig())
@@ -485,239 +388,22 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
                               np.concatenate((t.end[page], t.end[calls])))
     mc = MemcpyConfig()
     habit = host_copies(t, mc.batch_bytes)
-    b0, b1 = sync_costs(t, mc.sync_tol_us, config)
+    b0, b1 = sync_costs(t, mc.sync_tol_us, config.host)
     out["host_copies_syncs"] = (np.concatenate((t.ts[habit], b0)),
                                 np.concatenate((t.end[habit], b1)))
     copies = t.rows(Kind.GPU_MEMCPY)
     host_side = copies[~np.isin(t.copy_kind[copies], (CopyKind.DTOD, CopyKind.PTOP))]
     rest = np.setdiff1d(host_side, np.concatenate((page, habit)))
     out["input_copies"] = spans(t, rest)
-    out["data_loading"] = loader_gaps(t, config)
+    out["data_loading"] = loader_gaps(t, config.loader_gap_share)
     s0, s1, _ = starved_gaps(t)
     s0, s1 = np.concatenate((s0, l0)), np.concatenate((s1, l1))
-    h0, h1 = unrecorded_host(t, config.unrecorded_host_us)
+    h0, h1 = unrecorded_host(t, config.host.unrecorded_host_us)
     out["unrecorded_host"] = (h0, h1)
-    p0, p1 = python_holes(t, config)
+    p0, p1 = python_holes(t, config.host)
     out["python_host"] = intersect(s0, s1, p0, p1)
     out["launch_bound"] = (s0, s1)
     return out
-
-
-def sync_costs(trace: Trace, tol_us: float, config: IdleConfig = IdleConfig()
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the GPU idle host-blocking syncs cost: the gap each returns into
-    (`sync_bubbles`), and the later starved gaps of the lead it lost (`sync_debt`) where the host
-    ran framework calls only.  Where the user's Python or unrecorded work held the host up in
-    those later gaps, that is named first: it would have eaten the lead too, and it is what the
-    user can see and change."""
-    from .measures.copies import sync_bubbles, sync_debt
-    from .measures.signals import cached
-
-    def make():
-        b0, b1 = sync_bubbles(trace, tol_us)
-        h0, h1 = unrecorded_host(trace, config.unrecorded_host_us)
-        p0, p1 = python_holes(trace, config)
-        d0, d1 = subtract(*sync_debt(trace, tol_us), np.r_[h0, p0], np.r_[h1, p1])
-        return merged_intervals(np.concatenate((b0, d0)), np.concatenate((b1, d1)))
-    return cached(trace, f"idle:sync_costs:{tol_us}:{config!r}", make)
-
-
-def intersect(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) covered by both union(a) and union(b)."""
-    a0, a1 = merged_intervals(np.asarray(a0, float), np.asarray(a1, float))
-    b0, b1 = merged_intervals(np.asarray(b0, float), np.asarray(b1, float))
-    if not len(a0) or not len(b0):
-        return np.zeros(0), np.zeros(0)
-    pts = np.concatenate((a0, a1, b0, b1))
-    step = np.concatenate((np.ones(len(a0)), -np.ones(len(a1)), np.ones(len(b0)),
-                           -np.ones(len(b1))))
-    order = np.lexsort((step, pts))  # at a shared point, ends (-1) before starts (+1)
-    pts, depth = pts[order], np.cumsum(step[order])
-    both = np.flatnonzero(depth[:-1] == 2)
-    s, e = pts[both], pts[both + 1]
-    keep = e > s
-    return s[keep], e[keep]
-
-
-def subtract(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) covered by union(a) and not by union(b)."""
-    a0, a1 = merged_intervals(np.asarray(a0, float), np.asarray(a1, float))
-    b0, b1 = merged_intervals(np.asarray(b0, float), np.asarray(b1, float))
-    if not len(a0) or not len(b0):
-        return a0, a1
-    # The complement of b, bounded by a's extent, intersected with a.
-    lo, hi = min(a0[0], b0[0]), max(a1[-1], b1[-1])
-    c0, c1 = np.r_[lo, b1], np.r_[b0, hi]
-    keep = c1 > c0
-    return intersect(a0, a1, c0[keep], c1[keep])
-
-
-def queued_intervals(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) in which some GPU work that counts as busy (`busy_rows`) had been launched
-    by the host and waited to start: [launch call start, work start)."""
-    from .measures.signals import cached
-
-    def make():
-        b = busy_rows(trace)
-        call = trace.launch[b]
-        b, call = b[call >= 0], call[call >= 0]
-        s, e = trace.ts[call], trace.ts[b]
-        keep = e > s
-        return merged_intervals(s[keep], e[keep])
-    return cached(trace, "idle:queued", make)
-
-
-def host_late_under_nccl(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) in which a collective runs, no compute does, no compute is queued behind
-    anything (`queued_intervals`) and the host is not blocked in a sync: the device idles
-    because the host has not launched the next work yet, and the collective only looks exposed.
-    Overlapping it better would not shorten the step; the host-side causes explain the gap.
-    Real DDP's exposed all-reduce has the optimizer's kernels queued behind it (the HTA and
-    PARAM DLRM traces: 80-100% of the exposed time; `benchmarks/nccl_queued.py`)."""
-    from .measures.copies import blocking_dtoh_calls, sync_rows
-    from .measures.signals import cached, nccl_rows
-
-    def make():
-        nc = nccl_rows(trace)
-        if not len(nc):
-            return np.zeros(0), np.zeros(0)
-        gs, ge = idle_gaps(trace)
-        n0, n1 = intersect(trace.ts[nc], trace.end[nc], gs, ge)
-        q0, q1 = queued_intervals(trace)
-        w = np.concatenate((sync_rows(trace), blocking_dtoh_calls(trace)))
-        return subtract(n0, n1, np.concatenate((q0, trace.ts[w])),
-                        np.concatenate((q1, trace.end[w])))
-    return cached(trace, "idle:host_late_nccl", make)
-
-
-def host_late_outside_collectives(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """`host_late_under_nccl` less the time the host is inside a collective's own call path
-    (c10d's op, record_param_comms, nccl:* ranges: 100-200 us each).  Many small collectives
-    keep the host late in exactly those calls: that lateness is their cost."""
-    from .measures.signals import cached
-
-    def make():
-        l0, l1 = host_late_under_nccl(trace)
-        comm = _rows_named(trace, COLLECTIVE_HOST, HOST_KINDS)
-        return subtract(l0, l1, trace.ts[comm], trace.end[comm])
-    return cached(trace, "idle:host_late_nccl_outside", make)
-
-
-def idle_gaps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the GPU idle gaps inside the GPU span (no compute kernel, memset or
-    on-device copy running)."""
-    from .measures.signals import cached
-
-    def make():
-        lo, hi = gpu_span(trace)
-        b = busy_rows(trace)
-        bs, be = merged_intervals(np.clip(trace.ts[b], lo, hi), np.clip(trace.end[b], lo, hi))
-        s, e = np.r_[lo, be], np.r_[bs, hi]
-        keep = e > s
-        return s[keep], e[keep]
-    return cached(trace, "idle:gaps", make)
-
-
-def loader_gaps(trace: Trace, config: IdleConfig = IdleConfig()) -> tuple[np.ndarray, np.ndarray]:
-    """Where data loading explains idle time: every `DataLoader.__next__`, and the whole of each
-    GPU idle gap that loaders fill for at least `config.loader_gap_share` of its length."""
-    from .measures.signals import LOADER_NEXT, spans
-
-    nxt = _rows_named(trace, LOADER_NEXT, HOST_KINDS)
-    ns, ne = spans(trace, nxt)
-    if not len(nxt) or not trace.has_gpu:
-        return ns, ne
-    gs, ge = idle_gaps(trace)
-    ms, me = merged_intervals(ns, ne)
-    f = covered_time(ms, me, np.concatenate((gs, ge)))
-    filled = f[len(gs):] - f[:len(gs)]
-    whole = filled >= config.loader_gap_share * (ge - gs)
-    return np.concatenate((ns, gs[whole])), np.concatenate((ne, ge[whole]))
-
-
-#: Framework calls: ATen and other registered ops (`ns::name`) and runtime/driver calls.  User
-#: ranges (record_function, `ProfilerStep#3`, python frames) say where, not that work ran.
-FRAMEWORK_OP = r"::"
-
-
-def host_holes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the stretches in which no thread of the trace was inside a framework
-    call (an op named `ns::name`, a runtime or driver call): Python between launches, or work
-    the profiler did not see.  Sorted, disjoint."""
-    s, e = framework_calls(trace)
-    return e[:-1], s[1:]
-
-
-def framework_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the merged stretches in which some thread is inside a framework call
-    (an op named `ns::name`, a runtime or driver call).  Sorted, disjoint."""
-    from .measures.signals import cached, name_mask
-
-    def make():
-        cpu = trace.rows(Kind.CPU_OP)
-        if len(cpu) and len(trace.names):
-            cpu = cpu[name_mask(trace, FRAMEWORK_OP)[trace.name[cpu]]]
-        rows = np.concatenate((cpu, trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)))
-        if not len(rows):
-            return np.zeros(0), np.zeros(0)
-        return merged_intervals(trace.ts[rows], trace.end[rows])
-    return cached(trace, "idle:framework_calls", make)
-
-
-def python_holes(trace: Trace, config: IdleConfig = IdleConfig()
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The host holes in which the user's Python outlasts the framework: longer than
-    `config.python_ratio` x the framework call just before them (and not unrecorded work)."""
-    from .measures.signals import cached
-
-    def make():
-        h0, h1 = host_holes(trace)
-        if not len(h0):
-            return h0, h1
-        # The framework call before hole i is the merged call that ends where the hole starts.
-        s, e = framework_calls(trace)
-        before = e[:-1] - s[:-1]
-        long = h1 - h0
-        keep = (long > config.python_ratio * before) & (long <= config.unrecorded_host_us)
-        return h0[keep], h1[keep]
-    return cached(trace, f"idle:python_holes:{config!r}", make)
-
-
-def unrecorded_host(trace: Trace, longer_than_us: float) -> tuple[np.ndarray, np.ndarray]:
-    """The host holes longer than `longer_than_us`: host time the profiler did not record."""
-    h0, h1 = host_holes(trace)
-    long = (h1 - h0) > longer_than_us
-    return h0[long], h1[long]
-
-
-def gpu_span(trace: Trace) -> tuple[float, float]:
-    """(start, end) of the span idle time is measured in: GPU work, widened to whole steps, or
-    without steps to the `DataLoader.__next__` the first GPU work waited for."""
-    g = trace.gpu_work_rows
-    lo, hi = float(trace.ts[g].min()), float(trace.end[g].max())
-    if trace.steps:
-        lo = min(lo, min(s.start_us for s in trace.steps))
-        hi = max(hi, max(s.end_us for s in trace.steps))
-    else:
-        lo = min(lo, first_batch_start(trace, lo))
-    return lo, hi
-
-
-def first_batch_start(trace: Trace, first_gpu_us: float) -> float:
-    """Start of the loader `__next__` the first GPU work waited for: the last one that starts
-    before it and ends closer to it than its own length (nothing else came between them);
-    `first_gpu_us` when there is none."""
-    from .measures.signals import LOADER_NEXT
-    nxt = _rows_named(trace, LOADER_NEXT, HOST_KINDS)
-    nxt = nxt[trace.ts[nxt] < first_gpu_us]
-    if not len(nxt):
-        return first_gpu_us
-    last = nxt[np.argmax(trace.ts[nxt])]
-    if first_gpu_us - float(trace.end[last]) <= float(trace.dur[last]):
-        return float(trace.ts[last])
-    return first_gpu_us
 
 
 # -- the account -------------------------------------------------------------------------------
@@ -731,7 +417,6 @@ def _inside(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def measure(trace: Trace, config: IdleConfig = IdleConfig()) -> IdleAccount:
     """The trace's idle account (computed once per trace and config)."""
-    from .measures.signals import cached
     return cached(trace, f"idle:{config!r}", lambda: _measure(trace, config))
 
 
@@ -777,7 +462,7 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     busy = float(np.sum(be - bs))
     steady = [(s.start_us, s.end_us, s.number) for s in sorted(t.steps, key=lambda x: x.start_us)
               if s.end_us > s.start_us]
-    _, _, sources, wsteps = warmup(t, config)
+    _, _, sources, wsteps = warmup(t, config.warmup)
     # What the warm-up was made of: each warm-up us to the first source covering it.
     src_us = {}
     left = code == MECHANISM_IDS.index("warmup")
@@ -803,7 +488,6 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
 # -- per window, per step ------------------------------------------------------------------------
 def per_window(windows: Windows, config: IdleConfig = IdleConfig()) -> dict[str, np.ndarray]:
     """Per mechanism id (and "not_explained"): idle time in each window (cached per Windows)."""
-    from .measures.signals import cached
 
     def make() -> dict[str, np.ndarray]:
         acc = measure(windows.trace, config)
@@ -857,18 +541,6 @@ def trace_costs(trace: Trace, pattern: str) -> float:
     return float(measure(trace).by_pattern.get(pattern, 0.0) > 0.0)
 
 
-def busy_per_window(windows: Windows) -> np.ndarray:
-    """Per window: time the GPU is busy (compute kernel, memset or on-device copy)."""
-    from .measures.signals import cached
-
-    def make() -> np.ndarray:
-        t = windows.trace
-        b = busy_rows(t)
-        s, e = merged_intervals(t.ts[b], t.end[b])
-        return np.diff(covered_time(s, e, windows.edges))
-    return cached(windows, "idle:busy_windows", make)
-
-
 def per_step(trace: Trace, config: IdleConfig = IdleConfig()) -> list[dict]:
     """Per profiler step: number, duration, warm-up or not, idle total and by cause."""
     acc = measure(trace, config)
@@ -889,66 +561,6 @@ def per_step(trace: Trace, config: IdleConfig = IdleConfig()) -> list[dict]:
             for i, s in enumerate(steps)]
 
 
-# -- words ---------------------------------------------------------------------------------------
-def describe(account: IdleAccount, limit: int = 4) -> str:
-    """One sentence: how much of the GPU span is idle and the biggest causes."""
-    if account.span_us <= 0:
-        return "no GPU activity in this trace"
-    by = account.by_cause
-    named = [(c, v) for c, v in by.items() if c != "not_explained" and v > 0]
-    named.sort(key=lambda cv: -cv[1])
-    tot = account.total_us
-    parts = [f"{CAUSE_TITLES[c]} {fmt_us(v)}" for c, v in named[:limit]]
-    text = (f"GPU idle {fmt_us(tot)} of {fmt_us(account.span_us)} "
-            f"({account.idle_pct}% of the GPU span)")
-    if parts:
-        text += ": " + ", ".join(parts)
-    if by["not_explained"] > 0:
-        text += (f"; not explained {fmt_us(by['not_explained'])} "
-                 f"({100 * by['not_explained'] / max(tot, 1e-9):.0f}% of the idle time)")
-    return text
-
-
-#: The framework's dispatch holding this share of the idle time makes the run launch-bound.
-LAUNCH_BOUND_RUN = 0.5
-
-
-def launch_bound_note(account: IdleAccount) -> str | None:
-    """A sentence when the run's steady state is launch-bound: the GPU waits for the framework
-    to dispatch its kernels (the `launch_bound` mechanism) for most of its idle time.  That is
-    the nature of the workload (a small model, a small batch), not an anomaly of some windows,
-    so it is said once, here, rather than raised as a finding."""
-    if account.total_us <= 0:
-        return None
-    share = account.by_mechanism["launch_bound"] / account.total_us
-    if share < LAUNCH_BOUND_RUN:
-        return None
-    return (f"launch-bound run: {fmt_us(account.by_mechanism['launch_bound'])} "
-            f"({100 * share:.0f}% of the idle time) the GPU waits for the framework to dispatch "
-            f"the next kernel{cause_split(account, 'launch_bound')}, all through the run: the "
-            f"workload's steady state, not an anomaly "
-            f"of some windows; fewer, bigger launches remove it (CUDA graphs with "
-            f"torch.compile(model, mode=\"reduce-overhead\"), a larger batch, fused optimizers)")
-
-
-def cause_split(account: IdleAccount, mechanism: str) -> str:
-    """' (of the 24.2 ms host<->device copies and syncs: also large pinned input uploads (no
-    anti-pattern) 15.9 ms)': how a mechanism's idle time relates to its cause's total, the number
-    the idle summary prints, whenever the two print differently; '' otherwise.  Lets a
-    finding's time lost and the summary's cause read as one account."""
-    cause = next((m.cause for m in MECHANISMS if m.id == mechanism), "not_explained")
-    total = account.by_cause[cause]
-    others = [(m.id, account.by_mechanism[m.id]) for m in MECHANISMS
-              if m.cause == cause and m.id != mechanism and account.by_mechanism[m.id] > 0]
-    if cause == "not_explained" and mechanism != "not_explained":
-        others.append(("not_explained", account.by_mechanism["not_explained"]))
-    if total <= 0 or fmt_us(total) == fmt_us(account.by_mechanism[mechanism]):
-        return ""
-    parts = ", ".join(f"{MECHANISM_TITLES[k]} {fmt_us(v)}" for k, v in
-                      sorted(others, key=lambda kv: -kv[1]))
-    return f" (of the {fmt_us(total)} {CAUSE_TITLES[cause]}: also {parts})"
-
-
 def explained_share(account: IdleAccount) -> float:
     """Share of the idle time assigned to a named cause."""
     if account.total_us <= 0:
@@ -957,11 +569,7 @@ def explained_share(account: IdleAccount) -> float:
 
 
 __all__ = ["CAUSES", "CAUSE_TITLES", "IdleAccount", "IdleConfig", "MECHANISMS", "MECHANISM_IDS",
-           "MECHANISM_TITLES", "Mechanism", "busy_fraction_of",
-           "busy_pct", "cause_split", "busy_per_window", "busy_rows", "compute_per_step",
-           "gain_cap_us", "gpu_span", "mechanism_of", "pattern_of",
-           "cause_per_window", "describe", "explained_share", "framework_calls", "host_holes",
-           "launch_bound_note", "host_late_outside_collectives", "host_late_under_nccl",
-           "idle_gaps", "intersect", "loader_gaps", "measure", "mechanism_intervals",
-           "python_holes", "queued_intervals", "subtract", "unrecorded_host",
-           "pattern_lost", "per_step", "per_window", "trace_costs", "warmup_intervals"]
+           "MECHANISM_TITLES", "Mechanism", "busy_fraction_of", "busy_pct", "cause_per_window",
+           "compute_per_step", "explained_share", "gain_cap_us", "measure", "mechanism_intervals",
+           "mechanism_of", "pattern_lost", "pattern_of", "per_step", "per_window", "trace_costs",
+           "warmup_share"]

@@ -11,7 +11,7 @@ takes 10 us to 10 ms (the HTA benchmark traces of ../shared: 0.04-11 ms; MI300 h
 them and the GPU runs dry.
 
 Steady state: with two or more profiler steps, the calls inside a step that is neither the
-first one nor a warm-up step of the idle account (`traceap.idle.warmup_intervals`).  Without
+first one nor a warm-up step of the idle account (`measures.warmup.warmup_intervals`).  Without
 steps (inference, a forward loop), only a trace that gives memory back (a cudaFree or
 empty_cache: a cache that only grows never frees) churns, and then the calls after the first
 third of its GPU span count; allocations that only grow the cache stay warm-up.

@@ -4,6 +4,8 @@
 the collectives-on-the-compute-stream rule, and the collectives the exposed-communication rule
 leaves to it.  `small_nccl`: short (or small) collectives, the small-collectives signature.  The idle
 account (`traceap.idle`, cause `communication`) splits exposed communication with the same rows.
+`host_late_under_nccl`: where a collective only looks exposed, because the host had not
+launched the next work yet (the account gives that time to the host-side causes).
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .signals import cached, compute_streams, nccl_rows
+from .copies import blocking_dtoh_calls, sync_rows
+from .gaps import idle_gaps, queued_intervals
+from .signals import cached, compute_streams, intersect, nccl_rows, rows_named, subtract
+
+#: The host side of a collective: c10d's op, its record_param_comms and nccl:* ranges.
+COLLECTIVE_HOST = r"^(c10d::|c10d_functional::|_c10d_functional::|nccl:|rccl:|record_param_comms$)"
 
 
 @dataclass(frozen=True)
@@ -63,3 +70,34 @@ def small_nccl(trace, config: SmallNcclConfig) -> np.ndarray:
         by_time = (nelems <= 0) & (trace.dur[n] < config.short_us)
         return n[by_size | by_time]
     return cached(trace, f"small_nccl:{config}", make)
+
+
+def host_late_under_nccl(trace) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) in which a collective runs, no compute does, no compute is queued behind
+    anything (`gaps.queued_intervals`) and the host is not blocked in a sync: the device idles
+    because the host has not launched the next work yet, and the collective only looks exposed.
+    Overlapping it better would not shorten the step; the host-side causes explain the gap.
+    Real DDP's exposed all-reduce has the optimizer's kernels queued behind it (the HTA and
+    PARAM DLRM traces: 80-100% of the exposed time; `benchmarks/nccl_queued.py`)."""
+    def make():
+        nc = nccl_rows(trace)
+        if not len(nc):
+            return np.zeros(0), np.zeros(0)
+        gs, ge = idle_gaps(trace)
+        n0, n1 = intersect(trace.ts[nc], trace.end[nc], gs, ge)
+        q0, q1 = queued_intervals(trace)
+        w = np.concatenate((sync_rows(trace), blocking_dtoh_calls(trace)))
+        return subtract(n0, n1, np.concatenate((q0, trace.ts[w])),
+                        np.concatenate((q1, trace.end[w])))
+    return cached(trace, "comm:host_late", make)
+
+
+def host_late_outside_collectives(trace) -> tuple[np.ndarray, np.ndarray]:
+    """`host_late_under_nccl` less the time the host is inside a collective's own call path
+    (c10d's op, record_param_comms, nccl:* ranges: 100-200 us each).  Many small collectives
+    keep the host late in exactly those calls: that lateness is their cost."""
+    def make():
+        l0, l1 = host_late_under_nccl(trace)
+        comm = rows_named(trace, COLLECTIVE_HOST)
+        return subtract(l0, l1, trace.ts[comm], trace.end[comm])
+    return cached(trace, "comm:host_late_outside", make)

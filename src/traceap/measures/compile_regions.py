@@ -124,7 +124,7 @@ def compile_gaps(trace, config: BreakConfig = BreakConfig()) -> tuple[np.ndarray
 #: Compile work on the host: Dynamo's frame conversion, AOTAutograd and Inductor (python frames
 #: of traces recorded with_stack) and the `... (dynamo_timed)` ranges PyTorch records around
 #: each compile phase (`_compile.compile_inner`, `compile_fx_inner`, `CUDAGraphNode.record`
-#: in ../shared's xDiT capture traces).  The same calls `traceap.idle.WARMUP_HOST` counts as
+#: in ../shared's xDiT capture traces).  The same calls `measures.warmup.WARMUP_HOST` counts as
 #: one-off start-up; in a later step they are a recompile.
 COMPILE_WORK = (r"torch/_dynamo/convert_frame\.py|torch/_inductor/(compile_fx|codecache"
                 r"|standalone_compile|async_compile)\.py|torch/_functorch/aot_autograd\.py"

@@ -41,7 +41,7 @@ class InitConfig:
 
     #: Python between the factory call and `.to(device)` on the same line or the next
     #: (`torch.zeros(n).cuda()`: a few us; 10-150 us between framework calls in the real
-    #: traces at hand, `traceap.idle.IdleConfig.unrecorded_host_us`'s note).
+    #: traces at hand, `measures.host.HostConfig.unrecorded_host_us`'s note).
     max_gap_us: float = 200.0
 
 

@@ -60,6 +60,39 @@ def rows_named(trace: Trace, pattern: str, kinds: tuple[Kind, ...] = HOST_KINDS)
     return cached(trace, f"rows:{pattern}:{kinds}", make)
 
 
+# -- interval sets ---------------------------------------------------------------------------
+def intersect(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) covered by both union(a) and union(b)."""
+    a0, a1 = merged_intervals(np.asarray(a0, float), np.asarray(a1, float))
+    b0, b1 = merged_intervals(np.asarray(b0, float), np.asarray(b1, float))
+    if not len(a0) or not len(b0):
+        return np.zeros(0), np.zeros(0)
+    pts = np.concatenate((a0, a1, b0, b1))
+    step = np.concatenate((np.ones(len(a0)), -np.ones(len(a1)), np.ones(len(b0)),
+                           -np.ones(len(b1))))
+    order = np.lexsort((step, pts))  # at a shared point, ends (-1) before starts (+1)
+    pts, depth = pts[order], np.cumsum(step[order])
+    both = np.flatnonzero(depth[:-1] == 2)
+    s, e = pts[both], pts[both + 1]
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def subtract(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) covered by union(a) and not by union(b)."""
+    a0, a1 = merged_intervals(np.asarray(a0, float), np.asarray(a1, float))
+    b0, b1 = merged_intervals(np.asarray(b0, float), np.asarray(b1, float))
+    if not len(a0) or not len(b0):
+        return a0, a1
+    # The complement of b, bounded by a's extent, intersected with a.
+    lo, hi = min(a0[0], b0[0]), max(a1[-1], b1[-1])
+    c0, c1 = np.r_[lo, b1], np.r_[b0, hi]
+    keep = c1 > c0
+    return intersect(a0, a1, c0[keep], c1[keep])
+
+
 # -- intervals per window --------------------------------------------------------------------
 def union_in(windows: Windows, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per window: time covered by the union of intervals [starts, ends)."""
@@ -105,6 +138,16 @@ def busy_rows(trace: Trace) -> np.ndarray:
             (kind == Kind.GPU_MEMCPY) & np.isin(trace.copy_kind[g], (CopyKind.DTOD, CopyKind.PTOP)))
         return g[keep]
     return cached(trace, "idle:busy_rows", make)
+
+
+def busy_per_window(windows: Windows) -> np.ndarray:
+    """Per window: time the GPU is busy (compute kernel, memset or on-device copy)."""
+    def make() -> np.ndarray:
+        t = windows.trace
+        b = busy_rows(t)
+        s, e = merged_intervals(t.ts[b], t.end[b])
+        return np.diff(covered_time(s, e, windows.edges))
+    return cached(windows, "busy_windows", make)
 
 
 def kernel_rows(trace: Trace) -> np.ndarray:

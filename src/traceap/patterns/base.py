@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..idle import IdleAccount, cause_split, measure
+from ..idle import IdleAccount, measure
 from ..measures.signals import cached, fmt_us
+from ..report.idle_text import cause_split
 from ..trace import Trace
 from ..units import plural
 from ..windows import Windows

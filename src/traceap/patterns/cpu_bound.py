@@ -25,7 +25,7 @@ import numpy as np
 from ..idle import measure as idle_account
 from ..idle import pattern_lost
 from ..idle import per_window as idle_per_window
-from ..idle import python_holes
+from ..measures.host import python_holes
 from ..measures.signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp,
                                 rows_in_windows, rows_named, sum_in, top_names)
 from ..trace import Kind, Trace, merged_intervals

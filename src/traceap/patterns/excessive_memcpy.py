@@ -7,7 +7,7 @@ launch again.  Time lost = the `host_copy_sync` idle of `traceap.idle` that belo
 pattern: copy time no compute overlaps, and the GPU gap after each sync that the sync can have
 caused (all of it when the sync fetched values to the host, at most the time the host waited in
 it for a bare event/stream sync), and the later starved gaps of the lead it lost (up to the
-compute the device ran while the host waited: `traceap.idle.sync_costs`).  Copies and syncs inside a
+compute the device ran while the host waited: `measures.copies.sync_costs`).  Copies and syncs inside a
 torch.compile graph break (a data-dependent `.item()`/`nonzero` between compiled regions) are the
 break's, and a trace with only device-to-device copies and free syncs has no finding.  Anchors: TraceLens flags a memcpy direction over 5% of time or over 10
 transfers; nsys-ai flags sync APIs over 1 ms and 2% of GPU time.
@@ -19,12 +19,12 @@ import re
 
 import numpy as np
 
-from ..idle import busy_rows, pattern_lost, sync_costs
+from ..idle import pattern_lost
 from ..measures.compile_regions import compile_gaps
-from ..measures.copies import MemcpyConfig, host_copies, sync_rows
-from ..measures.signals import (compute_rows, count_in, enclosing_annotations, fmt_bytes, fmt_us,
-                                overlap_in, per_episode, ramp, rows_in_windows, rows_named, spans,
-                                sum_in, top_names, union_in)
+from ..measures.copies import MemcpyConfig, host_copies, sync_costs, sync_rows
+from ..measures.signals import (busy_rows, compute_rows, count_in, enclosing_annotations,
+                                fmt_bytes, fmt_us, overlap_in, per_episode, ramp, rows_in_windows,
+                                rows_named, spans, sum_in, top_names, union_in)
 from ..trace import CopyKind, Trace, merged_intervals
 from ..windows import Windows
 from ._registry import IdleCause, register_pattern

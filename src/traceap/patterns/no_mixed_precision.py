@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..idle import busy_per_window
 from ..measures.precision import (MAX_SPEEDUP, describe_gpu, fp32_matmul_rows, lost_share,
                                   speedup, tensor_core_ratio)
-from ..measures.signals import fmt_us, ramp, rows_in_windows, top_names, union_in
+from ..measures.signals import (busy_per_window, fmt_us, ramp, rows_in_windows, top_names,
+                                union_in)
 from ..trace import Trace
 from ..windows import Windows
 from ._registry import BusyInefficient, register_pattern

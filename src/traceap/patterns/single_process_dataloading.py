@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..idle import intersect, measure, pattern_lost
-from ..measures.signals import LOADER_NEXT, fmt_us, idle_while, ramp, rows_named, spans, union_in
+from ..idle import measure, pattern_lost
+from ..measures.signals import (LOADER_NEXT, fmt_us, idle_while, intersect, ramp, rows_named,
+                                spans, union_in)
 from ..trace import Trace
 from ..windows import Windows
 from ._registry import IdleCause, register_pattern

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..idle import MECHANISM_IDS, idle_gaps, intersect, measure, pattern_of, subtract
+from ..idle import MECHANISM_IDS, measure, pattern_of
+from ..measures.gaps import idle_gaps
 from ..measures.optimizer import optimizer_kernels, per_parameter_runs
-from ..measures.signals import cached, fmt_us, ramp, sum_in, union_in
+from ..measures.signals import cached, fmt_us, intersect, ramp, subtract, sum_in, union_in
 from ..trace import Trace
 from ..windows import Windows
 from ._registry import BusyInefficient, register_pattern

@@ -25,7 +25,7 @@ import orjson
 
 from .. import idle as idle_mod
 from ..findings import cost_sentence, finding_order
-from ..measures.signals import outer_cpu_ops
+from ..measures.signals import busy_per_window, outer_cpu_ops
 from ..patterns.proof import Proof, longest_gpu_events, merge_spans
 from ..trace import Kind, Trace
 from ..units import fmt_us, plural
@@ -131,7 +131,7 @@ def window_digests(windows: Windows, top: int = TOP) -> list[dict]:
     """
     t = windows.trace
     # Busy and idle as `traceap.idle` defines them (the numbers of every other report).
-    busy = idle_mod.busy_per_window(windows) / windows.width_us
+    busy = busy_per_window(windows) / windows.width_us
     causes = idle_mod.cause_per_window(windows)
     outer = outer_cpu_ops(t)
     o_ts, o_end = t.ts[outer], t.end[outer]
