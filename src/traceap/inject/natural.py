@@ -191,6 +191,14 @@ class NaturalContext:
         m = ge > gs
         return gs[m], ge[m]
 
+    def idle_under(self, rows: np.ndarray, min_us: float):
+        """The compute-idle stretches of at least `min_us` under the (merged) spans of `rows`."""
+        for s, e in zip(*merged_intervals(self.tr.ts[rows], self.tr.end[rows])):
+            gs, ge = self.idle_in(float(s), float(e))
+            for a, b in zip(gs, ge):
+                if b - a >= min_us:
+                    yield a, b
+
     def rows_named(self, prefix: str) -> np.ndarray:
         """Rows whose name starts with `prefix`."""
         codes = [i for i, n in enumerate(self.tr.names) if n.startswith(prefix)]

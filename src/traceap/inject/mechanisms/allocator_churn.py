@@ -63,15 +63,11 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
         steady = [s for s in base.pseudo_steps(config.stretches)
                   if s[1] >= lo_g + config.after_share * (hi_g - lo_g)]
     thread = base.tl.main_thread
-    top = base.start_rel(base.top_rows(thread))
     instances = []
     for _row, lo, hi, kids in steady[:config.max_instances]:
-        # A step whose ops did not nest under it (a writer that rounds each event alone lets
-        # the step start a ns late): its top-level ops by time.
-        starts = np.sort(base.start_rel(kids)) if len(kids) else top[(top >= lo) & (top < hi)]
-        if not len(starts):
+        T = base.quietest_start(lo, hi, kids, thread)
+        if T is None:
             continue
-        T = float(starts[int(np.argmin(base.tl.backlog_at(starts)))])
         n = int(rng.integers(config.n_blocks[0], config.n_blocks[1] + 1))
         block = Block(T=T, thread=thread)
         frees = [(block.add(Sync(stream=None, min_dur=2.0)),

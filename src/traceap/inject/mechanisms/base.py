@@ -174,6 +174,21 @@ class Base:
         return [float(self.start_rel(kids[:1])[0]) if len(kids) else lo
                 for _row, lo, _hi, kids in steps[:max_instances]]
 
+    def quietest_start(self, lo: float, hi: float, kids: np.ndarray,
+                       thread: int) -> float | None:
+        """In a step (or stretch) [lo, hi] of `thread`, the start of the top-level op before
+        which the least GPU work is queued: where a host-side plant makes the GPU wait most
+        (None when the step starts no op).  A step whose ops did not nest under it (a writer
+        that rounds each event alone lets the step start a ns late): its top-level ops by time."""
+        if len(kids):
+            starts = np.sort(self.start_rel(kids))
+        else:
+            top = self.start_rel(self.top_rows(thread))
+            starts = top[(top >= lo) & (top < hi)]
+        if not len(starts):
+            return None
+        return float(starts[int(np.argmin(self.tl.backlog_at(starts)))])
+
     def start_rel(self, rows: np.ndarray) -> np.ndarray:
         """Relative start times of trace rows."""
         return self.doc.trace.ts[rows] - self.tl.t0

@@ -60,13 +60,11 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
         raise Unusable("no step or top-level work on the main thread to create tensors in")
     steps = steps[1:] if len(steps) >= 2 and base.step_spans() else steps
     thread = base.tl.main_thread
-    top = base.start_rel(base.top_rows(thread))
     instances = []
     for _row, lo, hi, kids in steps[:config.max_instances]:
-        starts = np.sort(base.start_rel(kids)) if len(kids) else top[(top >= lo) & (top < hi)]
-        if not len(starts):
+        T = base.quietest_start(lo, hi, kids, thread)
+        if T is None:
             continue
-        T = float(starts[int(np.argmin(base.tl.backlog_at(starts)))])
         block = Block(T=T, thread=thread)
         calls = []
         copy_us = 0.0

@@ -141,16 +141,7 @@ MIN_IDLE_US = 200.0
 def natural_label(c: NaturalContext, cfg: NaturalConfig):
     """GPU idle stretches inside DataParallel's host work of a multi-GPU trace."""
     from ...measures.dataparallel import dp_rows
-    from ...trace import merged_intervals
-    tr = c.tr
-    rows = dp_rows(tr)
-    if not len(rows):
-        return
-    for s, e in zip(*merged_intervals(tr.ts[rows], tr.end[rows])):
-        gs, ge = c.idle_in(float(s), float(e))
-        for a, b in zip(gs, ge):
-            if b - a >= MIN_IDLE_US:
-                yield a, b
+    yield from c.idle_under(dp_rows(c.tr), MIN_IDLE_US)
 
 
 register_piece("inject", PATTERN, plan)

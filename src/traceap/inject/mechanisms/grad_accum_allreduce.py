@@ -159,16 +159,7 @@ MIN_IDLE_US = 200.0
 def natural_label(c: NaturalContext, cfg: NaturalConfig):
     """Compute idle under the all-reduces of non-final accumulation micro-steps."""
     from ...measures.accumulation import accumulation
-    from ...trace import merged_intervals
-    tr = c.tr
-    w = accumulation(tr).wasted
-    if not len(w):
-        return
-    for s, e in zip(*merged_intervals(tr.ts[w], tr.end[w])):
-        gs, ge = c.idle_in(float(s), float(e))
-        for a, b in zip(gs, ge):
-            if b - a >= MIN_IDLE_US:
-                yield a, b
+    yield from c.idle_under(accumulation(c.tr).wasted, MIN_IDLE_US)
 
 
 register_piece("inject", PATTERN, plan)
