@@ -595,3 +595,29 @@ def test_thresholds_live_in_each_patterns_config(dlrm):
     strict = SingleProcessDataloading(LoaderConfig(idle_lo=0.9, idle_hi=0.99)).score_windows(w)
     assert (strict >= FLAG).sum() < (default >= FLAG).sum()
     assert np.array_equal(REGISTRY[pid].score_windows(w), default)  # caches kept apart
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_zero_grad_without_set_to_none_is_the_pattern_only_per_gradient(foreach, tmp_path):
+    """`zero_grad(set_to_none=False)` zeroes the gradients with one `_foreach_zero_` when the
+    optimizer is a foreach one (healthy), with one fill kernel per gradient when it is not (the
+    single-tensor path: unfused_optimizer).  The simulator's healthy look-alike is the first."""
+    pytest.importorskip("traceap.synth")
+    from traceap.synth import switches
+    from traceap.synth.platforms import PLATFORMS
+    from traceap.synth.simulator import RunConfig, simulate
+    from traceap.synth.workloads import resnet50
+    from traceap.synth.writer import trace_document, write_trace
+
+    cfg = RunConfig(resnet50(), PLATFORMS["a100"], batch=32, res=160, world_size=1, steps=3,
+                    seed=11, t0_us=2.0e12)
+    switches.healthy(cfg, np.random.default_rng(3))
+    cfg.benign_idle_us, cfg.forward_syncs, cfg.channels_last = 0.0, 0, True
+    cfg.extra.update(zero_grad_fill=True, foreach=foreach)
+    path = tmp_path / "zero_grad.json.gz"
+    write_trace(path, trace_document(simulate(cfg), 1_700_000_000_000_000_000))
+    t = traceap.load(path)
+    names = set(t.names_array[t.name])
+    assert ("aten::_foreach_zero_" in names) == foreach and ("aten::zero_" in names) != foreach
+    lost, _ = REGISTRY["unfused_optimizer"].time_lost(Windows(t, 100), traceap.idle.measure(t))
+    assert (lost == 0) == foreach, lost

@@ -445,6 +445,12 @@ def foreach(kind: str) -> str:
                 "BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>(at::native::"
                 "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
                 "BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float)")
+    if kind == "zero":
+        return ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+                "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"
+                "ZeroFunctor<float, 1, 1, 0>>(at::native::(anonymous namespace)::"
+                "TensorListMetadata<1>, at::native::(anonymous namespace)::"
+                "ZeroFunctor<float, 1, 1, 0>)")
     if kind == "add_scalar":
         return ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
                 "(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::"

@@ -17,7 +17,7 @@ makes the GPU wait:
 | nccl_blocks_compute_stream | NCCL kernels on the compute stream | each all-reduce kernel | - |
 | nccl_compute_no_overlap | all-reduce after backward | backward's last compute kernel to the last all-reduce | - |
 | no_channels_last | channels_last=False (NCHW model and inputs) | each layout transpose cuDNN adds around a convolution (busy time, not a wait) | - (healthy runs draw NCHW too: `dataset.py`'s mix, 70%) |
-| unfused_optimizer | `foreach=False`: per-parameter SGD / AdamW ops | the single-tensor step, once the backward's queue drained | per-gradient fills of `zero_grad(set_to_none=False)` (`extra["zero_grad_fill"]`) |
+| unfused_optimizer | `foreach=False`: per-parameter SGD / AdamW ops | the single-tensor step, once the backward's queue drained | `zero_grad(set_to_none=False)` of a foreach optimizer: one `_foreach_zero_` (`extra["zero_grad_fill"]`; with `foreach=False` it is one fill per gradient, part of the pattern) |
 | allocator_churn | `torch.cuda.empty_cache()` after every step but the first, then re-allocation | the cudaFree / cudaMalloc round, once the GPU ran dry | - |
 | cpu_tensor_init | `torch.zeros(...).cuda()` 1-3 times before the forward | the factory ops and their pageable uploads | labels copied from pageable memory (no factory op) |
 | recompilation | torch.compile whose first frame compiles again in a later step (20-300 ms) | the compile span, once the GPU backlog drained | the first step's compile is not in the trace (profiling starts after warm-up) |

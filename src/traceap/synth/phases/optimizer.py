@@ -65,8 +65,15 @@ class Optimizer(RunState):
                                                       for _ in range(chunks)), 0.0, params_mb * mult, 30.0))
         e.end(s)
         z = e.begin(e.main, f"Optimizer.zero_grad#{opt}.zero_grad", gpu=False)
-        if cfg.extra.get("zero_grad_fill", False):
-            # zero_grad(set_to_none=False), older code: one fill kernel per gradient
+        if cfg.extra.get("zero_grad_fill", False) and cfg.extra.get("foreach", True):
+            # zero_grad(set_to_none=False) of a foreach optimizer: one _foreach_zero_ over the
+            # gradients (multi_tensor_apply), a healthy look-alike of unfused_optimizer
+            self.op(e.main, OpCall(("aten::_foreach_zero_",),
+                                   tuple(Kern(ops.foreach("zero"), 1.0 / chunks, True, 512, 32)
+                                         for _ in range(chunks)), 0.0, params_mb, 30.0))
+        elif cfg.extra.get("zero_grad_fill", False):
+            # zero_grad(set_to_none=False) of a single-tensor optimizer (torch.optim's default
+            # when `foreach` is not given): one fill kernel per gradient, part of the pattern
             for layer in self.layers:
                 if layer.params_m > 0:
                     self.op(e.main, OpCall(("aten::zero_", "aten::fill_"),
