@@ -6,7 +6,7 @@ highest and reaches the expert detector's threshold, by kind of trace (planted p
 
 A clean window overlaps no labelled anomaly (docs/FORMATS.md).  The expert detector's score is
 a combination of the pattern scores; the pattern with the top score names who flagged it.  Also
-prints the ten bases with the most flagged clean windows.  `--every K` reads every K-th trace.
+prints, per rule, the four bases with the most flagged clean windows.  `--every K` reads every K-th trace.
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ def main(argv=None) -> int:
     print("by trace kind (planted pattern / healthy / natural), top rule:")
     for (kind, rule), v in by_kind.most_common(25):
         print(f"  {kind:28s} {rule:28s} {v}")
-    print("bases:")
-    for (base, rule), v in by_base.most_common(12):
-        print(f"  {base[:70]:70s} {rule:28s} {v}")
+    print("bases, per top rule (the 4 with the most flagged clean windows):")
+    for rule, _ in by_rule.most_common():
+        for (base, r), v in [x for x in by_base.most_common() if x[0][1] == rule][:4]:
+            print(f"  {rule:28s} {base[:70]:70s} {v}")
     return 0
 
 

@@ -15,9 +15,10 @@ For every planted trace of the split(s) whose planted pattern (`patterns[0]`) is
   less the base's own labels of that pattern (moved with the edit, same lengths).
 
 Time lost: the finding's `time_lost_us` on the planted trace less the one on the base copy (a
-base may hold the pattern naturally).  A plant with no finding counts as 0.  Prints per pattern
-the number of plants, the share found at medium/high severity and the median / quartiles of
-time lost / cost (issue 34's target: median within +-30% of 1); writes DIR/planted_cost.json
+base may hold the pattern naturally).  Prints per pattern the number of plants, the share found
+(a finding of any severity) and found at medium/high severity, the median / quartiles of time
+lost / cost over the plants found (issue 34's target, "time lost of planted findings": median
+within +-30% of 1) and the median over every plant (a plant not found counts 0); writes DIR/planted_cost.json
 with one row per plant.
 """
 
@@ -60,6 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--split", default="validation,test_unseen")
     ap.add_argument("--patterns", default=",".join(NEW))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--rows", type=Path, help="re-print the table from an earlier planted_cost.json")
     args = ap.parse_args(argv)
     splits = args.split.split(",")
     wanted = args.patterns.split(",")
@@ -68,9 +70,9 @@ def main(argv=None) -> int:
     plants = [e for e in entries if e.source == "injected" and e.patterns
               and e.patterns[0] in wanted]
     base_cache: dict = {}
-    rows = []
+    rows = json.loads(args.rows.read_text()) if args.rows else []
     t0 = time.time()
-    for i, e in enumerate(plants):
+    for i, e in enumerate([] if args.rows else plants):
         p = e.patterns[0]
         b = bases.get((e.split, e.base))
         if b is None:
@@ -94,18 +96,22 @@ def main(argv=None) -> int:
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(plants)} plants ({time.time() - t0:.0f} s)", flush=True)
     print(f"{len(rows)} plants, {time.time() - t0:.0f} s")
-    print(f"{'pattern':22s} {'split':12s} {'plants':>6s} {'found':>6s} {'median':>7s} "
-          f"{'q25':>6s} {'q75':>6s}  {'cost ms (median)':>16s}")
+    print(f"{'pattern':22s} {'split':12s} {'plants':>6s} {'found':>6s} {'med+':>5s} "
+          f"{'median':>7s} {'q25':>6s} {'q75':>6s} {'all':>6s}  {'cost ms (median)':>16s}")
     for p in wanted:
         for s in splits + ["all"]:
             sel = [r for r in rows if r["pattern"] == p and (s == "all" or r["split"] == s)
                    and r["ratio"] is not None]
             if not sel:
                 continue
-            r = np.array([x["ratio"] for x in sel])
-            found = np.mean([x["severity"] in ("medium", "high") for x in sel])
-            print(f"{p:22s} {s:12s} {len(sel):6d} {100 * found:5.0f}% {np.median(r):7.2f} "
-                  f"{np.quantile(r, .25):6.2f} {np.quantile(r, .75):6.2f}  "
+            every = np.array([x["ratio"] for x in sel])
+            # the target reads "time lost of planted findings": over the plants found
+            found = [x["ratio"] for x in sel if x["severity"] is not None]
+            r = np.array(found) if found else np.array([np.nan])
+            serious = np.mean([x["severity"] in ("medium", "high") for x in sel])
+            print(f"{p:22s} {s:12s} {len(sel):6d} {100 * len(found) / len(sel):5.0f}% "
+                  f"{100 * serious:4.0f}% {np.median(r):7.2f} {np.quantile(r, .25):6.2f} "
+                  f"{np.quantile(r, .75):6.2f} {np.median(every):6.2f}  "
                   f"{np.median([x['cost_us'] for x in sel]) / 1e3:16.2f}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
