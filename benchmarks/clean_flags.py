@@ -6,7 +6,7 @@ highest and reaches the expert detector's threshold, by kind of trace (planted p
 
 A clean window overlaps no labelled anomaly (docs/FORMATS.md).  The expert detector's score is
 a combination of the pattern scores; the pattern with the top score names who flagged it.  Also
-prints, per rule, the four bases with the most flagged clean windows.  `--every K` reads every K-th trace.
+prints how many lie in the first profiler step (which natural labels leave out), and, per rule, the four bases with the most flagged clean windows.  `--every K` reads every K-th trace.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from traceap.detectors.registry import make_detector  # noqa: E402
+from traceap.inject.natural import NaturalContext  # noqa: E402
 from traceap.load import load  # noqa: E402
 from traceap.manifest import read_manifest, trace_path, window_labels  # noqa: E402
 from traceap.patterns import pattern_scores  # noqa: E402
@@ -41,9 +42,13 @@ def main(argv=None) -> int:
     by_rule: Counter = Counter()
     by_kind: Counter = Counter()
     by_base: Counter = Counter()
+    warm: Counter = Counter()
     n_clean = 0
     for e in entries:
-        w = Windows(load(trace_path(args.dataset, e)), args.windows)
+        t = load(trace_path(args.dataset, e))
+        w = Windows(t, args.windows)
+        # natural labels start after the first profiler step (warm-up is not labelled)
+        steady_from = NaturalContext(t).steady_from
         clean = ~window_labels(e, w)
         s = det.score_windows(w)
         ps = pattern_scores(w)
@@ -58,10 +63,13 @@ def main(argv=None) -> int:
             by_rule[rule] += 1
             by_kind[kind, rule] += 1
             by_base[e.base, rule] += 1
+            warm[rule] += int(w.end_us[i] <= steady_from)
     total = sum(by_rule.values())
     print(f"{len(entries)} traces, {n_clean} clean windows, {total} flagged "
           f"({100 * total / max(n_clean, 1):.1f}%)")
     print("by top rule:", ", ".join(f"{k} {v}" for k, v in by_rule.most_common()))
+    print("of which in the first profiler step (warm-up, never naturally labelled):",
+          ", ".join(f"{k} {warm[k]}" for k, _ in by_rule.most_common() if warm[k]))
     print("by trace kind (planted pattern / healthy / natural), top rule:")
     for (kind, rule), v in by_kind.most_common(25):
         print(f"  {kind:28s} {rule:28s} {v}")
