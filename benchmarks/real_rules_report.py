@@ -19,6 +19,11 @@ and prints, per detector:
 - healthy traces (label good): share of windows flagged, medium-or-high findings per trace
   (`traceap.analysis.analyze` with that detector and its default classifier).
 
+`--planted IDS` keeps the injected traces of those planted patterns only (`paper`: the paper's
+eight), with every unmodified trace; `--json FILE` writes the numbers; `--ignore-below-cut`
+leaves out of the clean windows those where the rules find a pattern under the reporting cut
+(natural, not labelled: `inject.natural_labels(trace).below_cut` of each trace as scored).
+
 The classifier is the one `traceap analyze` pairs with the detector: the offline rules, blended
 with the detector's learned pattern head where it has one (hybrid, model).  Also prints the
 confusion of the classifier (rows true, columns named) and, with --by-base, the window AUC and
@@ -28,6 +33,7 @@ accuracy per base trace, to see which workload a rule misreads.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections import defaultdict
@@ -43,9 +49,10 @@ from traceap.analysis import analyze  # noqa: E402
 from traceap.stages import resolve_classifier  # noqa: E402
 from traceap.manifest import read_manifest, trace_path, window_labels, \
     window_pattern_sets, window_patterns  # noqa: E402
-from traceap.patterns import pattern_ids  # noqa: E402
+from traceap.patterns import PAPER, REGISTRY, pattern_ids  # noqa: E402
 from traceap.detectors.registry import make_detector  # noqa: E402
 from traceap.eval import metrics  # noqa: E402
+from traceap.inject.natural import natural_labels  # noqa: E402
 from traceap.load import load  # noqa: E402
 from traceap.windows import Windows  # noqa: E402
 
@@ -55,6 +62,8 @@ SHORT = {"single_process_dataloading": "dataload", "no_pin_memory": "no_pin",
          "excessive_memcpy": "memcpy", "graph_break": "graph_brk", "cpu_bound": "cpu_bound",
          "small_nccl_kernels": "small_nccl", "nccl_blocks_compute_stream": "nccl_block",
          "nccl_compute_no_overlap": "nccl_expo"}
+# the patterns beyond the paper's eight go by their registered confusion-matrix column
+SHORT.update({p: REGISTRY[p].short for p in PATTERNS if p not in SHORT})
 
 
 def healthy(e) -> bool:
@@ -63,9 +72,13 @@ def healthy(e) -> bool:
 
 
 def run(dataset: Path, split: str, detectors: list[str], n: int, findings: bool,
-        limit: int | None, options: dict | None = None) -> dict:
-    """Every trace of the split once: labels, scores, calls, findings of healthy traces."""
-    entries = [e for e in read_manifest(dataset) if e.split == split]
+        limit: int | None, options: dict | None = None,
+        planted: list[str] | None = None, ignore_below_cut: bool = False) -> dict:
+    """Every trace of the split once: labels, scores, calls, findings of healthy traces;
+    with `planted`, only the injected traces whose planted pattern is one of them (and every
+    unmodified trace)."""
+    entries = [e for e in read_manifest(dataset) if e.split == split
+               and (planted is None or e.source != "injected" or e.patterns[0] in planted)]
     if limit and len(entries) > limit:
         entries = entries[::-(-len(entries) // limit)]  # spread over the split, not its head
     if not entries:
@@ -86,6 +99,11 @@ def run(dataset: Path, split: str, detectors: list[str], n: int, findings: bool,
                "labels": window_labels(e, w), "patterns": window_patterns(e, w),
                "sets": window_pattern_sets(e, w),
                "scores": {}, "flagged": {}, "calls": {}, "serious": {}, "findings": {}}
+        rec["ignore"] = np.zeros(w.n, dtype=bool)
+        if ignore_below_cut:  # what the rules find under the reporting cut: neither class
+            for a, b, _ in natural_labels(t).below_cut:
+                rec["ignore"][w.overlapping(a, b)] = True
+            rec["ignore"] &= ~rec["labels"]
         idx = np.flatnonzero(rec["labels"])
         for name, det in dets.items():
             s = np.clip(np.nan_to_num(det.score_windows(w)), 0, 1)
@@ -121,7 +139,8 @@ def summarise(recs: list[dict], name: str, planted_only: bool = False) -> dict:
     s = np.concatenate([r["scores"][name] for r in recs])
     f = np.concatenate([r["flagged"][name] for r in recs])
     pats = np.array([p or "" for r in recs for p in r["patterns"]])
-    out = {"window_auc": auc(y, s),
+    keep = ~np.concatenate([r["ignore"] for r in recs])
+    out = {"window_auc": auc(y[keep], s[keep]),
            "trace_auc_max": auc([r["bad"] for r in recs], [r["scores"][name].max() for r in recs]),
            "trace_auc_mean": auc([r["bad"] for r in recs],
                                  [r["scores"][name].mean() for r in recs])}
@@ -144,7 +163,7 @@ def summarise(recs: list[dict], name: str, planted_only: bool = False) -> dict:
     # right when the named pattern is any of the window's anomalies (a plant beside a natural one)
     out["accuracy_any"] = float(any_ok.mean()) if len(any_ok) else None
     out["accuracy_any_flagged"] = float(any_ok[flg].mean()) if flg.any() else None
-    clean = ~y
+    clean = ~y & keep
     per = {}
     for p in PATTERNS:
         mine = pats == p
@@ -229,6 +248,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="accuracy and confusion over the planted pattern's windows only")
     ap.add_argument("--classifier-option", action="append", default=[], metavar="FIELD=VALUE",
                     help="override an OfflineConfig field, e.g. tie_by_lost=1 (repeatable)")
+    ap.add_argument("--planted", metavar="IDS",
+                    help="only the injected traces of these planted patterns (comma-separated; "
+                         "'paper' for the paper's eight), with every unmodified trace")
+    ap.add_argument("--ignore-below-cut", action="store_true",
+                    help="leave out of the clean windows those holding a pattern the rules "
+                         "find under the reporting cut (inject.natural_labels(...).below_cut)")
+    ap.add_argument("--json", type=Path, metavar="FILE",
+                    help="also write the numbers (detector -> summary, per pattern) as JSON")
     args = ap.parse_args(argv)
     options = {}
     for kv in args.classifier_option:
@@ -239,8 +266,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"note: {args.split} is for reporting the chosen values once, not for tuning",
               file=sys.stderr)
     res = run(args.dataset, args.split, [d for d in args.detectors.split(",") if d],
-              args.windows, not args.no_findings, args.limit, options)
+              args.windows, not args.no_findings, args.limit, options,
+              None if not args.planted else
+              list(PAPER) if args.planted == "paper" else args.planted.split(","),
+              args.ignore_below_cut)
     report(res, args.by_base, args.show_findings, args.planted_only)
+    if args.json:
+        out = {name: summarise(res["records"], name, args.planted_only)
+               for name in res["detectors"]}
+        args.json.write_text(json.dumps(out, indent=1, default=lambda x: np.asarray(x).tolist()))
 
 
 if __name__ == "__main__":
