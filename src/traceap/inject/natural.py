@@ -31,6 +31,7 @@ import numpy as np
 from .. import idle
 from ..findings import SEVERITY, SeverityConfig, judge, step_basis
 from ..patterns._registry import BusyInefficient, get_pattern, is_pattern, pattern_ids, pieces
+from ..measures.signals import steady_from
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import DEFAULT_WINDOWS, Windows
 from . import mechanisms  # noqa: F401 - each mechanism module registers its label rule
@@ -181,7 +182,7 @@ class NaturalContext:
                                if len(w) else None)
         steps = tr.steps
         self.steps = [(s.start_us, s.end_us) for s in steps]
-        self.steady_from = steps[1].start_us if len(steps) >= 2 else -np.inf
+        self.steady_from = steady_from(tr)
 
     def idle_in(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         """Intervals in [lo, hi] with no compute kernel running."""

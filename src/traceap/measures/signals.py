@@ -303,6 +303,20 @@ def per_episode(values: np.ndarray, active: np.ndarray) -> np.ndarray:
     return np.where(active, sums[run], values)
 
 
+def steady_from(trace: Trace) -> float:
+    """Where the steady state starts: the second profiler step when the trace has two or more,
+    else its start (-inf).  The first step is warm-up whatever its length: cuDNN autotuning
+    tries FP32 and NCHW algorithms, an optimizer makes its state parameter by parameter, the
+    allocator grows.  Natural labels and the busy-time rules both start here."""
+    steps = trace.steps
+    return float(steps[1].start_us) if len(steps) >= 2 else -np.inf
+
+
+def steady_rows(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The rows that start in the steady state (`steady_from`)."""
+    return rows[trace.ts[rows] >= steady_from(trace)]
+
+
 def through_resume(trace: Trace, ends: np.ndarray, cap_us: float) -> np.ndarray:
     """Per host-interval end: where the GPU resumes after it (the next busy start, `busy_rows`)
     when it ends while the GPU idles, at most `cap_us` later; the end itself otherwise.  A

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measures.layout import conv_rows, conv_transpose_rows
-from ..measures.signals import (busy_per_window, fmt_us, ramp, rows_in_windows, top_names,
-                                union_in)
+from ..measures.signals import (busy_per_window, fmt_us, ramp, rows_in_windows, steady_rows,
+                                top_names, union_in)
 from ..trace import Trace
 from ..windows import Windows
 from ._registry import BusyInefficient, register_pattern
@@ -77,7 +77,7 @@ themselves; check with `x.is_contiguous(memory_format=torch.channels_last)`."""
 
     def measure(self, windows: Windows) -> Measures:
         t, c = windows.trace, self.config
-        rows = conv_transpose_rows(t)
+        rows = steady_rows(t, conv_transpose_rows(t))  # autotuning's NCHW tries are one-off
         tr = union_in(windows, t.ts[rows], t.end[rows])
         busy = busy_per_window(windows)
         gate = float(tr.sum() >= c.trace_share * busy.sum() > 0)
@@ -88,7 +88,7 @@ themselves; check with `x.is_contiguous(memory_format=torch.channels_last)`."""
         t = windows.trace
         tr = float(m["transpose_us"][idx].sum())
         busy = float(m["busy_us"][idx].sum())
-        rows = rows_in_windows(windows, conv_transpose_rows(t), idx)
+        rows = rows_in_windows(windows, steady_rows(t, conv_transpose_rows(t)), idx)
         convs = rows_in_windows(windows, conv_rows(t), idx)
         top = top_names(t, rows, t.dur[rows], 2)
         names = ", ".join(f"{_short(n)} x{k} {fmt_us(w)}" for n, k, w in top)
@@ -105,7 +105,7 @@ themselves; check with `x.is_contiguous(memory_format=torch.channels_last)`."""
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """The layout transposes around convolutions, longest first."""
-        rows = conv_transpose_rows(trace)
+        rows = steady_rows(trace, conv_transpose_rows(trace))
         rows = rows[in_runs(trace, runs)[rows]]
         return ("Layout transposes around convolutions (NCHW <-> NHWC), longest first",
                 event_rows(trace, longest_first(trace, rows), limit))

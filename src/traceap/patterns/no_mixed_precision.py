@@ -25,8 +25,8 @@ import numpy as np
 
 from ..measures.precision import (MAX_SPEEDUP, describe_gpu, fp32_matmul_rows, lost_share,
                                   speedup, tensor_core_ratio)
-from ..measures.signals import (busy_per_window, fmt_us, ramp, rows_in_windows, top_names,
-                                union_in)
+from ..measures.signals import (busy_per_window, fmt_us, ramp, rows_in_windows, steady_rows,
+                                top_names, union_in)
 from ..trace import Trace
 from ..windows import Windows
 from ._registry import BusyInefficient, register_pattern
@@ -86,7 +86,7 @@ the tensor cores:
 
     def measure(self, windows: Windows) -> Measures:
         t, c = windows.trace, self.config
-        rows = fp32_matmul_rows(t)
+        rows = steady_rows(t, fp32_matmul_rows(t))  # autotuning's FP32 tries are one-off
         fp32 = union_in(windows, t.ts[rows], t.end[rows])
         busy = busy_per_window(windows)
         gate = float(speedup(t) is not None and fp32.sum() >= c.trace_share * busy.sum() > 0)
@@ -101,7 +101,7 @@ the tensor cores:
         fp32 = float(m["fp32_us"][idx].sum())
         busy = float(m["busy_us"][idx].sum())
         s, ratio = speedup(t), tensor_core_ratio(t)
-        rows = rows_in_windows(windows, fp32_matmul_rows(t), idx)
+        rows = rows_in_windows(windows, steady_rows(t, fp32_matmul_rows(t)), idx)
         top = top_names(t, rows, t.dur[rows], 3)
         names = ", ".join(f"{_short(n)} {fmt_us(w)}" for n, _, w in top)
         share = 100 * fp32 / busy if busy > 0 else 0.0
@@ -122,7 +122,7 @@ the tensor cores:
 
     def proof_events(self, trace: Trace, runs: list[tuple[float, float]], limit: int) -> Proof:
         """The FP32 GEMM / convolution kernels, longest first."""
-        rows = fp32_matmul_rows(trace)
+        rows = steady_rows(trace, fp32_matmul_rows(trace))
         rows = rows[in_runs(trace, runs)[rows]]
         return ("FP32 GEMM / convolution kernels (no tensor cores), longest first",
                 event_rows(trace, longest_first(trace, rows), limit))

@@ -32,7 +32,8 @@ import numpy as np
 from ..idle import MECHANISM_IDS, measure, pattern_of
 from ..measures.gaps import idle_gaps
 from ..measures.optimizer import optimizer_kernels, per_parameter_runs
-from ..measures.signals import cached, fmt_us, intersect, ramp, subtract, sum_in, union_in
+from ..measures.signals import (cached, fmt_us, intersect, ramp, steady_from, subtract, sum_in,
+                                union_in)
 from ..trace import Trace
 from ..windows import Windows
 from ._registry import BusyInefficient, register_pattern
@@ -126,9 +127,12 @@ torch._foreach_add_) over the parameter lists, or compile the step (torch.compil
 
 def unfused_runs(trace: Trace, c: OptimizerConfig) -> list[tuple[np.ndarray, int]]:
     """The optimizer calls with at least `c.min_launches` per-parameter kernels whose median
-    runs under `c.tiny_kernel_us` (`per_parameter_runs`: rows, distinct kernel names)."""
+    runs under `c.tiny_kernel_us` (`per_parameter_runs`: rows, distinct kernel names), in the
+    steady state (the first step's optimizer makes its state parameter by parameter)."""
+    first = steady_from(trace)
     return [(rows, n) for rows, n in per_parameter_runs(trace, c.min_launches)
-            if float(np.median(trace.dur[rows])) <= c.tiny_kernel_us]
+            if float(np.median(trace.dur[rows])) <= c.tiny_kernel_us
+            and float(trace.ts[rows].min()) >= first]
 
 
 def lost_gaps(trace: Trace, c: OptimizerConfig) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:

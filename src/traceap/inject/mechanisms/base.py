@@ -165,6 +165,12 @@ class Base:
         """Profiler steps, or stretches of top-level work when the trace has none."""
         return self.step_spans() or self.pseudo_steps()
 
+    def steady_steps_or_stretches(self) -> list[tuple[int, float, float, np.ndarray]]:
+        """`steps_or_stretches` less the first profiler step when there are two or more: the
+        first is warm-up (`measures.signals.steady_from`), where rules and labels do not look."""
+        steps = self.steps_or_stretches()
+        return steps[1:] if len(steps) >= 2 and self.step_spans() else steps
+
     def batch_points(self, max_instances: int, what: str) -> list[float]:
         """Where the first `max_instances` steps (or stretches) start their first top-level op:
         where the loop gets its next batch.  Unusable when the trace has no steps to `what`."""

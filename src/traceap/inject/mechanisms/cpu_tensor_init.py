@@ -55,10 +55,9 @@ class Config:
 
 def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Plan:
     """Host tensor creation + upload in every step, where the least GPU work is queued."""
-    steps = base.steps_or_stretches()
+    steps = base.steady_steps_or_stretches()
     if not steps:
         raise Unusable("no step or top-level work on the main thread to create tensors in")
-    steps = steps[1:] if len(steps) >= 2 and base.step_spans() else steps
     thread = base.tl.main_thread
     instances = []
     for _row, lo, hi, kids in steps[:config.max_instances]:

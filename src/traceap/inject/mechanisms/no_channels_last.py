@@ -79,7 +79,7 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     t_launch = base.start_rel(tr.launch[convs])
     t_end = tr.ts[tr.launch[convs]] + tr.dur[tr.launch[convs]] - base.tl.t0
     instances = []
-    for _row, lo, hi, _kids in base.steps_or_stretches()[: config.max_instances]:
+    for _row, lo, hi, _kids in base.steady_steps_or_stretches()[: config.max_instances]:
         sel = np.flatnonzero((t_launch > lo) & (t_launch < hi))
         if not len(sel):
             continue

@@ -100,7 +100,7 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     backlog = base.tl.backlog_at(starts)
     busy_s, busy_e = _busy(base)
     instances = []
-    for _row, lo, hi, _kids in base.steps_or_stretches()[: config.max_instances]:
+    for _row, lo, hi, _kids in base.steady_steps_or_stretches()[: config.max_instances]:
         inside = np.flatnonzero((starts > lo) & (starts < hi))
         if len(inside) < 2:
             continue

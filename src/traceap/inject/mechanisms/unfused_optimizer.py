@@ -65,11 +65,9 @@ class Config:
 
 def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Plan:
     """Per-parameter SGD launches inside every step's optimizer (after the first step)."""
-    steps = base.steps_or_stretches()
+    steps = base.steady_steps_or_stretches()
     if not steps:
         raise Unusable("no step or top-level work on the main thread to run an optimizer in")
-    if len(steps) >= 2 and base.step_spans():
-        steps = steps[1:]
     tr = base.doc.trace
     thread = base.tl.main_thread
     os_, oe, _ = optimizer_calls(tr)
