@@ -193,6 +193,9 @@ def eval_(
                                             help="With --folds: DIR/<fold>/model.pt (and "
                                                  "hybrid.json) of each fold, trained without "
                                                  "it; rules need none."),
+    fold: list[str] = typer.Option([], "--fold", rich_help_panel=_FOLDS, metavar="NAME",
+                                   help="With --folds: only these folds' held-out traces "
+                                        "(repeatable; default: every fold)."),
 ) -> None:
     """Window AUC per task (Table 3), pattern accuracy (Table 4), ablation (Table 5), trace AUC."""
     from ..eval import EvalConfig, evaluate, plots, tables
@@ -218,8 +221,8 @@ def eval_(
         raise TraceapError(f"--split: unknown split {bad[0]!r}; choose from {', '.join(GROUPS)}")
     config = EvalConfig(windows=_ints(windows, "windows"), splits=splits, threshold=threshold,
                         limit=limit, fit_limit=fit_limit)
-    if fold_models is not None and folds is None:
-        raise TraceapError("--fold-models goes with --folds PLAN")
+    if (fold_models is not None or fold) and folds is None:
+        raise TraceapError("--fold-models and --fold go with --folds PLAN")
     if folds is not None:
         clash = [o for o, given in (("--model", model is not None), ("--ablation", ablation),
                                     ("--split", split != "test_seen,test_unseen"),
@@ -227,7 +230,7 @@ def eval_(
         if clash:
             raise TraceapError(f"{clash[0]} does not go with --folds (each fold's held-out "
                                f"traces are scored by that fold's --fold-models)")
-        _eval_folds(dataset, folds, fold_models, _names(detectors, "detectors"),
+        _eval_folds(dataset, folds, fold, fold_models, _names(detectors, "detectors"),
                     detectors != DEFAULT_DETECTORS, _names(classifier, "classifier"),
                     classifier != "offline", config, out, json_out, execution, warn, warnings)
         return
@@ -276,8 +279,8 @@ def eval_(
         typer.echo(f"traceap: wrote {out}/eval.md, eval.json, scores.jsonl and plots", err=True)
 
 
-def fold_detectors(names: list[str], explicit: bool, plan, fold_models: Path | None,
-                   warn) -> dict[str, dict[str, object]]:
+def fold_detectors(names: list[str], explicit: bool, folds: list[str],
+                   fold_models: Path | None, warn) -> dict[str, dict[str, object]]:
     """Fold -> its detectors by name: the model-based ones from DIR/<fold>/model.pt (the hybrid
     with DIR/<fold>/hybrid.json), checked for every fold before anything is scored."""
     from ..detectors import make_detector
@@ -295,7 +298,7 @@ def fold_detectors(names: list[str], explicit: bool, plan, fold_models: Path | N
     if fold_models is not None and not fold_models.is_dir():
         raise TraceapError(f"--fold-models: no folder at {fold_models}")
     out: dict[str, dict[str, object]] = {}
-    for fold in plan.names:
+    for fold in folds:
         model = fold_models / fold / "model.pt" if needs else None
         if model is not None and not model.is_file():
             raise TraceapError(f"--fold-models: no checkpoint at {model} (fold {fold}'s model, "
@@ -313,7 +316,8 @@ def fold_detectors(names: list[str], explicit: bool, plan, fold_models: Path | N
     return out
 
 
-def _eval_folds(dataset: Path, plan_path: Path, fold_models: Path | None, det_names: list[str],
+def _eval_folds(dataset: Path, plan_path: Path, only: list[str], fold_models: Path | None,
+                det_names: list[str],
                 explicit: bool, clf_names: list[str], clf_explicit: bool, config, out: Path | None,
                 json_out: bool, execution, warn, warnings: list[str]) -> None:
     """`traceap eval --folds PLAN`: every fold's traces scored by that fold's detectors."""
@@ -323,7 +327,12 @@ def _eval_folds(dataset: Path, plan_path: Path, fold_models: Path | None, det_na
     from ..outputs import claim
 
     plan = FoldPlan.read(plan_path)
-    dets = fold_detectors(det_names, explicit, plan, fold_models, warn)
+    unknown = [f for f in only if f not in plan.names]
+    if unknown:
+        raise TraceapError(f"--fold: no fold {unknown[0]!r} in {plan_path}; it has "
+                           f"{', '.join(plan.names)}")
+    only = list(dict.fromkeys(only)) or plan.names
+    dets = fold_detectors(det_names, explicit, only, fold_models, warn)
 
     def classifiers_for(fold: str, fold_dets: dict) -> dict:
         model = fold_models / fold / "model.pt" if fold_models is not None else None
@@ -332,7 +341,7 @@ def _eval_folds(dataset: Path, plan_path: Path, fold_models: Path | None, det_na
     planned = ["eval.md", "eval.json", "scores.jsonl"]
     owned = claim(out, tables.OWNER, None, planned) if out is not None else None
     result = evaluate_folds(dataset, plan, dets.__getitem__, config, classifiers_for,
-                            fit=[n for n in FIT if n in det_names], on_warning=warn,
+                            only=only, fit=[n for n in FIT if n in det_names], on_warning=warn,
                             workers=execution.workers, ray=execution.ray)
     summary = dict(result.summary)
     summary["commit"] = commit_of()

@@ -267,11 +267,12 @@ class FoldsResult:
 def evaluate_folds(dataset: str | os.PathLike, plan: FoldPlan,
                    detectors_for: Callable[[str], Mapping], config,
                    classifiers_for: Callable[[str, Mapping], Mapping] | None = None,
-                   fit: Iterable[str] = (), on_warning: Callable[[str], None] | None = None,
-                   **run) -> FoldsResult:
+                   only: Iterable[str] = (), fit: Iterable[str] = (),
+                   on_warning: Callable[[str], None] | None = None, **run) -> FoldsResult:
     """Score every fold's traces with the detectors (and classifiers) of that fold
     (`detectors_for(fold)`, `classifiers_for(fold, detectors)`), each on its fold view; the
-    detectors named in `fit` are fitted on the view's train split.  `config`'s splits are
+    detectors named in `fit` are fitted on the view's train split; `only` keeps these folds
+    (pooled over them; default all).  `config`'s splits are
     replaced by the held-out one; `run` goes to `runner.evaluate` (workers, ray)."""
     from .runner import EvalResult, evaluate
 
@@ -281,7 +282,7 @@ def evaluate_folds(dataset: str | os.PathLike, plan: FoldPlan,
     per_fold = {}
     with tempfile.TemporaryDirectory(prefix="traceap-folds-") as tmp:
         views = write_views(dataset, plan, tmp)
-        for name in plan.names:
+        for name in list(only) or plan.names:
             dets = dict(detectors_for(name))
             clfs = dict(classifiers_for(name, dets)) if classifiers_for else {}
             per_fold[name] = evaluate(views[name], dets, clfs, config, fit=fit,
@@ -293,7 +294,7 @@ def evaluate_folds(dataset: str | os.PathLike, plan: FoldPlan,
                         warnings=[w for res in per_fold.values() for w in res.warnings],
                         seconds=sum(res.seconds for res in per_fold.values()))
     return FoldsResult(plan, str(dataset), per_fold, pooled,
-                       {n: sorted(b) for n, b in a.bases.items()})
+                       {n: sorted(a.bases[n]) for n in per_fold})
 
 
 __all__ = ["FOLDS_SCHEMA", "Assignment", "Fold", "FoldPlan", "HELD_OUT", "assign", "base_origins",
