@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import sys
 from collections import Counter
@@ -203,6 +204,7 @@ def test_eval_over_folds_reads_each_folds_model_and_stack(tiny, tmp_path):
     (("--detectors", "model"), "needs --fold-models"),
     (("--fold-models", "nowhere"), "--fold-models: no folder"),
     (("--model", "x.pt"), "--model does not go with --folds"),
+    (("--fold", "nope"), "--fold: no fold 'nope'"),
 ])
 def test_eval_over_folds_bad_options(tiny, args, says):
     dataset, plan = tiny
@@ -232,3 +234,26 @@ def test_a_bad_fold_plan_is_one_line_and_exit_2(tiny, tmp_path, plan, says):
     assert says in r.output and len(r.output.strip().splitlines()) == 1
     with pytest.raises(DatasetError):
         dataset_assignment(dataset, FoldPlan.read(path))
+
+
+def test_fold_models_keeps_the_held_out_fold_out_of_training_and_pretraining(tiny, tmp_path):
+    """benchmarks/fold_models.py --dry-run: the commands of one fold, on its view; the
+    pretraining view (--ssl) holds every trace but the held-out fold's."""
+    import subprocess
+
+    dataset, plan = tiny
+    out = tmp_path / "models"
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"),
+                        "--dataset", str(dataset), "--folds", str(plan), "--out", str(out),
+                        "--fold", "amd", "--windows", "50", "--ssl", "10", "--dry-run"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert r.returncode == 0, r.stderr
+    steps = [line for line in r.stdout.splitlines() if line.startswith("+ ")]
+    assert [s.split(" traceap ")[1].split()[0:2] for s in steps] == \
+        [["train", "--dataset"], ["eval", "--dataset"], ["ship", "model"], ["ship", "stack"]]
+    assert f"--val {out}/views/amd" in steps[0] and f"--pretrain-on {out}/views/amd-pretrain" in steps[0]
+    assert "--split validation" in steps[1] and "--split validation" in steps[3]
+    held = {e.id for e in read_manifest(out / "views" / "amd") if e.split == HELD_OUT}
+    pre = {e.id for e in read_manifest(out / "views" / "amd-pretrain")}
+    assert held and not held & pre
+    assert pre | held == {e.id for e in read_manifest(dataset)}
