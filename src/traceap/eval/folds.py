@@ -36,8 +36,6 @@ from ..manifest import Entry, read_manifest, write_manifest
 HELD_OUT = "test_unseen"
 #: The schema of `traceap eval --folds`'s eval.json.
 FOLDS_SCHEMA = "traceap.eval-folds/v1"
-#: The inject stamp, which records the path of every base a dataset was made from.
-_INJECT_STAMP = ".traceap-inject.json"
 
 
 @dataclass(frozen=True)
@@ -132,15 +130,19 @@ class FoldPlan:
 
 
 def base_origins(dataset: str | os.PathLike) -> dict[str, str]:
-    """Base file name -> 'project/file' (its folder and name), from the inject stamp of the
-    dataset (or of the dataset a fold view links to); empty when there is none."""
+    """Base id (an inject output's manifest `model`) -> 'project/file' (the base's folder and
+    name), from the inject stamp of the dataset (or of the dataset a fold view links to);
+    empty when there is none or it does not list the bases."""
+    from ..inject.dataset import MARKER, base_ids
+
     root = Path(dataset)
-    for stamp in (root / _INJECT_STAMP, (root / "traces").resolve().parent / _INJECT_STAMP):
+    for stamp in (root / MARKER, (root / "traces").resolve().parent / MARKER):
         try:
-            bases = json.loads(stamp.read_text())["config"]["bases"]
+            files = [Path(b) for b in json.loads(stamp.read_text())["config"]["bases"]]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        return {Path(b).name: f"{Path(b).parent.name}/{Path(b).name}" for b in bases}
+        # the ids inject gave the bases (a file name shared by two folders gets its folder)
+        return {bid: f"{f.parent.name}/{f.name}" for bid, f in zip(base_ids(files), files)}
     return {}
 
 
@@ -171,8 +173,7 @@ def assign(entries: list[Entry], plan: FoldPlan, origins: dict[str, str]) -> Ass
     bases: dict[str, set[str]] = {f.name: set() for f in plan.folds}
     job_fold: dict[str, str] = {}
     for e in entries:
-        name = e.base or Path(e.path).name
-        rel = origins.get(name, name)
+        rel = origins.get(e.model) or e.base or Path(e.path).name
         f = plan.fold_of(rel)
         fold[e.id], inner[e.id] = f.name, f.inner(rel)
         bases[f.name].add(rel)
@@ -203,13 +204,13 @@ def dataset_assignment(dataset: str | os.PathLike, plan: FoldPlan) -> tuple[list
 def write_view(path: Path, entries: list[Entry], traces: Path) -> Path:
     """A dataset folder: its manifest and a link to the traces (no copies; feature caches are
     keyed by the resolved path, so the views share them)."""
-    write_manifest(path, entries)
     link = path / "traces"
+    if link.exists() and not link.is_symlink():
+        raise DatasetError(f"{link}: exists and is not a link to {traces}")
+    write_manifest(path, entries)
     if link.is_symlink() and link.resolve() != traces.resolve():
         link.unlink()
     if not link.is_symlink():
-        if link.exists():
-            raise DatasetError(f"{link}: exists and is not a link to {traces}")
         os.symlink(traces.resolve(), link)
     return path
 
