@@ -23,6 +23,9 @@ through, each choice made on the inner validation split only:
 3. `traceap ship model`: OUT/K/model.pt, its flag threshold calibrated on those scores;
 4. `traceap ship stack --split validation`: OUT/K/hybrid.json, the hybrid's stack.
 
+`--every-source` also trains OUT/every_source/ the same way on every fold (train = every
+fold outside its inner-validation slice, validation = the slices): the shipped checkpoint and
+stack with the recipe the folds chose (`traceap ship model|stack --into-package` from there).
 `--ssl STEPS` pretrains on the unmodified traces of the view's train and validation splits
 (OUT/views/K-pretrain: fold K left out, as from everything else).  `--extra-train` datasets
 (the synthetic ones of docs/RESULTS.md's recipe) join training whole: they hold no real trace.
@@ -39,6 +42,9 @@ import time
 from pathlib import Path
 
 from traceap.eval.folds import HELD_OUT, FoldPlan, dataset_assignment, write_view, write_views
+
+#: The output folder of --every-source: the model of every fold together (the shipped one).
+EVERY = "every_source"
 
 
 def commands(view: Path, pretrain: Path | None, fold_dir: Path, args) -> list[list[str]]:
@@ -88,6 +94,8 @@ def main(argv=None) -> int:
                     help="traceap train --set (the recipe's config changes)")
     ap.add_argument("--ssl", type=int, default=0, metavar="STEPS",
                     help="self-supervised pretraining steps on the fold's non-held-out traces")
+    ap.add_argument("--every-source", action="store_true",
+                    help="also train OUT/every_source on every fold (the shipped model)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
@@ -99,12 +107,17 @@ def main(argv=None) -> int:
                              f"{', '.join(plan.names)}")
         views = write_views(args.dataset, plan, args.out / "views")
         entries, a = dataset_assignment(args.dataset, plan)
+        if args.every_source:
+            if EVERY in plan.names:
+                raise SystemExit(f"fold_models: a fold is named {EVERY!r}; rename it")
+            views[EVERY] = write_view(args.out / "views" / EVERY, a.view(entries, None),
+                                      args.dataset / "traces")
     except Exception as exc:   # DatasetError and friends: one line
         raise SystemExit(f"fold_models: {exc}") from None
-    for fold in args.fold or plan.names:
+    for fold in (args.fold or plan.names) + ([EVERY] if args.every_source else []):
         pretrain = None
         if args.ssl:
-            view_entries = a.view(entries, fold)
+            view_entries = a.view(entries, None if fold == EVERY else fold)
             pretrain = write_view(args.out / "views" / f"{fold}-pretrain",
                                   [e for e in view_entries if e.split != HELD_OUT],
                                   args.dataset / "traces")

@@ -245,15 +245,20 @@ def test_fold_models_keeps_the_held_out_fold_out_of_training_and_pretraining(tin
     out = tmp_path / "models"
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"),
                         "--dataset", str(dataset), "--folds", str(plan), "--out", str(out),
-                        "--fold", "amd", "--windows", "50", "--ssl", "10", "--dry-run"],
+                        "--fold", "amd", "--windows", "50", "--ssl", "10", "--every-source",
+                        "--dry-run"],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert r.returncode == 0, r.stderr
     steps = [line for line in r.stdout.splitlines() if line.startswith("+ ")]
     assert [s.split(" traceap ")[1].split()[0:2] for s in steps] == \
-        [["train", "--dataset"], ["eval", "--dataset"], ["ship", "model"], ["ship", "stack"]]
+        [["train", "--dataset"], ["eval", "--dataset"], ["ship", "model"], ["ship", "stack"]] * 2
     assert f"--val {out}/views/amd" in steps[0] and f"--pretrain-on {out}/views/amd-pretrain" in steps[0]
     assert "--split validation" in steps[1] and "--split validation" in steps[3]
     held = {e.id for e in read_manifest(out / "views" / "amd") if e.split == HELD_OUT}
     pre = {e.id for e in read_manifest(out / "views" / "amd-pretrain")}
     assert held and not held & pre
     assert pre | held == {e.id for e in read_manifest(dataset)}
+    # the shipped model's view: every source, inner-validation slices for its choices
+    every = Counter(e.split for e in read_manifest(out / "views" / "every_source"))
+    assert set(every) == {"train", "validation"} and sum(every.values()) == len(pre | held)
+    assert f"--out {out}/every_source/train.pt" in steps[4]

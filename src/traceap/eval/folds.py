@@ -155,8 +155,9 @@ class Assignment:
     inner: dict[str, bool]        # entry id -> in its fold's inner-validation slice
     bases: dict[str, set[str]]    # fold name -> its bases ('project/file')
 
-    def view(self, entries: list[Entry], held_out: str) -> list[Entry]:
-        """The entries of the fold view that holds `held_out` out (module docstring)."""
+    def view(self, entries: list[Entry], held_out: str | None) -> list[Entry]:
+        """The entries of the fold view that holds `held_out` out (module docstring); with
+        None, every source's view (what the shipped model trains on: no test split)."""
         out = []
         for e in entries:
             split = HELD_OUT if self.fold[e.id] == held_out else \
