@@ -205,6 +205,7 @@ def test_eval_over_folds_reads_each_folds_model_and_stack(tiny, tmp_path):
     (("--fold-models", "nowhere"), "--fold-models: no folder"),
     (("--model", "x.pt"), "--model does not go with --folds"),
     (("--fold", "nope"), "--fold: no fold 'nope'"),
+    (("--classifier", "offline+model"), "offline+model with --folds needs --fold-models"),
 ])
 def test_eval_over_folds_bad_options(tiny, args, says):
     dataset, plan = tiny

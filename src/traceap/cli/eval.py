@@ -332,6 +332,10 @@ def _eval_folds(dataset: Path, plan_path: Path, only: list[str], fold_models: Pa
         raise TraceapError(f"--fold: no fold {unknown[0]!r} in {plan_path}; it has "
                            f"{', '.join(plan.names)}")
     only = list(dict.fromkeys(only)) or plan.names
+    if "offline+model" in clf_names and fold_models is None:
+        # else the pattern head would be the bundled checkpoint's, trained on every fold
+        raise TraceapError("--classifier offline+model with --folds needs --fold-models DIR "
+                           "(each fold's pattern head)")
     dets = fold_detectors(det_names, explicit, only, fold_models, warn)
 
     def classifiers_for(fold: str, fold_dets: dict) -> dict:
