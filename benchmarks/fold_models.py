@@ -41,7 +41,8 @@ import sys
 import time
 from pathlib import Path
 
-from traceap.eval.folds import HELD_OUT, FoldPlan, dataset_assignment, write_view, write_views
+from traceap.eval.folds import (HELD_OUT, FoldPlan, dataset_assignment, describe, write_view,
+                                write_views)
 
 #: The output folder of --every-source: the model of every fold together (the shipped one).
 EVERY = "every_source"
@@ -114,6 +115,8 @@ def main(argv=None) -> int:
                                       args.dataset / "traces")
     except Exception as exc:   # DatasetError and friends: one line
         raise SystemExit(f"fold_models: {exc}") from None
+    for line in describe(entries, a):
+        print(line, flush=True)
     for fold in (args.fold or plan.names) + ([EVERY] if args.every_source else []):
         pretrain = None
         if args.ssl:
