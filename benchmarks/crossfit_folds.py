@@ -24,14 +24,14 @@ with the dataset itself as `--dataset`.  Every train base must match exactly one
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 
 import msgspec
 
-from traceap.manifest import Entry, read_manifest, write_manifest
+from traceap.eval.folds import write_view
+from traceap.manifest import read_manifest
 
 
 def fold_of(base: str, folds: list[list[str]]) -> int:
@@ -41,14 +41,6 @@ def fold_of(base: str, folds: list[list[str]]) -> int:
         raise SystemExit(f"crossfit_folds: base {base!r} matches {len(hits)} folds: "
                          "give every base-name prefix to exactly one fold")
     return hits[0]
-
-
-def write_view(path: Path, entries: list[Entry], traces: Path) -> None:
-    """A dataset folder: its manifest and a link to the traces (no copies)."""
-    write_manifest(path, entries)
-    link = path / "traces"
-    if not link.is_symlink():
-        os.symlink(traces.resolve(), link)
 
 
 def main(argv=None) -> int:

@@ -151,6 +151,8 @@ def commit_of() -> str | None:
 
 #: Help panel of the options that say where the scoring runs.
 _COMPUTE = "Compute"
+#: Help panel of the leave-one-source-out options.
+_FOLDS = "Leave-one-source-out folds"
 
 
 def eval_(
@@ -182,6 +184,18 @@ def eval_(
     workers: int = typer.Option(1, "--workers", rich_help_panel=_COMPUTE, help="Score this many test traces at once, each in its own process."),
     ray: bool = typer.Option(False, "--ray", rich_help_panel=_COMPUTE, help="Score test traces on a local Ray instance (pip install traceap[ray])."),
     ray_address: str | None = typer.Option(None, "--ray-address", rich_help_panel=_COMPUTE, help="Score test traces on this Ray cluster ('auto' or HOST:PORT); the dataset must be at the same path on every node."),
+    folds: Path | None = typer.Option(None, "--folds", rich_help_panel=_FOLDS, metavar="PLAN",
+                                      help="Leave-one-source-out: score each fold of this plan "
+                                           "(benchmarks/real_folds.yaml) with its own fold's "
+                                           "detectors; per fold and pooled, per pattern."),
+    fold_models: Path | None = typer.Option(None, "--fold-models", rich_help_panel=_FOLDS,
+                                            metavar="DIR",
+                                            help="With --folds: DIR/<fold>/model.pt (and "
+                                                 "hybrid.json) of each fold, trained without "
+                                                 "it; rules need none."),
+    fold: list[str] = typer.Option([], "--fold", rich_help_panel=_FOLDS, metavar="NAME",
+                                   help="With --folds: only these folds' held-out traces "
+                                        "(repeatable; default: every fold)."),
 ) -> None:
     """Window AUC per task (Table 3), pattern accuracy (Table 4), ablation (Table 5), trace AUC."""
     from ..eval import EvalConfig, evaluate, plots, tables
@@ -207,6 +221,19 @@ def eval_(
         raise TraceapError(f"--split: unknown split {bad[0]!r}; choose from {', '.join(GROUPS)}")
     config = EvalConfig(windows=_ints(windows, "windows"), splits=splits, threshold=threshold,
                         limit=limit, fit_limit=fit_limit)
+    if (fold_models is not None or fold) and folds is None:
+        raise TraceapError("--fold-models and --fold go with --folds PLAN")
+    if folds is not None:
+        clash = [o for o, given in (("--model", model is not None), ("--ablation", ablation),
+                                    ("--split", split != "test_seen,test_unseen"),
+                                    ("--plot-traces", bool(plot_traces))) if given]
+        if clash:
+            raise TraceapError(f"{clash[0]} does not go with --folds (each fold's held-out "
+                               f"traces are scored by that fold's --fold-models)")
+        _eval_folds(dataset, folds, fold, fold_models, _names(detectors, "detectors"),
+                    detectors != DEFAULT_DETECTORS, _names(classifier, "classifier"),
+                    classifier != "offline", config, out, json_out, execution, warn, warnings)
+        return
     if model is not None and not model.is_file():
         raise TraceapError(f"--model: no checkpoint at {model}")
     explicit = detectors != DEFAULT_DETECTORS
@@ -250,3 +277,92 @@ def eval_(
         typer.echo(tables.markdown(summary))
     if out is not None:
         typer.echo(f"traceap: wrote {out}/eval.md, eval.json, scores.jsonl and plots", err=True)
+
+
+def fold_detectors(names: list[str], explicit: bool, folds: list[str],
+                   fold_models: Path | None, warn) -> dict[str, dict[str, object]]:
+    """Fold -> its detectors by name: the model-based ones from DIR/<fold>/model.pt (the hybrid
+    with DIR/<fold>/hybrid.json), checked for every fold before anything is scored."""
+    from ..detectors import make_detector
+    from ..stages import MODEL_BASED
+
+    needs = [n for n in names if n in MODEL_BASED]
+    if needs and fold_models is None:
+        if explicit:
+            raise TraceapError(f"--detectors {needs[0]} with --folds needs --fold-models DIR "
+                               f"(DIR/<fold>/model.pt{' and hybrid.json' if 'hybrid' in needs else ''}"
+                               f" of each fold, trained without it)")
+        warn(f"detector(s) {', '.join(needs)} skipped: with --folds they need --fold-models")
+        names = [n for n in names if n not in MODEL_BASED]
+        needs = []
+    if fold_models is not None and not fold_models.is_dir():
+        raise TraceapError(f"--fold-models: no folder at {fold_models}")
+    out: dict[str, dict[str, object]] = {}
+    for fold in folds:
+        model = fold_models / fold / "model.pt" if needs else None
+        if model is not None and not model.is_file():
+            raise TraceapError(f"--fold-models: no checkpoint at {model} (fold {fold}'s model, "
+                               f"trained without fold {fold})")
+        dets = build_detectors([n for n in names if n != "hybrid"], explicit, model, warn)
+        if "hybrid" in names:
+            stack = fold_models / fold / "hybrid.json"
+            if not stack.is_file():
+                raise TraceapError(f"--fold-models: no hybrid stack at {stack} (fold {fold}'s, "
+                                   f"fitted on its inner validation: traceap ship stack)")
+            dets["hybrid"] = make_detector("hybrid", path=str(model), params=str(stack))
+        out[fold] = {n: dets[n] for n in names if n in dets}
+    if not any(out.values()):
+        raise TraceapError("nothing to evaluate: no detector is available")
+    return out
+
+
+def _eval_folds(dataset: Path, plan_path: Path, only: list[str], fold_models: Path | None,
+                det_names: list[str],
+                explicit: bool, clf_names: list[str], clf_explicit: bool, config, out: Path | None,
+                json_out: bool, execution, warn, warnings: list[str]) -> None:
+    """`traceap eval --folds PLAN`: every fold's traces scored by that fold's detectors."""
+    from ..eval import tables
+    from ..eval.folds import FoldPlan, evaluate_folds
+    from ..eval.scores import write_scores
+    from ..outputs import claim
+
+    plan = FoldPlan.read(plan_path)
+    unknown = [f for f in only if f not in plan.names]
+    if unknown:
+        raise TraceapError(f"--fold: no fold {unknown[0]!r} in {plan_path}; it has "
+                           f"{', '.join(plan.names)}")
+    only = list(dict.fromkeys(only)) or plan.names
+    if "offline+model" in clf_names and fold_models is None:
+        # else the pattern head would be the bundled checkpoint's, trained on every fold
+        raise TraceapError("--classifier offline+model with --folds needs --fold-models DIR "
+                           "(each fold's pattern head)")
+    dets = fold_detectors(det_names, explicit, only, fold_models, warn)
+
+    def classifiers_for(fold: str, fold_dets: dict) -> dict:
+        model = fold_models / fold / "model.pt" if fold_models is not None else None
+        return build_classifiers(clf_names, clf_explicit, model, warn, fold_dets.get("model"))
+
+    planned = ["eval.md", "eval.json", "scores.jsonl"]
+    owned = claim(out, tables.OWNER, None, planned) if out is not None else None
+    result = evaluate_folds(dataset, plan, dets.__getitem__, config, classifiers_for,
+                            only=only, fit=[n for n in FIT if n in det_names], on_warning=warn,
+                            workers=execution.workers, ray=execution.ray)
+    summary = dict(result.summary)
+    summary["commit"] = commit_of()
+    summary["command"] = "traceap " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    summary["warnings"] = warnings
+    if out is not None:
+        owned.begin(planned)
+        with failing_write(out, "--out"):
+            (out / "eval.md").write_text(tables.folds_markdown(summary), encoding="utf-8")
+            (out / "eval.json").write_bytes(orjson.dumps(
+                summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+            write_scores(result.pooled.records, out / "scores.jsonl")
+        for note in owned.finish(planned):
+            typer.echo(f"traceap: {note}", err=True)
+    if json_out:
+        typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    else:
+        typer.echo(tables.folds_markdown(summary))
+    if out is not None:
+        typer.echo(f"traceap: wrote {out}/eval.md, eval.json and scores.jsonl", err=True)

@@ -310,9 +310,33 @@ class EvalResult:
                 every_pred += pred
         out["avg"] = metrics.mean_defined([v["accuracy"] for v in out["tasks"].values()])
         out["overall"] = metrics.accuracy(every_true, every_pred)
+        out["by_pattern"] = {}
+        for p in pattern_ids():   # the share of P's windows named P (the confusion's row)
+            pred = [q for t, q in zip(every_true, every_pred) if t == p]
+            if pred:
+                out["by_pattern"][p] = {"accuracy": metrics.accuracy([p] * len(pred), pred),
+                                        "n_windows": len(pred)}
         ids = pattern_ids()
         out["confusion"] = {"labels": list(ids) + [metrics.NO_PATTERN],
                             "matrix": metrics.confusion(every_true, every_pred, ids).tolist()}
+        return out
+
+    def _by_pattern(self, n: int, name: str) -> dict:
+        """Per pattern P present: window AUC of P's windows (true pattern P) against every clean
+        window (no anomaly) of the same traces; windows of other patterns are left out, so
+        each pattern is ranked against the same healthy background."""
+        recs = self.of(n)
+        if not recs:
+            return {}
+        truth = np.array([p for r in recs for p in r.patterns], dtype=object)
+        scores = np.concatenate([r.scores[name] for r in recs])
+        clean = np.concatenate([~r.labels for r in recs])
+        out = {}
+        for p in pattern_ids():
+            pos = truth == p
+            if pos.any():
+                keep = pos | clean
+                out[p] = {"auc": metrics.auc(pos[keep], scores[keep]), "n_windows": int(pos.sum())}
         return out
 
     def _trace_level(self, n: int, name: str) -> dict:
@@ -396,6 +420,8 @@ class EvalResult:
             "classification": {c: {str(n): self._classification(n, c) for n in ns}
                                for c in self.classifiers},
             "trace_level": {str(n): {d: self._trace_level(n, d) for d in scored} for n in ns},
+            "by_pattern": {str(n): {d: self._by_pattern(n, d) for d in scored + self.ablation}
+                           for n in ns},
             "by_source": ({str(n): {d: self._by_source(n, d) for d in scored + self.ablation}
                            for n in ns}
                           if any(r.source for r in self.records) else {}),

@@ -244,6 +244,82 @@ def markdown(s: dict, heading: str = "##") -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _fold_columns(f: dict) -> list[tuple[str, dict]]:
+    """(column title, eval summary) per held-out fold, then the pooled one."""
+    return [(name, fold["eval"]) for name, fold in f["folds"].items()] + [("pooled", f["pooled"])]
+
+
+def fold_pattern_table(f: dict, n: int, detector: str) -> str:
+    """One detector's window AUC (%) per pattern, per held-out fold and pooled; then all
+    windows, planted and natural traces, trace AUC and the flagged share of healthy windows."""
+    cols = _fold_columns(f)
+    present = [p for p in f["pooled"]["by_pattern"][str(n)][detector]]
+    header = ["Pattern"] + [c for c, _ in cols]
+    rows = []
+    for p in present:
+        cells = []
+        for _, s in cols:
+            x = s["by_pattern"][str(n)][detector].get(p)
+            cells.append("–" if x is None else f"{pct(x['auc'], 1)} ({x['n_windows']})")
+        rows.append([f"`{p}`"] + cells)
+
+    def by_source(s: dict) -> dict:
+        return s["by_source"].get(str(n), {}).get(detector, {}).get("unseen", {})
+    rows.append(["**all windows**"] + [f"**{pct(by_source(s).get('all', {}).get('auc'), 1)}**"
+                                       for _, s in cols])
+    for key, title in (("injected", "planted traces"), ("natural", "natural traces")):
+        rows.append([title] + [pct(by_source(s).get(key, {}).get("auc"), 1) for _, s in cols])
+    rows.append(["trace AUC (max)"] + [pct(by_source(s).get("trace_auc_max"), 1)
+                                       for _, s in cols])
+    rows.append(["healthy windows flagged"] + [
+        pct((by_source(s).get("healthy") or {}).get("flagged_share"), 1) for _, s in cols])
+    return _table(header, rows)
+
+
+def fold_accuracy_table(f: dict, n: int, classifier: str) -> str:
+    """A classifier's pattern accuracy (%) on truly anomalous windows per pattern, per
+    held-out fold and pooled."""
+    cols = _fold_columns(f)
+    pooled = f["pooled"]["classification"][classifier][str(n)]
+    header = ["Pattern"] + [c for c, _ in cols]
+    rows = []
+    for p in pooled["by_pattern"]:
+        cells = []
+        for _, s in cols:
+            x = s["classification"][classifier][str(n)]["by_pattern"].get(p)
+            cells.append("–" if x is None else f"{pct(x['accuracy'], 1)} ({x['n_windows']})")
+        rows.append([f"`{p}`"] + cells)
+    rows.append(["**all windows**"] + [
+        f"**{pct(s['classification'][classifier][str(n)]['overall'], 1)}**" for _, s in cols])
+    return _table(header, rows)
+
+
+def folds_markdown(f: dict, heading: str = "##") -> str:
+    """`traceap eval --folds`: per held-out fold and pooled, per pattern, per detector."""
+    h = heading
+    pooled = f["pooled"]
+    parts = [f"Dataset `{Path(f['dataset']).name}`, folds of `{f['plan']}`: each fold's traces "
+             f"scored by that fold's detectors (fitted without it); pooled = every trace once."
+             + (f" Commit `{f['commit']}`." if f.get("commit") else "")
+             + (f" Command: `{f['command']}`." if f.get("command") else "")]
+    parts.append(_table(["Fold", "bases", "traces"],
+                        [[name, str(len(x["bases"])), str(x["n_traces"])]
+                         for name, x in f["folds"].items()]))
+    for n in pooled["windows"]:
+        for d in pooled["detectors"]:
+            parts += [f"{h} {_title(d, DETECTOR_TITLES)}: window AUC (%) per pattern, "
+                      f"N<sub>w</sub> = {n}",
+                      "Each pattern's windows against every clean window of the same traces "
+                      "(windows in parentheses).", fold_pattern_table(f, n, d)]
+        for c in pooled["classifiers"]:
+            parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier, N<sub>w</sub> = {n}",
+                      "On truly anomalous windows; windows in parentheses.",
+                      fold_accuracy_table(f, n, c)]
+    for w in (f.get("warnings") or [])[:20]:
+        parts.append(f"- warning: {w}")
+    return "\n\n".join(parts) + "\n"
+
+
 #: What owns the files of an `eval --out` folder (traceap.outputs): every rerun replaces
 #: them (a results folder is rewritten as the code changes); the folder may hold anything
 #: else (other eval runs in subfolders), and a file eval did not write is never replaced.
@@ -287,6 +363,6 @@ def write(s: dict, out: str | os.PathLike) -> tuple[Path, Path]:
     return md, js
 
 
-__all__ = ["OWNER", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
+__all__ = ["OWNER", "fold_accuracy_table", "fold_pattern_table", "folds_markdown", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
            "confusion_table", "detection_table", "markdown", "pct", "timing_table",
            "trace_level_table", "write"]

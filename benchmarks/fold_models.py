@@ -1,0 +1,138 @@
+"""Train each leave-one-source-out fold's model and stack without that fold (issue #35).
+
+    python benchmarks/fold_models.py --dataset /work/datasets/real16 \\
+        --folds benchmarks/real_folds.yaml --out benchmarks/out/folds \\
+        [--fold hta_param] [--extra-train datasets/synth_v3 --extra-train datasets/ddp_train2] \\
+        [--windows 50,100,200 --epochs 8 --steps-per-epoch 75 --threads 1] \\
+        [--set time_relative=true ...] [--ssl 300] [--dry-run]
+
+then score every fold's held-out traces with its own fold's model:
+
+    traceap eval --dataset /work/datasets/real16 --folds benchmarks/real_folds.yaml \\
+        --fold-models benchmarks/out/folds --detectors expert,model,hybrid --windows 100
+
+For each fold K (all, or those of --fold), on the fold view OUT/views/K
+(`traceap.eval.folds`: train = the other folds minus their inner-validation slices,
+validation = those slices, test_unseen = fold K), it runs the commands a shipped model goes
+through, each choice made on the inner validation split only:
+
+1. `traceap train --dataset OUT/views/K [--dataset EXTRA...] --val OUT/views/K`: weights,
+   the best epoch picked on the inner validation;
+2. `traceap eval --dataset OUT/views/K --split validation --detectors expert,model`: the
+   inner validation's window scores;
+3. `traceap ship model`: OUT/K/model.pt, its flag threshold calibrated on those scores;
+4. `traceap ship stack --split validation`: OUT/K/hybrid.json, the hybrid's stack.
+
+`--every-source` also trains OUT/every_source/ the same way on every fold (train = every
+fold outside its inner-validation slice, validation = the slices): the shipped checkpoint and
+stack with the recipe the folds chose (`traceap ship model|stack --into-package` from there).
+`--ssl STEPS` pretrains on the unmodified traces of the view's train and validation splits
+(OUT/views/K-pretrain: fold K left out, as from everything else).  `--extra-train` datasets
+(the synthetic ones of docs/RESULTS.md's recipe) join training whole: they hold no real trace.
+Each command is printed before it runs; --dry-run prints them only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from traceap.eval.folds import (HELD_OUT, FoldPlan, dataset_assignment, describe, write_view,
+                                write_views)
+
+#: The output folder of --every-source: the model of every fold together (the shipped one).
+EVERY = "every_source"
+
+
+def commands(view: Path, pretrain: Path | None, fold_dir: Path, args) -> list[list[str]]:
+    """The four steps of one fold (module docstring); the eval step's tables go to its
+    --out folder, not the terminal."""
+    tr = [sys.executable, "-m", "traceap"]
+    ckpt = fold_dir / "train.pt"
+    scores = fold_dir / "inner_validation"
+    train = [*tr, "train", "--dataset", str(view), *[x for d in args.extra_train
+                                                      for x in ("--dataset", str(d))],
+             "--val", str(view), "--out", str(ckpt), "--windows", args.windows,
+             "--threads", str(args.threads), "--overwrite"]
+    train += ["--epochs", str(args.epochs)] if args.epochs else []
+    train += ["--steps-per-epoch", str(args.steps_per_epoch)] if args.steps_per_epoch else []
+    train += ["--mix", args.mix] if args.mix else []
+    train += [x for s in args.set for x in ("--set", s)]
+    if pretrain is not None:
+        train += ["--pretrain-on", str(pretrain), "--pretrain-steps", str(args.ssl)]
+    return [
+        train,
+        [*tr, "eval", "--dataset", str(view), "--split", "validation", "--detectors",
+         "expert,model", "--model", str(ckpt), "--windows", args.windows, "--classifier", "",
+         "--out", str(scores)],
+        [*tr, "ship", "model", str(ckpt), "--calibrate", str(scores / "scores.jsonl"),
+         "--out", str(fold_dir), "--overwrite"],
+        [*tr, "ship", "stack", "--dataset", str(view), "--scores", str(scores / "scores.jsonl"),
+         "--split", "validation", "--windows", args.windows, "--model",
+         str(fold_dir / "model.pt"), "--out", str(fold_dir), "--overwrite"],
+    ]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", type=Path, required=True,
+                    help="an inject output with every split (traceap inject --split-plan)")
+    ap.add_argument("--folds", type=Path, required=True, help="fold plan (YAML)")
+    ap.add_argument("--out", type=Path, required=True, help="OUT/<fold>/model.pt, hybrid.json")
+    ap.add_argument("--fold", action="append", default=[], help="only these folds")
+    ap.add_argument("--extra-train", type=Path, action="append", default=[],
+                    help="another dataset whose train split joins training (synthetic)")
+    ap.add_argument("--windows", default="50,100,200")
+    ap.add_argument("--epochs", type=int)
+    ap.add_argument("--steps-per-epoch", type=int)
+    ap.add_argument("--mix", default="", help="traceap train --mix (one weight per dataset)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="traceap train --set (the recipe's config changes)")
+    ap.add_argument("--ssl", type=int, default=0, metavar="STEPS",
+                    help="self-supervised pretraining steps on the fold's non-held-out traces")
+    ap.add_argument("--every-source", action="store_true",
+                    help="also train OUT/every_source on every fold (the shipped model)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        plan = FoldPlan.read(args.folds)
+        unknown = [f for f in args.fold if f not in plan.names]
+        if unknown:
+            raise SystemExit(f"fold_models: unknown fold {unknown[0]!r}; the plan has "
+                             f"{', '.join(plan.names)}")
+        views = write_views(args.dataset, plan, args.out / "views")
+        entries, a = dataset_assignment(args.dataset, plan)
+        if args.every_source:
+            if EVERY in plan.names:
+                raise SystemExit(f"fold_models: a fold is named {EVERY!r}; rename it")
+            views[EVERY] = write_view(args.out / "views" / EVERY, a.view(entries, None),
+                                      args.dataset / "traces")
+    except Exception as exc:   # DatasetError and friends: one line
+        raise SystemExit(f"fold_models: {exc}") from None
+    for line in describe(entries, a):
+        print(line, flush=True)
+    for fold in (args.fold or plan.names) + ([EVERY] if args.every_source else []):
+        pretrain = None
+        if args.ssl:
+            view_entries = a.view(entries, None if fold == EVERY else fold)
+            pretrain = write_view(args.out / "views" / f"{fold}-pretrain",
+                                  [e for e in view_entries if e.split != HELD_OUT],
+                                  args.dataset / "traces")
+        t0 = time.perf_counter()
+        for cmd in commands(views[fold], pretrain, args.out / fold, args):
+            print("+ " + shlex.join(cmd), flush=True)
+            if not args.dry_run:
+                quiet = cmd[3] == "eval"   # its tables are in OUT/K/inner_validation/eval.md
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if quiet else None)
+        print(f"fold {fold}: {time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

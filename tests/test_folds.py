@@ -1,0 +1,265 @@
+"""Leave-one-source-out folds (issue #35): the real-based benchmark's fold plan, fold views of
+an injected dataset, and `traceap eval --folds` on a tiny one built from the bundled traces.
+
+The tiny dataset is `traceap inject` run over the bundled traces sorted into project folders
+the way ../shared/traces is (so the inject stamp records 'project/file' for each base).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sys
+from collections import Counter
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from traceap.cli import main
+from traceap.errors import DatasetError
+from traceap.eval.folds import HELD_OUT, FoldPlan, dataset_assignment, write_views
+from traceap.manifest import read_manifest
+
+from .conftest import DATA, REPO, SHARED_TRACES, needs_shared
+
+REAL_FOLDS = REPO / "benchmarks" / "real_folds.yaml"
+#: The bundled traces, filed under the projects they stand for.
+PROJECTS = {
+    "AMD-AGI__TraceLens": [DATA / "amd_mi300_gemm.json.gz"],
+    "facebookresearch__HolisticTraceAnalysis": [DATA / "amd_mi250_train.json.gz",
+                                                DATA / "backward_thread.json.gz"],
+    "facebookresearch__param": sorted((DATA / "dlrm_job").glob("*.json.gz")),
+    "pytorch__kineto": [DATA / "kineto2021_v100.json.gz"],
+}
+TINY_FOLDS = """\
+folds:
+  meta:
+    sources: ["facebookresearch__HolisticTraceAnalysis/*", "facebookresearch__param/*"]
+    inner_validation: ["facebookresearch__HolisticTraceAnalysis/backward_thread*"]
+  amd:
+    sources: ["AMD-AGI__TraceLens/*"]
+  kin:
+    sources: ["pytorch__kineto/*"]
+    inner_validation: ["pytorch__kineto/*"]
+"""
+
+
+@dataclass
+class Run:
+    exit_code: int
+    stdout: str
+    output: str    # stdout and stderr
+
+
+def cli(*args) -> Run:
+    """`traceap ARGS` in this process, as the installed command runs (errors: one line, exit 2)."""
+    out, err = io.StringIO(), io.StringIO()
+    with command_line(["traceap", *map(str, args)]), redirect_stdout(out), redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+    return Run(code, out.getvalue(), out.getvalue() + err.getvalue())
+
+
+@contextmanager
+def command_line(argv: list[str]):
+    old, sys.argv = sys.argv, argv
+    try:
+        yield
+    finally:
+        sys.argv = old
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Path]:
+    """(dataset, fold plan): two patterns planted into six bundled bases of four projects."""
+    root = tmp_path_factory.mktemp("folds")
+    for project, files in PROJECTS.items():
+        (root / "src" / project).mkdir(parents=True)
+        for f in files:
+            shutil.copyfile(f, root / "src" / project / f.name)
+    (root / "splits.yaml").write_text(
+        "splits:\n  train: ['AMD-AGI__TraceLens/*']\n  validation: ['pytorch__kineto/*']\n"
+        "  test_unseen: ['facebookresearch__HolisticTraceAnalysis/*', "
+        "'facebookresearch__param/*']\n")
+    r = cli("inject", root / "src", "--split-plan", root / "splits.yaml", "--out", root / "ds",
+            "--patterns", "single_process_dataloading,no_pin_memory")
+    assert r.exit_code == 0, r.output
+    (root / "folds.yaml").write_text(TINY_FOLDS)
+    return root / "ds", root / "folds.yaml"
+
+
+# -- the real-based benchmark's plan -------------------------------------------------------
+
+def test_real_plan_keeps_the_dlrm_family_in_one_fold():
+    """HTA's DLRM / TorchRec traces and PARAM's DLRM ranks are one model family: one fold."""
+    plan = FoldPlan.read(REAL_FOLDS)
+    dlrm = ["facebookresearch__HolisticTraceAnalysis/trace_diff__control__control.json.gz",
+            "facebookresearch__HolisticTraceAnalysis/timeline_analysis__sampled_rank-0.json.gz",
+            "facebookresearch__HolisticTraceAnalysis/negative_queue_length_values_check__rank0.json.gz",
+            "facebookresearch__param/dlrm_kineto.tar.gz__dlrm_kineto__worker0_step_12"
+            ".1694128201545.pt.trace.json.gz"]
+    assert {plan.fold_of(rel).name for rel in dlrm} == {"hta_param"}
+    assert plan.names == ["hta_param", "tracelens_zoology", "particle_kineto"]
+
+
+@needs_shared
+def test_real_plan_puts_every_catalogued_base_in_exactly_one_fold():
+    plan = FoldPlan.read(REAL_FOLDS)
+    catalog = json.loads((SHARED_TRACES / "catalog.json").read_text())
+    folds = Counter(plan.fold_of(e["file"]).name for e in catalog)   # raises on none or two
+    assert folds == {"tracelens_zoology": 35, "hta_param": 28, "particle_kineto": 12}
+    # every fold's inner-validation slice is about a quarter of it, never all of it
+    inner = Counter(plan.fold_of(e["file"]).name for e in catalog
+                    if plan.fold_of(e["file"]).inner(e["file"]))
+    assert inner == {"tracelens_zoology": 10, "hta_param": 7, "particle_kineto": 4}
+    # a repository never spans two folds
+    by_repo: dict[str, set[str]] = {}
+    for e in catalog:
+        by_repo.setdefault(e["repo"], set()).add(plan.fold_of(e["file"]).name)
+    assert all(len(f) == 1 for f in by_repo.values())
+
+
+# -- fold views ----------------------------------------------------------------------------
+
+def test_views_hold_each_fold_out_once(tiny, tmp_path):
+    dataset, plan_path = tiny
+    plan = FoldPlan.read(plan_path)
+    entries, a = dataset_assignment(dataset, plan)
+    views = write_views(dataset, plan, tmp_path / "views")
+    held = Counter()
+    for fold, view in views.items():
+        v = {e.id: e for e in read_manifest(view)}
+        assert set(v) == {e.id for e in entries}
+        for e in entries:
+            expect = HELD_OUT if a.fold[e.id] == fold else \
+                "validation" if a.inner[e.id] else "train"
+            assert v[e.id].split == expect, (fold, e.id)
+        held.update(i for i, e in v.items() if e.split == HELD_OUT)
+        # the traces are the dataset's, linked, not copied
+        assert (view / "traces").is_symlink()
+        assert all((view / e.path).is_file() for e in v.values())
+    assert set(held) == {e.id for e in entries} and set(held.values()) == {1}
+    # the DLRM job's two ranks and the HTA traces sit in one fold
+    assert {a.fold[e.id] for e in entries if "worker" in e.id} == {"meta"}
+
+
+# -- traceap eval --folds ------------------------------------------------------------------
+
+def test_eval_over_folds_scores_every_trace_once_with_the_rules(tiny, tmp_path):
+    """`--detectors expert` needs no fold models: per fold and pooled, per pattern."""
+    dataset, plan = tiny
+    out = tmp_path / "out"
+    r = cli("eval", "--dataset", dataset, "--folds", plan, "--detectors", "expert",
+            "--windows", "50", "--out", out)
+    assert r.exit_code == 0, r.output
+    s = orjson.loads((out / "eval.json").read_bytes())
+    assert s["schema"] == "traceap.eval-folds/v1"
+    n = len(read_manifest(dataset))
+    assert [f["n_traces"] for f in s["folds"].values()] == [10, 3, 3]
+    assert sum(f["n_traces"] for f in s["folds"].values()) == n
+    assert len((out / "scores.jsonl").read_text().splitlines()) == n
+    pooled = s["pooled"]["by_pattern"]["50"]["expert"]
+    assert set(pooled) >= {"single_process_dataloading", "no_pin_memory"}
+    assert all(0.0 <= x["auc"] <= 1.0 and x["n_windows"] > 0 for x in pooled.values())
+    assert s["folds"]["amd"]["eval"]["by_pattern"]["50"]["expert"]["no_pin_memory"]["n_windows"] > 0
+    acc = s["pooled"]["classification"]["offline"]["50"]["by_pattern"]
+    assert acc["single_process_dataloading"]["n_windows"] == \
+        pooled["single_process_dataloading"]["n_windows"]
+    md = (out / "eval.md").read_text()
+    assert "| Pattern | meta | amd | kin | pooled |" in md
+    assert "Expert rules: window AUC (%) per pattern" in md
+
+
+def test_eval_over_folds_reads_each_folds_model_and_stack(tiny, tmp_path):
+    """model and hybrid come from DIR/<fold>/model.pt and hybrid.json (here the shipped ones)."""
+    dataset, plan = tiny
+    models = tmp_path / "models"
+    for fold in ("meta", "amd", "kin"):
+        (models / fold).mkdir(parents=True)
+        shutil.copyfile(REPO / "src" / "traceap" / "data" / "model.pt", models / fold / "model.pt")
+        shutil.copyfile(REPO / "src" / "traceap" / "data" / "hybrid.json",
+                        models / fold / "hybrid.json")
+    r = cli("eval", "--dataset", dataset, "--folds", plan, "--fold-models", models,
+            "--detectors", "expert,model,hybrid", "--windows", "50", "--classifier", "",
+            "--json")
+    assert r.exit_code == 0, r.output
+    s = orjson.loads(r.stdout[r.stdout.index("{"):])
+    assert s["pooled"]["detectors"] == ["expert", "model", "hybrid"]
+    assert set(s["pooled"]["by_pattern"]["50"]["hybrid"]) >= {"no_pin_memory"}
+    (models / "kin" / "hybrid.json").unlink()
+    r = cli("eval", "--dataset", dataset, "--folds", plan, "--fold-models", models,
+            "--detectors", "hybrid", "--windows", "50")
+    assert r.exit_code == 2 and "kin/hybrid.json" in r.output, r.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--detectors", "model"), "needs --fold-models"),
+    (("--fold-models", "nowhere"), "--fold-models: no folder"),
+    (("--model", "x.pt"), "--model does not go with --folds"),
+    (("--fold", "nope"), "--fold: no fold 'nope'"),
+    (("--classifier", "offline+model"), "offline+model with --folds needs --fold-models"),
+])
+def test_eval_over_folds_bad_options(tiny, args, says):
+    dataset, plan = tiny
+    r = cli("eval", "--dataset", dataset, "--folds", plan, "--windows", "50", *args)
+    assert r.exit_code == 2, r.output
+    assert says in r.output and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("plan, says", [
+    (TINY_FOLDS.replace('["AMD-AGI__TraceLens/*"]', '["AMD-AGI__TraceLens/*", "*kineto*"]'),
+     "is in two folds (amd, kin)"),
+    (TINY_FOLDS.replace('"pytorch__kineto/*"]\n    inner', '"nothing/*"]\n    inner'),
+     "kineto2021_v100.json.gz is in no fold"),
+    ("splits: {train: ['*']}\n", "needs a 'folds' mapping"),
+    ("folds:\n  only:\n    sources: ['*']\n", "at least two folds"),
+    ("folds:\n  a:\n    inner_validation: ['*']\n  b:\n    sources: ['*']\n",
+     "give its sources"),
+    (TINY_FOLDS + "  extra:\n    sources: ['gone/*']\n", "fold 'extra' holds no trace"),
+    ("folds: [unclosed\n", "cannot read the fold plan"),
+])
+def test_a_bad_fold_plan_is_one_line_and_exit_2(tiny, tmp_path, plan, says):
+    dataset, _ = tiny
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan)
+    r = cli("eval", "--dataset", dataset, "--folds", path, "--detectors", "expert")
+    assert r.exit_code == 2, r.output
+    assert says in r.output and len(r.output.strip().splitlines()) == 1
+    with pytest.raises(DatasetError):
+        dataset_assignment(dataset, FoldPlan.read(path))
+
+
+def test_fold_models_keeps_the_held_out_fold_out_of_training_and_pretraining(tiny, tmp_path):
+    """benchmarks/fold_models.py --dry-run: the commands of one fold, on its view; the
+    pretraining view (--ssl) holds every trace but the held-out fold's."""
+    import subprocess
+
+    dataset, plan = tiny
+    out = tmp_path / "models"
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"),
+                        "--dataset", str(dataset), "--folds", str(plan), "--out", str(out),
+                        "--fold", "amd", "--windows", "50", "--ssl", "10", "--every-source",
+                        "--dry-run"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert r.returncode == 0, r.stderr
+    steps = [line for line in r.stdout.splitlines() if line.startswith("+ ")]
+    assert [s.split(" traceap ")[1].split()[0:2] for s in steps] == \
+        [["train", "--dataset"], ["eval", "--dataset"], ["ship", "model"], ["ship", "stack"]] * 2
+    assert f"--val {out}/views/amd" in steps[0] and f"--pretrain-on {out}/views/amd-pretrain" in steps[0]
+    assert "--split validation" in steps[1] and "--split validation" in steps[3]
+    held = {e.id for e in read_manifest(out / "views" / "amd") if e.split == HELD_OUT}
+    pre = {e.id for e in read_manifest(out / "views" / "amd-pretrain")}
+    assert held and not held & pre
+    assert pre | held == {e.id for e in read_manifest(dataset)}
+    # the shipped model's view: every source, inner-validation slices for its choices
+    every = Counter(e.split for e in read_manifest(out / "views" / "every_source"))
+    assert set(every) == {"train", "validation"} and sum(every.values()) == len(pre | held)
+    assert f"--out {out}/every_source/train.pt" in steps[4]
