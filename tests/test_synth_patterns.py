@@ -318,10 +318,11 @@ def test_no_channels_last_switch_marks_the_transposes_the_rule_measures(tmp_path
     """Beyond the paper: NCHW convolutions wrapped in cuDNN transposes, marked as busy time."""
     from traceap.analysis import analyze
     from traceap.measures.layout import conv_transpose_rows
+    from traceap.measures.signals import steady_rows
     tr, res = _run(tmp_path, "no_channels_last", dt="bf16", channels_last=True)
     marks = _intervals(res, "no_channels_last")
-    rows = conv_transpose_rows(tr)
-    assert len(marks) == len(rows) > 0
+    rows = steady_rows(tr, conv_transpose_rows(tr))  # the first step is warm-up: not marked
+    assert len(marks) == len(rows) > 0 and len(conv_transpose_rows(tr)) > len(rows)
     lost = sum(b - a for a, b in marks)
     a = analyze(tr, detector="expert")
     f = next(f for f in a.findings if f.pattern == "no_channels_last")

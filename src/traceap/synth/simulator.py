@@ -200,12 +200,15 @@ class _Run(HostOps, DataLoading, Forward, CompiledRegions, LossAndSyncs, Backwar
 
     def _mark_busy(self) -> None:
         """Mark the kernels of the busy-but-slow patterns switched on (`RunConfig.busy_marks`):
-        their time is the pattern's ground truth."""
+        their time is the pattern's ground truth, from the second profiler step on when there
+        are two or more (the first is warm-up: `traceap.measures.signals.steady_from`, where the
+        rules and natural labels start too)."""
         import re
+        first = self.step_spans[1][0] if len(self.step_spans) >= 2 else -np.inf
         for pattern, names in self.cfg.busy_marks:
             rx = re.compile(names)
             for ev in self.eng.events:
-                if ev.get("cat") == "kernel" and rx.search(ev["name"]):
+                if ev.get("cat") == "kernel" and ev["ts"] >= first and rx.search(ev["name"]):
                     self.eng.mark(pattern, ev["ts"], ev["ts"] + ev["dur"])
 
     def train_step(self) -> None:
