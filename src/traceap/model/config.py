@@ -216,4 +216,5 @@ def preset(name: str) -> ModelConfig:
         raise ValueError(f"unknown model config {name!r} (choose from {', '.join(PRESETS)})") from None
 
 
-__all__ = ["ABLATIONS", "LEGACY_HEAD_PATTERNS", "ModelConfig", "PRESETS", "TRAINING_FIELDS", "preset"]
+__all__ = ["ABLATIONS", "LEGACY_HEAD_PATTERNS", "ModelConfig", "PRESETS", "TRAINING_FIELDS",
+           "preset"]
