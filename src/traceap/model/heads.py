@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 
-
 class PatternHead(nn.Module):
     """Fused window features [B, N, D] -> per-window pattern logits [B, N, P], one column per
     pattern of the config's `head_patterns`."""
