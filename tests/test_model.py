@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from traceap.manifest import read_manifest, trace_path
-from traceap.patterns import PAPER
+from traceap.patterns import PAPER, pattern_ids
 from traceap.errors import ModelError
 from traceap.load import load
 from traceap.model import ModelConfig, Predictor, create_model, load_model, preset, save_model
@@ -28,7 +28,10 @@ from traceap.windows import Windows
 
 from .conftest import CNN
 
-PATTERNS = PAPER  # what the pattern head predicts: the paper's eight (model.config.HEAD_PATTERNS)
+#: What a new model's pattern head predicts: every registered pattern (config.head_patterns ());
+#: the bundled checkpoint, written before the config named its head, predicts the paper's eight.
+PATTERNS = pattern_ids()
+BUNDLED_HEAD = PAPER
 
 TINY = replace(preset("small"), d=16, layers=1, heads=2, max_events=16, windows=(20,),
                dropout=0.0, platform_dropout=0.0, lr=3e-3)
@@ -406,7 +409,7 @@ def test_bundled_model_scores_the_sample_under_a_second(sample_windows):
     assert elapsed < 1.0
     assert scores.shape == (100,) and ((scores >= 0) & (scores <= 1)).all()
     probs = det.pattern_probabilities(fresh)
-    assert set(probs) == set(PATTERNS) and all(p.shape == (100,) for p in probs.values())
+    assert list(probs) == list(BUNDLED_HEAD) and all(p.shape == (100,) for p in probs.values())
 
 
 def test_model_detector_flags_at_its_checkpoints_calibrated_threshold(tmp_path):
@@ -431,6 +434,113 @@ def test_model_detector_flags_at_its_checkpoints_calibrated_threshold(tmp_path):
     scores = np.array([w.score for w in a.windows])
     assert [w.flagged for w in a.windows] == (scores >= low_t).tolist()
     assert (scores >= low_t).sum() > (scores >= shipped.threshold).sum()
+
+
+# -- the pattern head's list: part of the config and the checkpoint (issue #35) ---------------
+def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """The real CLI entry point (errors: one line, exit 2): (exit code, stdout, stderr)."""
+    from traceap.cli import main
+    monkeypatch.setattr(sys, "argv", ["traceap", *map(str, args)])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def planted_new(tmp_path_factory):
+    """A train split of three real traces of tests/data and the plants of two patterns beyond
+    the paper in them (`traceap inject --patterns unfused_optimizer,no_pin_memory`)."""
+    from typer.testing import CliRunner
+
+    from traceap.cli import app
+    from .conftest import DATA
+    out = tmp_path_factory.mktemp("planted") / "ds"
+    res = CliRunner().invoke(app, ["inject", str(DATA / "amd_mi250_train.json.gz"),
+                                   str(DATA / "kineto2021_v100.json.gz"),
+                                   str(DATA / "particle_transformer_bs8.json.gz"),
+                                   "--patterns", "unfused_optimizer,no_pin_memory",
+                                   "--split", "train", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    planted = {p for e in read_manifest(out) for p in e.patterns}
+    assert planted == {"unfused_optimizer", "no_pin_memory"}
+    return out
+
+
+def _train_tiny(monkeypatch, capsys, dataset, out, *extra) -> tuple[int, str, str]:
+    return _cli(monkeypatch, capsys, "train", "--dataset", dataset, "--out", out,
+                "--epochs", "1", "--steps-per-epoch", "2", "--windows", "20",
+                "--cache", out.parent / "feat", "--set", "d=16", "--set", "layers=1",
+                "--set", "heads=2", "--set", "max_events=16", "--overwrite", *extra)
+
+
+def test_a_new_model_names_every_registered_pattern(planted_new, tmp_path, monkeypatch, capsys):
+    """`traceap train` builds the pattern head over every registered pattern (the sixteen, not
+    the paper's eight), trains it on targets over that list (a planted unfused_optimizer is a
+    target of its own column) and stores the list in the checkpoint: predictions have a column
+    per pattern and the model detector's pattern head names them, in order."""
+    from traceap.detectors.learned import LearnedDetector
+    assert len(PATTERNS) == 16 and set(PAPER) < set(PATTERNS)
+    path = tmp_path / "m.pt"
+    code, _, err = _train_tiny(monkeypatch, capsys, planted_new, path)
+    assert code == 0, err
+    ckpt = load_model(path)
+    assert ckpt.config.head_patterns == PATTERNS
+    assert list(torch.load(path, weights_only=True)["config"]["head_patterns"]) == list(PATTERNS)
+    bad = next(e for e in read_manifest(planted_new) if e.patterns == ["unfused_optimizer"])
+    w = Windows(load(trace_path(planted_new, bad)), 20)
+    pred = Predictor(path).predict(w)
+    assert pred.patterns.shape == (20, 16)
+    head = LearnedDetector(path).pattern_head(w)
+    assert list(head) == list(PATTERNS) and all(p.shape == (20,) for p in head.values())
+    assert np.array_equal(head["unfused_optimizer"],
+                          np.clip(pred.patterns[:, PATTERNS.index("unfused_optimizer")], 0, 1))
+    # the targets follow the model's list: the new pattern has its column
+    entries = read_manifest(planted_new)
+    feats = featurize_entries(planted_new, entries, (20,), ckpt.config, tmp_path / "feat")
+    x = next(x for x in examples_from(entries, feats, with_window_labels=True,
+                                      patterns=ckpt.config.head_patterns) if x.id == bad.id)
+    col = PATTERNS.index("unfused_optimizer")
+    assert x.patterns.tolist() == [float(i == col) for i in range(16)]
+    assert x.window_patterns[20][:, col].any() and x.window_patterns[20].sum(0)[col] == \
+        x.window_patterns[20].sum()
+
+
+def test_head_patterns_is_a_setting_and_ensembles_share_it(planted_new, tmp_path, monkeypatch,
+                                                           capsys):
+    """`--set head_patterns=a,b` trains a head over those patterns only; an unknown id is one
+    line, exit 2; checkpoints whose heads differ do not join an ensemble (one line, exit 2),
+    and the bundled checkpoint, which names no list, loads with the paper's eight."""
+    from traceap.detectors.learned import LearnedDetector
+    two = tmp_path / "two.pt"
+    code, _, err = _train_tiny(monkeypatch, capsys, planted_new, two, "--set",
+                               "head_patterns=unfused_optimizer,no_pin_memory")
+    assert code == 0, err
+    assert load_model(two).config.head_patterns == ("unfused_optimizer", "no_pin_memory")
+    w = Windows(load(CNN), 20)
+    assert Predictor(two).predict(w).patterns.shape == (20, 2)
+    assert list(LearnedDetector(two).pattern_head(w)) == ["unfused_optimizer", "no_pin_memory"]
+
+    code, _, err = _train_tiny(monkeypatch, capsys, planted_new, tmp_path / "no.pt", "--set",
+                               "head_patterns=unfused_optimizer,fast_path")
+    assert code == 2 and "unknown pattern 'fast_path' in head_patterns" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "no.pt").exists()
+
+    every = tmp_path / "every.pt"
+    assert _train_tiny(monkeypatch, capsys, planted_new, every)[0] == 0
+    code, _, err = _cli(monkeypatch, capsys, "ship", "ensemble", every, two,
+                        "--out", tmp_path / "ens.pt")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "pattern head names 2 patterns" in err and "16" in err
+    assert not (tmp_path / "ens.pt").exists()
+
+    bundled = load_model()
+    assert "head_patterns" not in torch.load(bundled.path, weights_only=True)["config"]
+    assert bundled.config.head_patterns == BUNDLED_HEAD
+    assert list(LearnedDetector().pattern_head(w)) == list(BUNDLED_HEAD)
 
 
 # -- self-supervised pretraining --------------------------------------------------------------

@@ -16,7 +16,6 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from ..model.config import HEAD_PATTERNS
 from ..trace import Trace
 from ..windows import Windows
 from .base import BaseDetector, clip01
@@ -62,9 +61,10 @@ class LearnedDetector(BaseDetector):
         return self.pattern_probabilities
 
     def pattern_probabilities(self, windows: Windows) -> dict[str, np.ndarray]:
-        """Per pattern id: per-window probability from the learned pattern head."""
+        """Per pattern id the checkpoint's head names (`config.head_patterns`): per-window
+        probability from the learned pattern head."""
         probs = self._predict(windows).patterns
-        return {p: clip01(probs[:, i]) for i, p in enumerate(HEAD_PATTERNS)}
+        return {p: clip01(probs[:, i]) for i, p in enumerate(self.predictor.head_patterns)}
 
     def __repr__(self) -> str:
         return f"LearnedDetector({str(self.predictor.checkpoint.path)!r})"

@@ -5,7 +5,7 @@ anomalies are known and the config asks, `w_window`), plus a pattern head.
     from traceap.model import load_model, Predictor, train
     predictor = Predictor()                      # the checkpoint shipped with traceap
     pred = predictor.predict(traceap.windows.Windows(trace, 100))
-    pred.scores, pred.patterns                   # [N], [N, 8]
+    pred.scores, pred.patterns                   # [N], [N, P]: predictor.head_patterns
 
 Names are imported on first use: scoring (`Predictor`) runs on numpy and must not pay for
 importing torch, which the network, training and losses need.

@@ -15,6 +15,7 @@ import os
 import pickle
 import zipfile
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -122,10 +123,14 @@ def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
     runs = member_runs(obj)
     for m in members:
         other = torch.load(m, weights_only=True)
+        heads = [_head_of(c) for c in (obj, other)]
+        if heads[0] != heads[1]:   # averaged pattern logits must name the same patterns
+            raise ModelError(f"{m}: cannot join {path} in an ensemble "
+                             f"({_head_difference(*heads, str(path))})")
         for key in ("config", "platforms", "encoder_id"):
             mine, theirs = obj.get(key), other.get(key)
             if key == "config":   # seeds, losses and schedules may differ: the network may not
-                mine, theirs = ({k: v for k, v in c.items() if k not in TRAINING_FIELDS}
+                mine, theirs = ({k: v for k, v in _network(c).items() if k not in TRAINING_FIELDS}
                                 for c in (mine, theirs))
             if theirs != mine:
                 raise ModelError(f"{m}: cannot join {path} in an ensemble (its {key} differs)")
@@ -143,6 +148,26 @@ def add_members(path: str | os.PathLike, members: list[str | os.PathLike],
     torch.save(obj, tmp)
     os.replace(tmp, out)
     return out
+
+
+def _network(config: dict) -> dict:
+    """A checkpoint's stored config with every field present (older checkpoints lack the
+    fields added since: their defaults, and the legacy pattern head), so that two are compared
+    by what they mean."""
+    return ModelConfig.from_dict(config).to_dict()
+
+
+def _head_of(obj: dict) -> tuple[str, ...]:
+    """The pattern ids of a checkpoint object's pattern head."""
+    return ModelConfig.from_dict(obj.get("config", {})).with_head().head_patterns
+
+
+def _head_difference(mine: Sequence[str], theirs: Sequence[str], name: str) -> str:
+    """How another checkpoint's pattern head differs from that of `name`, in a few words."""
+    if len(mine) != len(theirs):
+        return f"its pattern head names {len(theirs)} patterns, that of {name} {len(mine)}"
+    i = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
+    return f"output {i + 1} of its pattern head is {theirs[i]}, that of {name} {mine[i]}"
 
 
 #: What `member_runs` keeps of each member's training record.
@@ -249,7 +274,7 @@ def load_model(path: str | os.PathLike | None = None) -> Checkpoint:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise ModelError(f"{path}: not a traceap model checkpoint (expected {FORMAT})")
     try:
-        cfg = ModelConfig.from_dict(obj["config"])
+        cfg = ModelConfig.from_dict(obj["config"]).with_head()
         state = {k: np.asarray(v) for k, v in obj["state_dict"].items()}
         members = [{k: np.asarray(v) for k, v in m.items()} for m in obj.get("members", [])]
         table = dict(zip(obj["names"], np.asarray(obj["name_embeddings"])))

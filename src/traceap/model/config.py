@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from ..patterns import PAPER
+from ..patterns import PAPER, is_pattern, pattern_ids
 
-#: The pattern ids the pattern head predicts, one output each, in order: the paper's eight, as
-#: the shipped checkpoints were trained.  The built-in patterns beyond the paper, and any pattern
-#: registered at run time, have no output (the rules name them); giving them one needs a
-#: retrained checkpoint.
-HEAD_PATTERNS: tuple[str, ...] = PAPER
+#: The pattern head of a checkpoint whose config names none (`head_patterns` missing: written
+#: before the head's list was part of the config, the bundled `data/model.pt` among them): the
+#: paper's eight, the patterns those checkpoints were trained on.
+LEGACY_HEAD_PATTERNS: tuple[str, ...] = PAPER
 
 #: Paper Table 5's switches, plus `names_masked` (every event nameless: does the detector lean
 #: on names only the simulator ties to a pattern?).
@@ -66,6 +65,11 @@ class ModelConfig:
     host_events: int = 0          # beyond the paper: also feed each window's dominant host events
     #                               (CPU ops, annotations, runtime calls; features.host_pick)
     platform_embedding: bool = True  # False: one shared "unknown" platform for every trace
+    # -- pattern head (beyond the paper) ----------------------------------------------------
+    head_patterns: tuple[str, ...] = ()  # pattern ids the head names, one output each, in
+    #                               order; () = every registered pattern (`pattern_ids()`),
+    #                               fixed when a model is built (`with_head`); checkpoints
+    #                               store the list (LEGACY_HEAD_PATTERNS where they do not)
     # -- ablations (paper Table 5) ----------------------------------------------------------
     no_event_adapter: bool = False
     no_transformer: bool = False
@@ -111,15 +115,22 @@ class ModelConfig:
         """Window embedding width, D = 2d."""
         return 2 * self.d
 
+    def with_head(self) -> "ModelConfig":
+        """This config with its pattern head's list explicit: () becomes every pattern
+        registered now (what a new model is built and trained on, and what its checkpoint
+        stores)."""
+        return self if self.head_patterns else replace(self, head_patterns=pattern_ids())
+
     def to_dict(self) -> dict:
         """Plain dict (tuples as lists) for checkpoints."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
-        """Inverse of `to_dict`; unknown keys are ignored, missing ones take defaults."""
+        """Inverse of `to_dict`; unknown keys are ignored, missing ones take defaults, except
+        a missing `head_patterns`: LEGACY_HEAD_PATTERNS, the head older checkpoints have."""
         known = {f.name: f for f in fields(cls)}
-        kw = {}
+        kw = {"head_patterns": LEGACY_HEAD_PATTERNS}
         for k, v in data.items():
             if k in known:
                 kw[k] = tuple(v) if isinstance(v, list) else v
@@ -134,7 +145,8 @@ class ModelConfig:
         return replace(self, **{n: True for n in names})
 
     def with_overrides(self, pairs) -> "ModelConfig":
-        """A copy with "key=value" settings applied (values parsed by the field's type)."""
+        """A copy with "key=value" settings applied (values parsed by the field's type; a
+        tuple is comma-separated: integers, or pattern ids for `head_patterns`)."""
         types = {f.name: type(getattr(self, f.name)) for f in fields(self)}
         kw = {}
         for pair in pairs:
@@ -143,6 +155,9 @@ class ModelConfig:
             if not sep or key not in types:
                 raise ValueError(f"bad setting {pair!r} (expected key=value with a config field)")
             typ = types[key]
+            if key == "head_patterns":
+                kw[key] = _pattern_list(value)   # its own message: which id is unknown
+                continue
             try:
                 if typ is bool:
                     kw[key] = value.strip().lower() in ("1", "true", "yes", "on")
@@ -169,6 +184,8 @@ class ModelConfig:
             raise ValueError("summary_absolute and summary_relative cannot both be off")
         if self.batch_size < 2 or self.batch_size % 2:
             raise ValueError("batch_size must be even (good/bad pairs)")
+        if len(set(self.head_patterns)) != len(self.head_patterns):
+            raise ValueError("head_patterns names a pattern twice")
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -180,6 +197,17 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+def _pattern_list(value: str) -> tuple[str, ...]:
+    """`head_patterns` from a setting: comma-separated registered pattern ids (none: every
+    registered pattern).  Raises ValueError naming an unknown id."""
+    ids = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [p for p in ids if not is_pattern(p)]
+    if bad:
+        raise ValueError(f"unknown pattern {bad[0]!r} in head_patterns "
+                         f"(choose from {', '.join(pattern_ids())})")
+    return ids
+
+
 def preset(name: str) -> ModelConfig:
     """The named config ("paper" or "small")."""
     try:
@@ -188,4 +216,5 @@ def preset(name: str) -> ModelConfig:
         raise ValueError(f"unknown model config {name!r} (choose from {', '.join(PRESETS)})") from None
 
 
-__all__ = ["ABLATIONS", "ModelConfig", "PRESETS", "TRAINING_FIELDS", "preset"]
+__all__ = ["ABLATIONS", "LEGACY_HEAD_PATTERNS", "ModelConfig", "PRESETS", "TRAINING_FIELDS",
+           "preset"]

@@ -12,13 +12,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import HEAD_PATTERNS
-
 
 class PatternHead(nn.Module):
-    """Fused window features [B, N, D] -> per-window pattern logits [B, N, len(HEAD_PATTERNS)]."""
+    """Fused window features [B, N, D] -> per-window pattern logits [B, N, P], one column per
+    pattern of the config's `head_patterns`."""
 
-    def __init__(self, dim: int, n_patterns: int = len(HEAD_PATTERNS)):
+    def __init__(self, dim: int, n_patterns: int):
         super().__init__()
         self.head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim), nn.GELU(),
                                   nn.Linear(dim, n_patterns))

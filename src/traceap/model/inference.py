@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..errors import ModelError
-from .config import HEAD_PATTERNS, ModelConfig
+from .config import ModelConfig
 from .features import UNKNOWN_PLATFORM, summary_dim
 from .ops import gelu, layer_norm, linear, relu, sigmoid, softmax_
 
@@ -287,6 +287,7 @@ class InferenceModel:
     """net.TraceAPModel in eval mode: batch (`features.batch_arrays`) -> scores, pattern logits."""
 
     def __init__(self, cfg: ModelConfig, platforms: list[str], state: dict[str, np.ndarray]):
+        cfg = cfg.with_head()   # as net.TraceAPModel (a checkpoint's config names its list)
         if not platforms or platforms[0] != UNKNOWN_PLATFORM:  # as net.TraceAPModel
             platforms = [UNKNOWN_PLATFORM] + [p for p in platforms if p != UNKNOWN_PLATFORM]
         if not cfg.platform_embedding:
@@ -299,7 +300,7 @@ class InferenceModel:
         p = w.sub("patterns.head.")
         self.pattern_norm = p.norm("0", cfg.D)
         self.pattern_hidden = p.linear("1", cfg.D, cfg.D)
-        self.pattern_out = p.linear("3", cfg.D, len(HEAD_PATTERNS))
+        self.pattern_out = p.linear("3", cfg.D, len(cfg.head_patterns))
 
     def platform_id(self, name: str) -> int:
         """Index of a platform in the table (0 = unknown / unseen)."""

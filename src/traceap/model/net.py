@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import HEAD_PATTERNS, ModelConfig, preset
+from .config import ModelConfig, preset
 from .event_encoder import EventEncoder
 from .features import UNKNOWN_PLATFORM, TraceFeatures, batch_arrays, summary_dim
 from .heads import PatternHead, SVMHyperplane
@@ -23,6 +23,7 @@ class TraceAPModel(nn.Module):
 
     def __init__(self, cfg: ModelConfig, platforms: list[str]):
         super().__init__()
+        cfg = cfg.with_head()   # the head's pattern list fixed now: the checkpoint stores it
         if not platforms or platforms[0] != UNKNOWN_PLATFORM:
             platforms = [UNKNOWN_PLATFORM] + [p for p in platforms if p != UNKNOWN_PLATFORM]
         if not cfg.platform_embedding:  # every trace gets the one "unknown" platform
@@ -32,7 +33,7 @@ class TraceAPModel(nn.Module):
         self.events = EventEncoder(cfg)
         self.windows = WindowEncoder(cfg, len(self.platforms), summary_dim(cfg))
         self.relation = WindowToWindow(cfg)
-        self.patterns = PatternHead(cfg.D, len(HEAD_PATTERNS))
+        self.patterns = PatternHead(cfg.D, len(cfg.head_patterns))
         self.svm = SVMHyperplane(cfg.D)
 
     def platform_id(self, name: str) -> int:
@@ -44,7 +45,7 @@ class TraceAPModel(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """batch (see `collate`) -> logits [B, N], scores [B, N], emb [B, N, D],
-        pattern_logits [B, N, P], svm_margin [B, N]."""
+        pattern_logits [B, N, P] (P = len(cfg.head_patterns)), svm_margin [B, N]."""
         e_event = self.events(batch)
         e_win = self.windows(e_event, batch)
         feat, logits = self.relation(e_win)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import HEAD_PATTERNS
 from ..windows import Windows
 from .checkpoint import Checkpoint, load_model
 from .features import TraceFeatures, batch_arrays, featurize
@@ -27,7 +26,7 @@ class Prediction:
     """Model outputs for one trace's windows."""
 
     scores: np.ndarray     # float64 [N] in [0, 1]
-    patterns: np.ndarray   # float64 [N, len(HEAD_PATTERNS)] in [0, 1]
+    patterns: np.ndarray   # float64 [N, P] in [0, 1], a column per `Predictor.head_patterns`
 
 
 class Predictor:
@@ -54,6 +53,11 @@ class Predictor:
     def cfg(self):
         """The model's config."""
         return self.checkpoint.config
+
+    @property
+    def head_patterns(self) -> tuple[str, ...]:
+        """The pattern ids of the pattern head's columns (`Prediction.patterns`), in order."""
+        return self.cfg.head_patterns
 
     def featurize(self, windows: Windows) -> TraceFeatures:
         """Model inputs of these windows."""

@@ -31,9 +31,10 @@ import torch
 
 from ..manifest import Entry, read_manifest, trace_path
 from ..errors import DatasetError
+from ..patterns import pattern_ids
 from ..progress import track
 from .checkpoint import save_model
-from .config import HEAD_PATTERNS, ModelConfig, preset
+from .config import ModelConfig, preset
 from .features import FeatureWork, TraceFeatures, featurize_trace
 from .losses import total_loss, trace_score
 from .pretrain import pretrain
@@ -148,12 +149,15 @@ def window_labels_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
     return y
 
 
-def window_patterns_of(entry: Entry, feats: TraceFeatures) -> np.ndarray:
-    """[N, P] float32: 1 where a window overlaps an anomaly of that pattern."""
-    y = np.zeros((feats.n_windows, len(HEAD_PATTERNS)), dtype=np.float32)
+def window_patterns_of(entry: Entry, feats: TraceFeatures,
+                       patterns: Sequence[str] | None = None) -> np.ndarray:
+    """[N, P] float32: 1 where a window overlaps an anomaly of that pattern, a column per id of
+    `patterns` (the model's `head_patterns`; None: every registered pattern)."""
+    patterns = tuple(pattern_ids() if patterns is None else patterns)
+    y = np.zeros((feats.n_windows, len(patterns)), dtype=np.float32)
     for a, hit in _anomaly_hits(entry, feats):
-        if a.pattern in HEAD_PATTERNS:
-            y[hit, HEAD_PATTERNS.index(a.pattern)] = 1.0
+        if a.pattern in patterns:
+            y[hit, patterns.index(a.pattern)] = 1.0
     return y
 
 
@@ -164,22 +168,25 @@ def _anomaly_hits(entry: Entry, feats: TraceFeatures):
 
 
 def examples_from(entries: Sequence[Entry], feats: dict[str, dict[int, TraceFeatures]],
-                  group: int = 0, with_window_labels: bool = False) -> list[Example]:
+                  group: int = 0, with_window_labels: bool = False,
+                  patterns: Sequence[str] | None = None) -> list[Example]:
     """Examples: trace label and trace-level patterns (never the anomalies, unless
     `with_window_labels` asks for them: validation and test, or training with `w_window`).  A
     planted trace is linked to its unmodified base (`partner`) when that base is a good trace
-    among the entries."""
+    among the entries.  Pattern targets have a column per id of `patterns`, the model's
+    `head_patterns` (None: every registered pattern, the head of a config that names none)."""
+    patterns = tuple(pattern_ids() if patterns is None else patterns)
     out = []
     base_of = {e.base: i for i, e in enumerate(entries)
                if e.base and e.source == "natural" and not e.is_bad}
     for e in entries:
-        target = np.array([p in e.patterns for p in HEAD_PATTERNS], np.float32) if e.is_bad else \
-            np.zeros(len(HEAD_PATTERNS), np.float32)
+        target = np.array([p in e.patterns for p in patterns], np.float32) if e.is_bad else \
+            np.zeros(len(patterns), np.float32)
         partner = base_of.get(e.base, -1) if e.is_bad and e.source == "injected" else -1
         x = Example(e.id, int(e.is_bad), target, feats[e.id], group, partner, e.source)
         if with_window_labels:
             x.window_labels = {n: window_labels_of(e, f) for n, f in x.feats.items()}
-            x.window_patterns = {n: window_patterns_of(e, f) for n, f in x.feats.items()}
+            x.window_patterns = {n: window_patterns_of(e, f, patterns) for n, f in x.feats.items()}
             x.labels_known = not e.is_bad or bool(e.anomalies)
         out.append(x)
     return out
@@ -427,7 +434,14 @@ def fit(examples: Sequence[Example], cfg: ModelConfig, text_table: dict[str, np.
     `steps_per_epoch` steps (default: enough pairs to show every bad trace, or every good one,
     once).  `on_epoch(model, log)` runs after every epoch (e.g. to save a checkpoint).
     `pretrain_feats`: features of unlabelled traces (per trace, N -> features) for
-    `cfg.pretrain_steps` self-supervised steps before training (`traceap.model.pretrain`)."""
+    `cfg.pretrain_steps` self-supervised steps before training (`traceap.model.pretrain`).
+    The examples' pattern targets must have a column per pattern of the config's head
+    (`examples_from(..., patterns=cfg.with_head().head_patterns)`)."""
+    cfg = cfg.with_head()
+    width = {len(x.patterns) for x in examples}
+    if width - {len(cfg.head_patterns)}:
+        raise ValueError(f"pattern targets of {sorted(width)} columns for a head of "
+                         f"{len(cfg.head_patterns)} patterns (examples_from(..., patterns=))")
     groups = _group_examples(examples, mix)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -485,7 +499,7 @@ def _window_targets(batch: Sequence[Example], n: int
     known = [x.labels_known and n in x.window_labels for x in batch]
     labels = np.stack([x.window_labels[n] if k else np.zeros(n, bool)
                        for x, k in zip(batch, known)])
-    patterns = np.stack([x.window_patterns[n] if k else np.zeros((n, len(HEAD_PATTERNS)), np.float32)
+    patterns = np.stack([x.window_patterns[n] if k else np.zeros((n, len(x.patterns)), np.float32)
                          for x, k in zip(batch, known)])
     return (torch.from_numpy(labels.astype(np.float32)), torch.tensor(known),
             torch.from_numpy(patterns))
@@ -558,6 +572,7 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         cfg = replace(cfg, seed=seed)
     if epochs is not None:
         cfg = replace(cfg, epochs=epochs)
+    cfg = cfg.with_head()   # targets and head over the same patterns, named in the checkpoint
     if mix is not None and len(mix) != len(datasets):
         raise DatasetError(f"--mix gives {len(mix)} weights for {len(datasets)} datasets")
     if cfg.pretrain_steps > 0 and not pretrain_on:
@@ -576,7 +591,8 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
         feats = featurize_entries(ds, entries, cfg.windows, cfg, Path(cache) if cache else None,
                                   workers, ray)
         offset = len(examples)
-        group = examples_from(entries, feats, group=g, with_window_labels=cfg.window_supervised)
+        group = examples_from(entries, feats, group=g, with_window_labels=cfg.window_supervised,
+                              patterns=cfg.head_patterns)
         for x in group:
             x.partner = x.partner + offset if x.partner >= 0 else -1
         examples += group
@@ -588,7 +604,8 @@ def train(dataset: str | os.PathLike | Sequence[str | os.PathLike],
             raise DatasetError(f"{ds}: no validation entries in the manifest")
         feats = featurize_entries(Path(ds), entries, (val_windows,), cfg,
                                   Path(cache) if cache else None, workers, ray)
-        val_sets.append(examples_from(entries, feats, with_window_labels=True))
+        val_sets.append(examples_from(entries, feats, with_window_labels=True,
+                                      patterns=cfg.head_patterns))
     pool = pretrain_pool(pretrain_on, cfg.windows, cfg, Path(cache) if cache else None,
                          workers, ray, log) if pretrain_on else []
     names = sorted(event_names(f for x in examples for f in x.feats.values())
