@@ -263,3 +263,25 @@ def test_fold_models_keeps_the_held_out_fold_out_of_training_and_pretraining(tin
     every = Counter(e.split for e in read_manifest(out / "views" / "every_source"))
     assert set(every) == {"train", "validation"} and sum(every.values()) == len(pre | held)
     assert f"--out {out}/every_source/train.pt" in steps[4]
+
+
+def test_a_view_never_replaces_a_folder_it_did_not_write(tmp_path):
+    """A manifest or a traces link that is not this dataset's view stays as it was."""
+    from traceap.errors import DatasetError
+    from traceap.eval.folds import write_view
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "manifest.jsonl").write_text("my dataset\n")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    with pytest.raises(DatasetError, match="not a fold view"):
+        write_view(mine, [], traces)
+    assert (mine / "manifest.jsonl").read_text() == "my dataset\n"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "traces").symlink_to(tmp_path)
+    with pytest.raises(DatasetError, match="give another folder"):
+        write_view(other, [], traces)
+    assert (other / "traces").resolve() == tmp_path.resolve()
+    view = write_view(tmp_path / "view", [], traces)       # its own view: rewritten
+    assert write_view(view, [], traces) == view

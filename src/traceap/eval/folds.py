@@ -205,12 +205,18 @@ def dataset_assignment(dataset: str | os.PathLike, plan: FoldPlan) -> tuple[list
 def write_view(path: Path, entries: list[Entry], traces: Path) -> Path:
     """A dataset folder: its manifest and a link to the traces (no copies; feature caches are
     keyed by the resolved path, so the views share them)."""
-    link = path / "traces"
-    if link.exists() and not link.is_symlink():
+    link, manifest = path / "traces", path / "manifest.jsonl"
+    # Only a view of this dataset is rewritten: a folder holding anything else named so (a
+    # dataset's own manifest, a link to other traces) is the user's, never replaced.
+    if link.is_symlink():
+        if link.resolve() != traces.resolve():
+            raise DatasetError(f"{link}: a link to {link.resolve()}, not to {traces}: "
+                               f"give another folder")
+    elif link.exists():
         raise DatasetError(f"{link}: exists and is not a link to {traces}")
+    elif manifest.exists():
+        raise DatasetError(f"{manifest}: exists and is not a fold view's: give another folder")
     write_manifest(path, entries)
-    if link.is_symlink() and link.resolve() != traces.resolve():
-        link.unlink()
     if not link.is_symlink():
         os.symlink(traces.resolve(), link)
     return path
