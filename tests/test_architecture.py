@@ -23,8 +23,10 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "traceap"
 #: The layers of docs/ARCHITECTURE.md, lowest first.  A package may import packages of lower
 #: layers only; packages of one layer do not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "units", "progress", "patterns._registry"),  # shared vocabulary (OWN_PACKAGES)
-    ("_torch",),                                     # the one door to torch (train, collect)
+    ("errors", "units", "progress", "patterns._registry",  # shared vocabulary (OWN_PACKAGES);
+     "_auc"),                                        # the one ROC AUC
+    ("_torch", "_registry"),                         # the one door to torch (train, collect);
+                                                     # classes by name (detectors, classifiers)
     ("trace",),                                      # the columnar Trace
     ("load", "windows"),                             # file -> Trace, Trace -> Windows
     ("manifest", "measures", "outputs"),             # pattern ids; shared trace measurements;

@@ -200,6 +200,31 @@ def test_eval_over_folds_reads_each_folds_model_and_stack(tiny, tmp_path):
     assert r.exit_code == 2 and "kin/hybrid.json" in r.output, r.output
 
 
+def test_eval_over_folds_counts_the_warnings_it_does_not_show(tiny, tmp_path):
+    """The terminal shows the first ten warnings and says how many more eval.json holds, with
+    --folds as without (it once dropped the rest without a word)."""
+    dataset, plan = tiny
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    entries, assignment = dataset_assignment(copy, FoldPlan.read(plan))
+    kept = {assignment.fold[e.id]: e for e in entries}        # one trace left in each fold
+    gone = [e for e in entries if e not in kept.values()]
+    assert len(gone) > 10
+    for e in gone:
+        (copy / e.path).unlink()
+    out = tmp_path / "out"
+    r = cli("eval", "--dataset", copy, "--folds", plan, "--detectors", "expert",
+            "--windows", "50", "--classifier", "", "--out", out)
+    assert r.exit_code == 0, r.output
+    saved = orjson.loads((out / "eval.json").read_bytes())["warnings"]
+    missing = [w for w in saved if "is missing" in w]
+    assert len(missing) == len(gone)
+    shown = [ln for ln in r.output.splitlines() if ln.startswith("traceap: warning: ")]
+    assert len(shown) == 11, r.output
+    assert shown[-1] == (f"traceap: warning: ... and {len(saved) - 10} more "
+                         f"(--out lists them all in eval.json)")
+
+
 @pytest.mark.parametrize("args, says", [
     (("--detectors", "model"), "needs --fold-models"),
     (("--fold-models", "nowhere"), "--fold-models: no folder"),

@@ -199,8 +199,8 @@ def toys():
     register_detector("toy", _ToyDetector)
     register_classifier("toyc", _ToyClassifier)
     yield
-    detectors._DETECTORS.pop("toy", None)
-    classifiers._CLASSIFIERS.pop("toyc", None)
+    detectors._DETECTORS.unregister("toy")
+    classifiers._CLASSIFIERS.unregister("toyc")
 
 
 def test_a_detector_and_a_classifier_registered_in_a_test_run_from_the_cli(toys):
@@ -219,7 +219,7 @@ def test_the_built_in_ones_register_from_their_own_modules():
     from traceap.detectors import make_detector, registry as detectors
     for name in ("expert", "rule", "clustering"):
         det = make_detector(name)
-        assert detectors._DETECTORS[name][0] is type(det)
+        assert detectors._DETECTORS.entry(name).cls is type(det)
         assert type(det).__module__ == detectors.BUILTIN[name]
     assert classifiers.BUILTIN["offline"] == "traceap.classify.offline"
 

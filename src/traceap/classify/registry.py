@@ -1,5 +1,5 @@
 """The classifier registry: every classifier registers itself here, and everything builds it by
-name, as detectors do (`traceap.detectors.registry`).
+name, as detectors do (`traceap.detectors.registry`; both are a `traceap._registry.Registry`).
 
 A classifier module ends with `register_classifier(name, Class)`; `make_classifier` builds any
 of them.  The built-in ones are known by name before they are imported (`BUILTIN`: "llm" is
@@ -9,9 +9,7 @@ rebuilt from (name, options) in worker processes (`traceap.parallel`).
 
 from __future__ import annotations
 
-import importlib
-
-from ..errors import TraceapError
+from .._registry import Registry
 from .base import Classifier
 
 #: The built-in classifiers: name -> the module that registers it when imported.
@@ -20,40 +18,26 @@ BUILTIN = {
     "llm": "traceap.classify.llm",
 }
 
-_CLASSIFIERS: dict[str, type] = {}
+_CLASSIFIERS = Registry("classifier", BUILTIN)
 
 
 def register_classifier(name: str, cls: type) -> type:
     """Register a classifier class under `name`; returns it."""
-    old = _CLASSIFIERS.get(name)
-    if old is not None and old.__qualname__ != cls.__qualname__:
-        raise ValueError(f"classifier name {name!r} is registered twice ({old!r}, {cls!r})")
-    _CLASSIFIERS[name] = cls
-    return cls
+    # a classifier learns nothing after its constructor: a worker rebuilds it from its options
+    return _CLASSIFIERS.register(name, cls, built_from_options=True)
 
 
 def classifier_names() -> tuple[str, ...]:
     """Every classifier name: the built-in ones, then any registered later."""
-    return tuple(BUILTIN) + tuple(n for n in _CLASSIFIERS if n not in BUILTIN)
+    return _CLASSIFIERS.names()
 
 
 def make_classifier(name: str, **options) -> Classifier:
     """A classifier by name with constructor options, e.g. "offline" (expert rules) or "llm"."""
     from ..parallel import buildable
 
-    if name not in _CLASSIFIERS and name in BUILTIN:
-        module = BUILTIN[name]
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                raise TraceapError(f"the {name!r} classifier is not available in this "
-                                   f"installation ({module} is missing)") from None
-            raise
-    if name not in _CLASSIFIERS:
-        raise TraceapError(f"unknown classifier {name!r}; choose one of "
-                           f"{', '.join(classifier_names())}")
-    return buildable(_CLASSIFIERS[name](**options), make_classifier, name, options)
+    cls = _CLASSIFIERS.entry(name).cls
+    return buildable(cls(**options), make_classifier, name, options)
 
 
 __all__ = ["BUILTIN", "classifier_names", "make_classifier", "register_classifier"]

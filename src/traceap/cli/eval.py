@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -250,33 +251,48 @@ def eval_(
     result = evaluate(dataset, dets, clfs, config, fit=[n for n in FIT if n in dets],
                       ablation=abl, on_warning=warn, workers=execution.workers,
                       ray=execution.ray)
+
+    def write(summary: dict, out: Path) -> list[Path | None]:
+        paths: list[Path | None] = list(tables.write(summary, out))
+        write_scores(result.records, out / "scores.jsonl")
+        paths.append(out / "scores.jsonl")
+        paths += [plots.roc_curves(result, out, n) for n in config.windows]
+        ids = [x for x in (s.strip() for s in plot_traces.split(",")) if x]
+        try:
+            paths.append(plots.timelines(result, out, n_plot, ids))
+        except KeyError as exc:
+            raise TraceapError(f"--plot-traces: {exc.args[0]}") from None
+        return paths
+
+    _finish(result.summary, warnings, out, owned, tables.out_files(config.windows, n_plot),
+            write, tables.markdown, json_out, "eval.md, eval.json, scores.jsonl and plots")
+
+
+def _finish(summary: dict, warnings: list[str], out: Path | None, owned, planned: list[str],
+            write: Callable[[dict, Path], list[Path | None]], markdown: Callable[[dict], str],
+            json_out: bool, wrote: str) -> None:
+    """The end of `traceap eval`, with --folds or without: how many warnings the terminal did
+    not show; the summary stamped with the commit, the command and every warning; under --out
+    the files `write` writes (in the folder `owned` claimed for `planned`); the JSON or the
+    Markdown on stdout; and the line that says what was written."""
     if len(warnings) > MAX_SHOWN_WARNINGS:
         typer.echo(f"traceap: warning: ... and {len(warnings) - MAX_SHOWN_WARNINGS} more "
                    f"(--out lists them all in eval.json)", err=True)
-    summary = result.summary
     summary["commit"] = commit_of()
     summary["command"] = "traceap " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     summary["warnings"] = warnings
     if out is not None:
-        owned.begin(tables.out_files(config.windows, n_plot))
+        owned.begin(planned)
         with failing_write(out, "--out"):
-            paths = list(tables.write(summary, out))
-            write_scores(result.records, out / "scores.jsonl")
-            paths.append(out / "scores.jsonl")
-            paths += [plots.roc_curves(result, out, n) for n in config.windows]
-            ids = [x for x in (s.strip() for s in plot_traces.split(",")) if x]
-            try:
-                paths.append(plots.timelines(result, out, n_plot, ids))
-            except KeyError as exc:
-                raise TraceapError(f"--plot-traces: {exc.args[0]}") from None
+            paths = write(summary, out)
         for note in owned.finish(Path(p).name for p in paths if p is not None):
             typer.echo(f"traceap: {note}", err=True)
     if json_out:
         typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     else:
-        typer.echo(tables.markdown(summary))
+        typer.echo(markdown(summary))
     if out is not None:
-        typer.echo(f"traceap: wrote {out}/eval.md, eval.json, scores.jsonl and plots", err=True)
+        typer.echo(f"traceap: wrote {out}/{wrote}", err=True)
 
 
 def fold_detectors(names: list[str], explicit: bool, folds: list[str],
@@ -347,22 +363,13 @@ def _eval_folds(dataset: Path, plan_path: Path, only: list[str], fold_models: Pa
     result = evaluate_folds(dataset, plan, dets.__getitem__, config, classifiers_for,
                             only=only, fit=[n for n in FIT if n in det_names], on_warning=warn,
                             workers=execution.workers, ray=execution.ray)
-    summary = dict(result.summary)
-    summary["commit"] = commit_of()
-    summary["command"] = "traceap " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    summary["warnings"] = warnings
-    if out is not None:
-        owned.begin(planned)
-        with failing_write(out, "--out"):
-            (out / "eval.md").write_text(tables.folds_markdown(summary), encoding="utf-8")
-            (out / "eval.json").write_bytes(orjson.dumps(
-                summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-            write_scores(result.pooled.records, out / "scores.jsonl")
-        for note in owned.finish(planned):
-            typer.echo(f"traceap: {note}", err=True)
-    if json_out:
-        typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
-    else:
-        typer.echo(tables.folds_markdown(summary))
-    if out is not None:
-        typer.echo(f"traceap: wrote {out}/eval.md, eval.json and scores.jsonl", err=True)
+
+    def write(summary: dict, out: Path) -> list[Path | None]:
+        (out / "eval.md").write_text(tables.folds_markdown(summary), encoding="utf-8")
+        (out / "eval.json").write_bytes(orjson.dumps(
+            summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        write_scores(result.pooled.records, out / "scores.jsonl")
+        return [out / name for name in planned]
+
+    _finish(dict(result.summary), warnings, out, owned, planned, write, tables.folds_markdown,
+            json_out, "eval.md, eval.json and scores.jsonl")

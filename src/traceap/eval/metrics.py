@@ -10,19 +10,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from sklearn.metrics import accuracy_score, confusion_matrix, roc_auc_score, roc_curve
+from sklearn.metrics import accuracy_score, confusion_matrix, roc_curve
+
+from .._auc import auc  # the one ROC AUC (model training and the detector stack read it too)
 
 #: The label used in confusion matrices for "the classifier named no pattern".
 NO_PATTERN = "none"
-
-
-def auc(y_true: Sequence[bool] | np.ndarray, scores: Sequence[float] | np.ndarray) -> float | None:
-    """Area under the ROC curve in [0, 1]; None when only one class is present (undefined)."""
-    y = np.asarray(y_true, dtype=bool)
-    s = np.asarray(scores, dtype=np.float64)
-    if y.size == 0 or y.all() or not y.any():
-        return None
-    return float(roc_auc_score(y, s))
 
 
 def roc(y_true, scores) -> tuple[np.ndarray, np.ndarray] | None:

@@ -6,5 +6,6 @@
 
 Each module imports its framework (an optional extra: ``pip install 'traceap[integrations]'``);
 ``import traceap`` imports none of them.  The profiling itself is framework-free and lives in
-`traceap.integrations._steps.StepProfiler`.
+`traceap.integrations._steps.StepProfiler`; both callbacks take their constructor and `traces`
+from `_steps.StepsCallback`.
 """

@@ -79,3 +79,20 @@ class StepProfiler:
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.stop()
+
+
+class StepsCallback:
+    """What both frameworks' `TraceapCallback` share: the constructor (the steps, where the
+    files go, and the handler's options) and `traces`.  Mixed in before the framework's own
+    callback class, whose hooks each subclass maps to `profiler.start/step/stop`."""
+
+    def __init__(self, steps: int = 5, out: str | os.PathLike = "traceap", *, skip_first: int = 5,
+                 warmup: int = 1, html: bool = True, windows: int = DEFAULT_WINDOWS, background: bool = True):
+        super().__init__()   # the framework's callback class
+        self.profiler = StepProfiler(StepsConfig(steps, skip_first, warmup), out, html=html,
+                                     windows=windows, background=background)
+
+    @property
+    def traces(self):
+        """The traces written so far (their analyses: `traceap.handler.outputs_of`)."""
+        return self.profiler.handler.traces

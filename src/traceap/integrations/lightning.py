@@ -8,10 +8,7 @@ Works with ``lightning`` (``lightning.pytorch``) or the older ``pytorch_lightnin
 
 from __future__ import annotations
 
-import os
-
-from ..windows import DEFAULT_WINDOWS
-from ._steps import StepProfiler, StepsConfig
+from ._steps import StepsCallback
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -23,22 +20,11 @@ except ImportError:
                           "installed here: pip install 'traceap[integrations]'") from None
 
 
-class TraceapCallback(Callback):
+class TraceapCallback(StepsCallback, Callback):
     """Profile `steps` training batches after `skip_first` untouched ones and `warmup` profiler
     warm-up ones (`traceap.integrations._steps.StepsConfig`); report them with
     `traceap.trace_handler` (`html`, `windows`; the analysis runs in a background process
     unless `background` is False).  Each rank writes its own files."""
-
-    def __init__(self, steps: int = 5, out: str | os.PathLike = "traceap", *, skip_first: int = 5,
-                 warmup: int = 1, html: bool = True, windows: int = DEFAULT_WINDOWS, background: bool = True):
-        super().__init__()
-        self.profiler = StepProfiler(StepsConfig(steps, skip_first, warmup), out, html=html,
-                                     windows=windows, background=background)
-
-    @property
-    def traces(self):
-        """The traces written so far (their analyses: `traceap.handler.outputs_of`)."""
-        return self.profiler.handler.traces
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.profiler.start("traceap's Lightning callback")

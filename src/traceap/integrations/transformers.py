@@ -6,34 +6,21 @@ then the trace, its analysis JSON and HTML report written to `out` and one line 
 
 from __future__ import annotations
 
-import os
-
 try:
     from transformers import TrainerCallback
 except ImportError:
     raise ImportError("traceap.integrations.transformers needs transformers, which is not "
                       "installed here: pip install 'traceap[integrations]'") from None
 
-from ..windows import DEFAULT_WINDOWS
-from ._steps import StepProfiler, StepsConfig
+from ._steps import StepsCallback
 
 
-class TraceapCallback(TrainerCallback):
+class TraceapCallback(StepsCallback, TrainerCallback):
     """Profile `steps` training steps after `skip_first` untouched ones and `warmup` profiler
     warm-up ones (`traceap.integrations._steps.StepsConfig`); report them with
     `traceap.trace_handler` (`html`, `windows`; the analysis runs in a background process
     unless `background` is False).  A step is the Trainer's (one optimizer step: with gradient
     accumulation, several batches).  Each rank writes its own files."""
-
-    def __init__(self, steps: int = 5, out: str | os.PathLike = "traceap", *, skip_first: int = 5,
-                 warmup: int = 1, html: bool = True, windows: int = DEFAULT_WINDOWS, background: bool = True):
-        self.profiler = StepProfiler(StepsConfig(steps, skip_first, warmup), out, html=html,
-                                     windows=windows, background=background)
-
-    @property
-    def traces(self):
-        """The traces written so far (their analyses: `traceap.handler.outputs_of`)."""
-        return self.profiler.handler.traces
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.profiler.start("traceap's Hugging Face callback")

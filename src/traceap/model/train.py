@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._auc import auc
 from ..manifest import Entry, read_manifest, trace_path
 from ..errors import DatasetError
 from ..patterns import pattern_ids
@@ -209,12 +210,6 @@ class TrainLog:
     pretrain_seconds: float = 0.0
 
 
-def _auc(y: np.ndarray, s: np.ndarray) -> float | None:
-    from sklearn.metrics import roc_auc_score
-    y = np.asarray(y, bool)
-    return float(roc_auc_score(y, s)) if 0 < y.sum() < y.size else None
-
-
 def score_examples(model: TraceAPModel, examples: Sequence[Example], n: int,
                    text_table: dict[str, np.ndarray], batch_size: int = 8) -> list[np.ndarray]:
     """Window scores of each example at window count n (eval mode, no gradients)."""
@@ -234,12 +229,12 @@ def validation_metrics(examples: Sequence[Example], scores: Sequence[np.ndarray]
     share of flagged windows on good traces; `score` = the figure epochs are chosen by."""
     y = np.concatenate([x.window_labels[len(s)] for x, s in zip(examples, scores)])
     s = np.concatenate(scores)
-    out = {"window_auc": _auc(y, s)}
+    out = {"window_auc": auc(y, s)}
     nat = [(x, sc) for x, sc in zip(examples, scores) if x.source == "natural"]
     if nat:
-        out["natural_auc"] = _auc(np.concatenate([x.window_labels[len(sc)] for x, sc in nat]),
+        out["natural_auc"] = auc(np.concatenate([x.window_labels[len(sc)] for x, sc in nat]),
                                   np.concatenate([sc for _, sc in nat]))
-    out["trace_auc"] = _auc(np.array([x.label for x in examples]),
+    out["trace_auc"] = auc(np.array([x.label for x in examples]),
                             np.array([sc.max() for sc in scores]))
     good = [sc for x, sc in zip(examples, scores) if x.label == 0]
     out["healthy_flagged"] = float(np.mean([(sc >= threshold).mean() for sc in good])) \
