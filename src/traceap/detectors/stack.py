@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._auc import auc as _auc
 from ..errors import DatasetError
 from ..outputs import failing_write
 from .hybrid import HybridParams
@@ -34,14 +35,6 @@ SHIPPED_RATIO_GRID: tuple[float, ...] = (0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1
 
 #: The combinations `stack_numbers` compares on the split.
 COMBINATIONS = ("model", "expert", "mean", "stack")
-
-
-def _auc(y, s) -> float | None:
-    """ROC AUC, None where only one class is present."""
-    from sklearn.metrics import roc_auc_score
-
-    y = np.asarray(y, bool)
-    return float(roc_auc_score(y, s)) if 0 < y.sum() < y.size else None
 
 
 def check_split(*splits: str) -> None:
