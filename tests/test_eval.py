@@ -232,6 +232,77 @@ def test_classification_accuracy_and_confusion(result):
         assert c["overall"] == pytest.approx(np.trace(m) / total)
 
 
+class FirstAnomaly(Oracle):
+    """Flags only the windows of each trace's first anomaly: the later ones go unflagged."""
+
+    name = "first"
+
+    def score_windows(self, windows) -> np.ndarray:
+        e = self.entry(windows)
+        y = np.zeros(windows.n)
+        for a in e.anomalies[:1]:
+            y[(windows.start_us < a.end_us) & (windows.end_us > a.start_us)] = 1.0
+        return y
+
+
+def test_flagged_accuracy_counts_only_the_windows_the_default_detector_flags(dataset):
+    """Issue #35's accuracy: of the anomalous windows `hybrid` flags, the share named right.
+
+    `hybrid` (the default detector) flags the first anomaly of each bad trace only, so
+    ic_bad's cpu_bound and ig_bad's nccl_compute_no_overlap (both named right by the known
+    classifier) drop out; the object-detection (wrong) and pose-estimation (no answer)
+    windows stay in: the flagged accuracy is below the all-windows one."""
+    r = evaluate(dataset, {"perfect": Oracle(dataset), "hybrid": FirstAnomaly(dataset)},
+                 classifiers={"known": KnownClassifier(dataset)},
+                 config=EvalConfig(windows=WINDOWS), on_warning=lambda m: None)
+    s = r.summary
+    for n in WINDOWS:
+        c = s["classification"]["known"][str(n)]
+        f = c["flagged"]
+        assert f["detector"] == "hybrid"          # the default detector, though not first
+        first = {tid: an[0] for tid, _, split, _, _, an in LAYOUT if an and split != "train"}
+        count = {tid: n_labelled(a, b, n) for tid, (a, b, _) in first.items()}
+        right = count["ic_bad"] + count["ig_bad"]  # od: cpu_bound (wrong); pe: None (wrong)
+        assert f["n_windows"] == sum(count.values())
+        assert f["overall"] == pytest.approx(right / sum(count.values()))
+        assert f["by_pattern"]["no_pin_memory"] == {"accuracy": 1.0,
+                                                    "n_windows": count["ic_bad"]}
+        assert f["by_pattern"]["excessive_memcpy"] == {"accuracy": 0.0,
+                                                       "n_windows": count["od_bad"]}
+        # a pattern whose windows are all unflagged keeps its row, with no windows
+        assert f["by_pattern"]["cpu_bound"] == {"accuracy": None, "n_windows": 0}
+        assert set(f["by_pattern"]) == set(c["by_pattern"])
+        # the same number by hand from the records: flagged & anomalous windows, their calls
+        truth, pred = [], []
+        for rec in r.of(n):
+            anomalous = list(np.flatnonzero(rec.labels))
+            for w in np.flatnonzero(rec.labels & rec.flagged["hybrid"]):
+                truth.append(rec.patterns[w])
+                pred.append(rec.calls["known"][anomalous.index(w)])
+        assert f["n_windows"] == len(truth)
+        assert f["overall"] == pytest.approx(np.mean([t == p for t, p in zip(truth, pred)]))
+        # not the all-windows accuracy (every anomalous window), which stays as it was
+        later = n_labelled(0.6025, 0.6975, n) + n_labelled(0.8025, 0.9975, n)  # unflagged, right
+        assert c["overall"] == pytest.approx((right + later) / (sum(count.values()) + later))
+        assert f["overall"] < c["overall"]
+    md = tables.markdown(s)
+    assert "## Pattern accuracy (%) of the `known` classifier on windows `hybrid` flags" in md
+    bold = [f"**{tables.pct(s['classification']['known'][str(n)]['flagged']['overall'], 1)} "
+            f"({s['classification']['known'][str(n)]['flagged']['n_windows']})**"
+            for n in WINDOWS]
+    assert "| **flagged windows** | " + " | ".join(bold) + " |" in md
+    assert "| `cpu_bound` | – (0) | – (0) | – (0) |" in md
+    # without `hybrid`, the run's first detector flags; without a detector, no number
+    r = evaluate(dataset, {"first": FirstAnomaly(dataset), "perfect": Oracle(dataset)},
+                 classifiers={"known": KnownClassifier(dataset)},
+                 config=EvalConfig(windows=(50,)), on_warning=lambda m: None)
+    assert r.summary["classification"]["known"]["50"]["flagged"]["detector"] == "first"
+    r = evaluate(dataset, {}, classifiers={"known": KnownClassifier(dataset)},
+                 config=EvalConfig(windows=(50,)), on_warning=lambda m: None)
+    assert r.summary["classification"]["known"]["50"]["flagged"] is None
+    assert "on windows" not in tables.markdown(r.summary)
+
+
 def test_trace_level_auc_and_false_findings(result):
     s = result.summary
     for n in WINDOWS:

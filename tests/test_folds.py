@@ -17,12 +17,14 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
 from traceap.cli import main
 from traceap.errors import DatasetError
 from traceap.eval.folds import HELD_OUT, FoldPlan, dataset_assignment, write_views
+from traceap.eval.tables import pct
 from traceap.manifest import read_manifest
 
 from .conftest import DATA, REPO, SHARED_TRACES, needs_shared
@@ -176,6 +178,55 @@ def test_eval_over_folds_scores_every_trace_once_with_the_rules(tiny, tmp_path):
     md = (out / "eval.md").read_text()
     assert "| Pattern | meta | amd | kin | pooled |" in md
     assert "Expert rules: window AUC (%) per pattern" in md
+    # the accuracy on the windows the rules flag (no hybrid scored: the first detector's)
+    flagged = s["pooled"]["classification"]["offline"]["50"]["flagged"]
+    assert flagged["detector"] == "expert"
+    assert "## Pattern accuracy (%) of the `offline` classifier on windows `expert` flags, " \
+           "N<sub>w</sub> = 50" in md
+    cells = [f"**{pct(x['overall'], 1)} ({x['n_windows']})**" for x in
+             [f["eval"]["classification"]["offline"]["50"]["flagged"]
+              for f in s["folds"].values()] + [flagged]]
+    assert "| **flagged windows** | " + " | ".join(cells) + " |" in md
+
+
+def test_flagged_accuracy_over_folds_is_the_share_of_flagged_planted_windows_named_right(tiny):
+    """Issue #35's target, per fold and pooled, by hand from the records: of the anomalous
+    windows the expert rules flag, the share the offline classifier names right."""
+    from traceap.classify import make_classifier
+    from traceap.detectors import make_detector
+    from traceap.eval import EvalConfig
+    from traceap.eval.folds import evaluate_folds
+
+    dataset, plan = tiny
+    res = evaluate_folds(dataset, FoldPlan.read(plan), lambda fold: {
+        "expert": make_detector("expert")}, EvalConfig(windows=(50,)),
+        lambda fold, dets: {"offline": make_classifier("offline")}, on_warning=lambda m: None)
+
+    def by_hand(records) -> tuple[float, int, int]:
+        right = total = unflagged = 0
+        for r in records:
+            anomalous = np.flatnonzero(r.labels)
+            for k, w in enumerate(anomalous):
+                if not r.flagged["expert"][w]:
+                    unflagged += 1
+                    continue
+                total += 1
+                right += r.calls["offline"][k] == r.patterns[w]
+        return right / total, total, unflagged
+
+    for result in [*res.per_fold.values(), res.pooled]:
+        c = result.summary["classification"]["offline"]["50"]
+        acc, total, unflagged = by_hand(result.records)
+        assert c["flagged"]["detector"] == "expert"
+        assert c["flagged"]["overall"] == pytest.approx(acc)
+        assert c["flagged"]["n_windows"] == total
+        assert sum(x["n_windows"] for x in c["flagged"]["by_pattern"].values()) == total
+    # the rules miss some planted windows, and the two accuracies differ there
+    c = res.pooled.summary["classification"]["offline"]["50"]
+    assert unflagged > 0
+    assert c["flagged"]["n_windows"] + unflagged == sum(
+        x["n_windows"] for x in c["by_pattern"].values())
+    assert c["flagged"]["overall"] != pytest.approx(c["overall"])
 
 
 def test_eval_over_folds_reads_each_folds_model_and_stack(tiny, tmp_path):

@@ -39,6 +39,10 @@ _PAPER_ORDER = SEEN_TASKS + ("pose_estimation", "depth_estimation", "image_gener
 TASK_ORDER = _PAPER_ORDER + tuple(t for t in TASKS if t not in _PAPER_ORDER)
 #: Split name -> the group it is reported under (the paper's "Seen" and "Unseen").
 GROUPS = {"test_seen": "seen", "test_unseen": "unseen", "train": "train", "validation": "validation"}
+#: The detector whose flags the classification's `flagged` accuracy counts when it was scored:
+#: the one `traceap analyze` flags with by default (`traceap.stages.resolve_detector`), so the
+#: number is the accuracy a user sees; else the run's first detector (`EvalResult.flagging`).
+FLAGGING_DETECTOR = "hybrid"
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,19 @@ class TraceRecord:
     def true_calls(self) -> list[str]:
         """The true pattern of each truly anomalous window, in window order."""
         return [p for p in self.patterns if p is not None]
+
+    def flagged_calls(self, detector: str, classifier: str) -> tuple[list[str], list[str | None]]:
+        """(true pattern, classifier's call) of each truly anomalous window that `detector`
+        flagged, in window order: what a user of that detector and classifier is told."""
+        calls = self.calls.get(classifier)
+        if not calls:
+            return [], []
+        # calls[k] is the call on the k-th truly anomalous window (`score_entry`)
+        anomalous = np.flatnonzero(self.labels)
+        flagged = self.flagged[detector][anomalous]
+        pairs = [(self.patterns[w], c) for w, c, f in zip(anomalous, calls, flagged)
+                 if f and self.patterns[w] is not None]
+        return [t for t, _ in pairs], [c for _, c in pairs]
 
 
 def select(entries: Sequence[Entry], limit: int | None, key: Callable[[Entry], tuple]) -> list[Entry]:
@@ -319,7 +336,37 @@ class EvalResult:
         ids = pattern_ids()
         out["confusion"] = {"labels": list(ids) + [metrics.NO_PATTERN],
                             "matrix": metrics.confusion(every_true, every_pred, ids).tolist()}
+        out["flagged"] = self._flagged_accuracy(n, name, list(out["by_pattern"]))
         return out
+
+    @property
+    def flagging(self) -> str | None:
+        """The detector whose flags the `flagged` accuracy counts: FLAGGING_DETECTOR when it
+        was scored, else the first scored detector; None when no detector was scored."""
+        if FLAGGING_DETECTOR in self.detectors:
+            return FLAGGING_DETECTOR
+        return self.detectors[0] if self.detectors else None
+
+    def _flagged_accuracy(self, n: int, name: str, patterns: list[str]) -> dict | None:
+        """Classifier `name`'s accuracy on the truly anomalous windows the flagging detector
+        flagged (issue #35's "pattern accuracy on flagged planted windows"): every pattern
+        with anomalous windows gets a row, with 0 windows when none of its was flagged."""
+        det = self.flagging
+        if det is None:
+            return None
+        truth: list[str] = []
+        pred: list[str | None] = []
+        for r in self.of(n):
+            t, p = r.flagged_calls(det, name)
+            truth += t
+            pred += p
+        by_pattern = {}
+        for p in patterns:
+            got = [q for t, q in zip(truth, pred) if t == p]
+            by_pattern[p] = {"accuracy": metrics.accuracy([p] * len(got), got),
+                             "n_windows": len(got)}
+        return {"detector": det, "overall": metrics.accuracy(truth, pred),
+                "n_windows": len(truth), "by_pattern": by_pattern}
 
     def _by_pattern(self, n: int, name: str) -> dict:
         """Per pattern P present: window AUC of P's windows (true pattern P) against every clean
@@ -536,6 +583,6 @@ def detector_failures(per_n: Mapping[int, Mapping[str, Detector]]) -> dict[str, 
     return out
 
 
-__all__ = ["DetectorSpec", "EntryWork", "EvalConfig", "EvalResult", "GROUPS", "SCHEMA",
-           "TraceRecord", "chosen_entries", "evaluate", "fit_detectors", "instances",
-           "score_entry", "select"]
+__all__ = ["DetectorSpec", "EntryWork", "EvalConfig", "EvalResult", "FLAGGING_DETECTOR",
+           "GROUPS", "SCHEMA", "TraceRecord", "chosen_entries", "evaluate", "fit_detectors",
+           "instances", "score_entry", "select"]

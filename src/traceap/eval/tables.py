@@ -94,6 +94,34 @@ def classification_table(s: dict, classifier: str) -> str:
     return _table(header, rows)
 
 
+def flagged_detector(c: dict) -> str | None:
+    """The detector whose flags a classifier's `flagged` accuracy counts (None: no detector
+    scored, or a summary written before the key)."""
+    return next((v["flagged"]["detector"] for v in c.values() if v.get("flagged")), None)
+
+
+def _accuracy_cell(x: dict | None, key: str = "accuracy") -> str:
+    """"accuracy (windows)" of a by_pattern row (key "overall": of a `flagged` object)."""
+    return "–" if not x else f"{pct(x[key], 1)} ({x['n_windows']})"
+
+
+def flagged_table(s: dict, classifier: str) -> str:
+    """Pattern accuracy (%) per pattern, per N, on the truly anomalous windows the flagging
+    detector flagged (what a user is told); then all flagged windows, and every anomalous
+    window (the accuracy of Table 4) to compare."""
+    c = s["classification"][classifier]
+    ns = [str(n) for n in s["windows"]]
+    header = ["Pattern"] + [f"N<sub>w</sub> = {n}" for n in ns]
+    present = list(dict.fromkeys(p for n in ns for p in (c[n].get("flagged") or {}).get(
+        "by_pattern", {})))
+    rows = [[f"`{p}`"] + [_accuracy_cell((c[n].get("flagged") or {}).get("by_pattern", {}).get(p))
+                          for n in ns] for p in present]
+    rows.append(["**flagged windows**"] + [f"**{_accuracy_cell(c[n].get('flagged'), 'overall')}**"
+                                           for n in ns])
+    rows.append(["every anomalous window"] + [pct(c[n]["overall"], 1) for n in ns])
+    return _table(header, rows)
+
+
 def confusion_table(s: dict, classifier: str, n: int) -> str:
     """Confusion matrix over the eight patterns (+ "none") at window count n."""
     conf = s["classification"][classifier][str(n)]["confusion"]
@@ -190,6 +218,13 @@ def _middle(ns: list[int]) -> int:
     return min(ns, key=lambda n: (abs(n - 100), n))
 
 
+#: What the flagged-accuracy tables count (issue #35's target is stated on these windows).
+_FLAGGED_NOTE = ("Of the truly anomalous windows, those `{det}` flags (the default detector "
+                 "when it was scored, else the first one), the share the classifier names "
+                 "right (a window it names no pattern counts as wrong): the accuracy a user "
+                 "sees; windows in parentheses.")
+
+
 def markdown(s: dict, heading: str = "##") -> str:
     """Every table of the summary as one Markdown document (sub-headings at `heading`)."""
     h = heading
@@ -233,6 +268,10 @@ def markdown(s: dict, heading: str = "##") -> str:
                 f"{k} {v}" for k, v in src.items()) + " windows.")
         parts += [f"Confusion matrix (windows, N<sub>w</sub> = {m}; rows true, columns "
                   f"predicted; `none` = no pattern named):", confusion_table(s, c, m)]
+        det = flagged_detector(s["classification"][c])
+        if det is not None:
+            parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier on windows `{det}` flags",
+                      _FLAGGED_NOTE.format(det=det), flagged_table(s, c)]
     if s["ablation"]:
         parts += [f"{h} Ablation of the model (paper Table 5)",
                   "Average window AUC over seen and unseen tasks, per variant checkpoint.",
@@ -294,6 +333,22 @@ def fold_accuracy_table(f: dict, n: int, classifier: str) -> str:
     return _table(header, rows)
 
 
+def fold_flagged_table(f: dict, n: int, classifier: str) -> str:
+    """A classifier's pattern accuracy (%) on the truly anomalous windows the flagging
+    detector flagged, per pattern, per held-out fold and pooled."""
+    cols = _fold_columns(f)
+
+    def flagged(s: dict) -> dict:
+        return s["classification"][classifier][str(n)].get("flagged") or {}
+    header = ["Pattern"] + [c for c, _ in cols]
+    rows = [[f"`{p}`"] + [_accuracy_cell(flagged(s).get("by_pattern", {}).get(p))
+                          for _, s in cols]
+            for p in flagged(f["pooled"]).get("by_pattern", {})]
+    rows.append(["**flagged windows**"] + [f"**{_accuracy_cell(flagged(s), 'overall')}**"
+                                           for _, s in cols])
+    return _table(header, rows)
+
+
 def folds_markdown(f: dict, heading: str = "##") -> str:
     """`traceap eval --folds`: per held-out fold and pooled, per pattern, per detector."""
     h = heading
@@ -315,6 +370,11 @@ def folds_markdown(f: dict, heading: str = "##") -> str:
             parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier, N<sub>w</sub> = {n}",
                       "On truly anomalous windows; windows in parentheses.",
                       fold_accuracy_table(f, n, c)]
+            det = flagged_detector(pooled["classification"][c])
+            if det is not None:
+                parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier on windows "
+                          f"`{det}` flags, N<sub>w</sub> = {n}", _FLAGGED_NOTE.format(det=det),
+                          fold_flagged_table(f, n, c)]
     for w in (f.get("warnings") or [])[:20]:
         parts.append(f"- warning: {w}")
     return "\n\n".join(parts) + "\n"
@@ -363,6 +423,7 @@ def write(s: dict, out: str | os.PathLike) -> tuple[Path, Path]:
     return md, js
 
 
-__all__ = ["OWNER", "fold_accuracy_table", "fold_pattern_table", "folds_markdown", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
+__all__ = ["OWNER", "fold_accuracy_table", "fold_flagged_table", "flagged_detector",
+           "flagged_table", "fold_pattern_table", "folds_markdown", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
            "confusion_table", "detection_table", "markdown", "pct", "timing_table",
            "trace_level_table", "write"]
