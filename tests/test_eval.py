@@ -646,3 +646,21 @@ def test_window_pattern_sets_keep_every_overlapping_cause():
     assert sets[5] == {"nccl_compute_no_overlap"} and single[5] == "nccl_compute_no_overlap"
     assert [bool(s) for s in sets] == window_labels(entry, w).tolist()
     assert all(p is None or p in s for p, s in zip(single, sets))
+
+
+def test_an_instant_anomaly_names_the_window_it_labels():
+    """A zero-length anomaly interval inside a window labels it anomalous (`window_labels`), so
+    it must name its pattern too: a labelled window with no true pattern put every later
+    classifier call of the trace against the wrong window (`TraceRecord.true_calls`)."""
+    from traceap.load import load
+    from traceap.manifest import window_labels, window_patterns
+    from traceap.windows import Windows
+
+    w = Windows(load(CNN), 10)
+    e0, width = float(w.edges[0]), float(w.edges[1] - w.edges[0])
+    entry = Entry("x", "x", "test_unseen", "other", "m", "p", 1, 0, "bad",
+                  patterns=["graph_break"],
+                  anomalies=[Anomaly(e0 + 3.5 * width, e0 + 3.5 * width, "graph_break")])
+    labels, single = window_labels(entry, w), window_patterns(entry, w)
+    assert labels.tolist() == [k == 3 for k in range(10)]
+    assert single == [("graph_break" if k == 3 else None) for k in range(10)]

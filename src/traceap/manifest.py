@@ -144,8 +144,10 @@ def window_labels(entry: Entry, windows: Windows) -> np.ndarray:
 
 
 def window_patterns(entry: Entry, windows: Windows) -> list[str | None]:
-    """Per window: the pattern of the anomaly covering most of it, or None."""
-    best: list[tuple[float, str | None]] = [(0.0, None)] * windows.n
+    """Per window: the pattern of the anomaly covering most of it, or None (exactly the windows
+    `window_labels` leaves clean: an instant anomaly inside a window covers none of it and still
+    names it)."""
+    best: list[tuple[float, str | None]] = [(-1.0, None)] * windows.n
     for w, cover, pattern in _window_covers(entry, windows):
         if cover > best[w][0]:
             best[w] = (cover, pattern)
