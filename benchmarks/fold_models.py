@@ -25,7 +25,8 @@ through, each choice made on the inner validation split only:
 
 `--every-source` also trains OUT/every_source/ the same way on every fold (train = every
 fold outside its inner-validation slice, validation = the slices): the shipped checkpoint and
-stack with the recipe the folds chose (`traceap ship model|stack --into-package` from there).
+stack with the recipe the folds chose (`traceap ship model|stack --into-package` from there);
+`--fold every_source` trains only that one.
 `--ssl STEPS` pretrains on the unmodified traces of the view's train and validation splits
 (OUT/views/K-pretrain: fold K left out, as from everything else).  `--extra-train` datasets
 (the synthetic ones of docs/RESULTS.md's recipe) join training whole: they hold no real trace.
@@ -102,6 +103,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         plan = FoldPlan.read(args.folds)
+        # `--fold every_source` alone: only the shipped model (the folds were run before)
+        if EVERY in args.fold:
+            args.every_source = True
+            args.fold = [f for f in args.fold if f != EVERY]
+            only_every = not args.fold
+        else:
+            only_every = False
         unknown = [f for f in args.fold if f not in plan.names]
         if unknown:
             raise SystemExit(f"fold_models: unknown fold {unknown[0]!r}; the plan has "
@@ -117,7 +125,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"fold_models: {exc}") from None
     for line in describe(entries, a):
         print(line, flush=True)
-    for fold in (args.fold or plan.names) + ([EVERY] if args.every_source else []):
+    folds = [] if only_every else (args.fold or plan.names)
+    for fold in folds + ([EVERY] if args.every_source else []):
         pretrain = None
         if args.ssl:
             view_entries = a.view(entries, None if fold == EVERY else fold)
