@@ -26,7 +26,9 @@ through, each choice made on the inner validation split only:
 `--every-source` also trains OUT/every_source/ the same way on every fold (train = every
 fold outside its inner-validation slice, validation = the slices): the shipped checkpoint and
 stack with the recipe the folds chose (`traceap ship model|stack --into-package` from there);
-`--fold every_source` trains only that one.
+`--fold every_source` trains only that one.  `--join RUN_OUT` (twice or more) trains nothing:
+each fold's checkpoint is the ensemble of those runs' (`traceap ship ensemble`), calibrated and
+stacked on the inner validation like a trained one (the shipped recipe: two runs joined).
 `--ssl STEPS` pretrains on the unmodified traces of the view's train and validation splits
 (OUT/views/K-pretrain: fold K left out, as from everything else).  `--extra-train` datasets
 (the synthetic ones of docs/RESULTS.md's recipe) join training whole: they hold no real trace.
@@ -65,6 +67,10 @@ def commands(view: Path, pretrain: Path | None, fold_dir: Path, args) -> list[li
     train += [x for s in args.set for x in ("--set", s)]
     if pretrain is not None:
         train += ["--pretrain-on", str(pretrain), "--pretrain-steps", str(args.ssl)]
+    if args.join:
+        # the recipe is an ensemble of runs made before: join each run's checkpoint of this fold
+        train = [*tr, "ship", "ensemble", *[str(d / fold_dir.name / "train.pt") for d in args.join],
+                 "--out", str(ckpt), "--overwrite"]
     return [
         train,
         [*tr, "eval", "--dataset", str(view), "--split", "validation", "--detectors",
@@ -98,6 +104,9 @@ def main(argv=None) -> int:
                     help="self-supervised pretraining steps on the fold's non-held-out traces")
     ap.add_argument("--every-source", action="store_true",
                     help="also train OUT/every_source on every fold (the shipped model)")
+    ap.add_argument("--join", type=Path, action="append", default=[], metavar="RUN_OUT",
+                    help="instead of training: join RUN_OUT/<fold>/train.pt of each run (two or "
+                         "more) into one ensemble, then calibrate and stack it as a trained one")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
@@ -111,6 +120,8 @@ def main(argv=None) -> int:
         else:
             only_every = False
         unknown = [f for f in args.fold if f not in plan.names]
+        if len(args.join) == 1:
+            raise SystemExit("fold_models: --join needs two or more runs")
         if unknown:
             raise SystemExit(f"fold_models: unknown fold {unknown[0]!r}; the plan has "
                              f"{', '.join(plan.names)}")
