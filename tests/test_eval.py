@@ -265,12 +265,15 @@ def test_flagged_accuracy_counts_only_the_windows_the_default_detector_flags(dat
         right = count["ic_bad"] + count["ig_bad"]  # od: cpu_bound (wrong); pe: None (wrong)
         assert f["n_windows"] == sum(count.values())
         assert f["overall"] == pytest.approx(right / sum(count.values()))
-        assert f["by_pattern"]["no_pin_memory"] == {"accuracy": 1.0,
+        # one anomaly per window here: naming any overlapping one is naming the one
+        assert f["overall_any"] == f["overall"]
+        assert f["by_pattern"]["no_pin_memory"] == {"accuracy": 1.0, "accuracy_any": 1.0,
                                                     "n_windows": count["ic_bad"]}
-        assert f["by_pattern"]["excessive_memcpy"] == {"accuracy": 0.0,
+        assert f["by_pattern"]["excessive_memcpy"] == {"accuracy": 0.0, "accuracy_any": 0.0,
                                                        "n_windows": count["od_bad"]}
         # a pattern whose windows are all unflagged keeps its row, with no windows
-        assert f["by_pattern"]["cpu_bound"] == {"accuracy": None, "n_windows": 0}
+        assert f["by_pattern"]["cpu_bound"] == {"accuracy": None, "accuracy_any": None,
+                                                "n_windows": 0}
         assert set(f["by_pattern"]) == set(c["by_pattern"])
         # the same number by hand from the records: flagged & anomalous windows, their calls
         truth, pred = [], []
@@ -287,11 +290,12 @@ def test_flagged_accuracy_counts_only_the_windows_the_default_detector_flags(dat
         assert f["overall"] < c["overall"]
     md = tables.markdown(s)
     assert "## Pattern accuracy (%) of the `known` classifier on windows `hybrid` flags" in md
-    bold = [f"**{tables.pct(s['classification']['known'][str(n)]['flagged']['overall'], 1)} "
+    bold = [f"**{tables.pct(s['classification']['known'][str(n)]['flagged']['overall'], 1)} / "
+            f"{tables.pct(s['classification']['known'][str(n)]['flagged']['overall_any'], 1)} "
             f"({s['classification']['known'][str(n)]['flagged']['n_windows']})**"
             for n in WINDOWS]
     assert "| **flagged windows** | " + " | ".join(bold) + " |" in md
-    assert "| `cpu_bound` | – (0) | – (0) | – (0) |" in md
+    assert "| `cpu_bound` | – / – (0) | – / – (0) | – / – (0) |" in md
     # without `hybrid`, the run's first detector flags; without a detector, no number
     r = evaluate(dataset, {"first": FirstAnomaly(dataset), "perfect": Oracle(dataset)},
                  classifiers={"known": KnownClassifier(dataset)},
@@ -301,6 +305,30 @@ def test_flagged_accuracy_counts_only_the_windows_the_default_detector_flags(dat
                  config=EvalConfig(windows=(50,)), on_warning=lambda m: None)
     assert r.summary["classification"]["known"]["50"]["flagged"] is None
     assert "on windows" not in tables.markdown(r.summary)
+
+
+def test_flagged_accuracy_any_takes_either_cause_of_a_window_holding_two():
+    """A pattern planted into a base with a natural one: the window they share has two right
+    answers.  Strict accuracy wants the one covering most of the window; `accuracy_any` takes
+    either (and still counts a call naming neither, or none, wrong)."""
+    from traceap.eval.runner import EvalResult, TraceRecord
+
+    labels = np.array([True, True, True, False])
+    rec = TraceRecord("t", "test_unseen", "other", True, 4, (0.0, 4.0), labels,
+                      ["no_channels_last", "no_channels_last", "no_channels_last", None],
+                      [frozenset({"no_channels_last", "no_pin_memory"}),
+                       frozenset({"no_channels_last"}),
+                       frozenset({"no_channels_last", "no_pin_memory"}), frozenset()])
+    rec.flagged["hybrid"] = np.array([True, True, True, True])
+    rec.calls["c"] = ["no_pin_memory", "no_pin_memory", "no_channels_last"]
+    res = EvalResult("d", EvalConfig(windows=(4,), splits=("test_unseen",)), ["hybrid"], ["c"],
+                     [rec])
+    f = res._flagged_accuracy(4, "c", ["no_channels_last"])
+    # window 0: the planted pattern named (right for any); 1: it is not there (wrong); 2: right
+    assert f["overall"] == pytest.approx(1 / 3) and f["overall_any"] == pytest.approx(2 / 3)
+    assert f["by_pattern"]["no_channels_last"] == {"accuracy": pytest.approx(1 / 3),
+                                                   "accuracy_any": pytest.approx(2 / 3),
+                                                   "n_windows": 3}
 
 
 def test_trace_level_auc_and_false_findings(result):

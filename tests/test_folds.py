@@ -183,7 +183,7 @@ def test_eval_over_folds_scores_every_trace_once_with_the_rules(tiny, tmp_path):
     assert flagged["detector"] == "expert"
     assert "## Pattern accuracy (%) of the `offline` classifier on windows `expert` flags, " \
            "N<sub>w</sub> = 50" in md
-    cells = [f"**{pct(x['overall'], 1)} ({x['n_windows']})**" for x in
+    cells = [f"**{pct(x['overall'], 1)} / {pct(x['overall_any'], 1)} ({x['n_windows']})**" for x in
              [f["eval"]["classification"]["offline"]["50"]["flagged"]
               for f in s["folds"].values()] + [flagged]]
     assert "| **flagged windows** | " + " | ".join(cells) + " |" in md

@@ -101,8 +101,13 @@ def flagged_detector(c: dict) -> str | None:
 
 
 def _accuracy_cell(x: dict | None, key: str = "accuracy") -> str:
-    """"accuracy (windows)" of a by_pattern row (key "overall": of a `flagged` object)."""
-    return "–" if not x else f"{pct(x[key], 1)} ({x['n_windows']})"
+    """"accuracy (windows)" of a by_pattern row (key "overall": of a `flagged` object); with
+    the either-cause accuracy beside it where the row has one: "strict / any (windows)"."""
+    if not x:
+        return "–"
+    any_key = f"{key}_any"
+    both = f"{pct(x[key], 1)} / {pct(x[any_key], 1)}" if any_key in x else pct(x[key], 1)
+    return f"{both} ({x['n_windows']})"
 
 
 def flagged_table(s: dict, classifier: str) -> str:
@@ -222,7 +227,9 @@ def _middle(ns: list[int]) -> int:
 _FLAGGED_NOTE = ("Of the truly anomalous windows, those `{det}` flags (the default detector "
                  "when it was scored, else the first one), the share the classifier names "
                  "right (a window it names no pattern counts as wrong): the accuracy a user "
-                 "sees; windows in parentheses.")
+                 "sees. Strict / any: the pattern covering most of the window / any pattern "
+                 "overlapping it (a pattern planted into a base with a natural one gives its "
+                 "windows two right answers); windows in parentheses.")
 
 
 def markdown(s: dict, heading: str = "##") -> str:
