@@ -125,8 +125,8 @@ def main(argv=None) -> int:
         if unknown:
             raise SystemExit(f"fold_models: unknown fold {unknown[0]!r}; the plan has "
                              f"{', '.join(plan.names)}")
-        views = write_views(args.dataset, plan, args.out / "views")
         entries, a = dataset_assignment(args.dataset, plan)
+        views = write_views(args.dataset, plan, args.out / "views", (entries, a))
         if args.every_source:
             if EVERY in plan.names:
                 raise SystemExit(f"fold_models: a fold is named {EVERY!r}; rename it")

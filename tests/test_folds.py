@@ -189,6 +189,32 @@ def test_eval_over_folds_scores_every_trace_once_with_the_rules(tiny, tmp_path):
     assert "| **flagged windows** | " + " | ".join(cells) + " |" in md
 
 
+def test_eval_over_folds_never_replaces_a_file_it_did_not_write(tiny, tmp_path):
+    """`--folds --out` claims its folder as plain eval does: a user's eval.md stops the run
+    before anything is scored, and is kept; a rerun replaces only the folds eval's own files,
+    and other files in the folder stay."""
+    dataset, plan = tiny
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "eval.md").write_text("my notes")
+    (out / "other.txt").write_text("mine")
+    args = ("eval", "--dataset", dataset, "--folds", plan, "--detectors", "expert",
+            "--classifier", "", "--windows", "50", "--out", out)
+    r = cli(*args)
+    assert r.exit_code == 2 and "eval.md exists and was not written by traceap eval" in r.output
+    assert (out / "eval.md").read_text() == "my notes" and not (out / "eval.json").exists()
+    (out / "eval.md").unlink()
+    assert cli(*args).exit_code == 0
+    first = (out / "eval.json").read_bytes()
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
+    assert "replaced 3 files of an earlier eval run" in r.output
+    assert orjson.loads((out / "eval.json").read_bytes())["schema"] == \
+        orjson.loads(first)["schema"] == "traceap.eval-folds/v1"
+    assert (out / "eval.md").read_text().startswith("Dataset `")
+    assert (out / "other.txt").read_text() == "mine"
+
+
 def test_flagged_accuracy_over_folds_is_the_share_of_flagged_planted_windows_named_right(tiny):
     """Issue #35's target, per fold and pooled, by hand from the records: of the anomalous
     windows the expert rules flag, the share the offline classifier names right."""

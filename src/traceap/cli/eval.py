@@ -365,11 +365,9 @@ def _eval_folds(dataset: Path, plan_path: Path, only: list[str], fold_models: Pa
                             workers=execution.workers, ray=execution.ray)
 
     def write(summary: dict, out: Path) -> list[Path | None]:
-        (out / "eval.md").write_text(tables.folds_markdown(summary), encoding="utf-8")
-        (out / "eval.json").write_bytes(orjson.dumps(
-            summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        paths: list[Path | None] = list(tables.write(summary, out, tables.folds_markdown))
         write_scores(result.pooled.records, out / "scores.jsonl")
-        return [out / name for name in planned]
+        return paths + [out / "scores.jsonl"]
 
     _finish(dict(result.summary), warnings, out, owned, planned, write, tables.folds_markdown,
             json_out, "eval.md, eval.json and scores.jsonl")

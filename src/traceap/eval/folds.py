@@ -222,14 +222,15 @@ def write_view(path: Path, entries: list[Entry], traces: Path) -> Path:
     return path
 
 
-def write_views(dataset: str | os.PathLike, plan: FoldPlan, out: str | os.PathLike
-                ) -> dict[str, Path]:
+def write_views(dataset: str | os.PathLike, plan: FoldPlan, out: str | os.PathLike,
+                assigned: tuple[list[Entry], Assignment] | None = None) -> dict[str, Path]:
     """OUT/<fold>/ for every fold: the fold view (module docstring); returns fold -> folder.
+    `assigned`: the dataset's `dataset_assignment`, when the caller has it already.
 
     A held-out fold whose other folds have no inner-validation slice gets an empty validation
     split (nothing to choose on): an error, since every choice must be made without it."""
     dataset, out = Path(dataset), Path(out)
-    entries, a = dataset_assignment(dataset, plan)
+    entries, a = assigned or dataset_assignment(dataset, plan)
     views = {}
     for name in plan.names:
         view = a.view(entries, name)
@@ -289,7 +290,7 @@ def evaluate_folds(dataset: str | os.PathLike, plan: FoldPlan,
     entries, a = dataset_assignment(dataset, plan)
     per_fold = {}
     with tempfile.TemporaryDirectory(prefix="traceap-folds-") as tmp:
-        views = write_views(dataset, plan, tmp)
+        views = write_views(dataset, plan, tmp, (entries, a))
         for name in list(only) or plan.names:
             dets = dict(detectors_for(name))
             clfs = dict(classifiers_for(name, dets)) if classifiers_for else {}

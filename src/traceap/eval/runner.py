@@ -110,16 +110,11 @@ class TraceRecord:
         """The true pattern of each truly anomalous window, in window order."""
         return [p for p in self.patterns if p is not None]
 
-    def flagged_calls(self, detector: str, classifier: str) -> tuple[list[str], list[str | None]]:
-        """(true pattern, classifier's call) of each truly anomalous window that `detector`
-        flagged, in window order: what a user of that detector and classifier is told."""
-        triples = self.flagged_windows(detector, classifier)
-        return [t for t, _, _ in triples], [c for _, c, _ in triples]
-
     def flagged_windows(self, detector: str, classifier: str
                         ) -> list[tuple[str, str | None, frozenset[str]]]:
         """(true pattern, classifier's call, every pattern overlapping the window) of each
-        truly anomalous window that `detector` flagged, in window order."""
+        truly anomalous window that `detector` flagged, in window order: what a user of that
+        detector and classifier is told."""
         calls = self.calls.get(classifier)
         if not calls:
             return []

@@ -7,6 +7,7 @@ the JSON a script reads always hold the same numbers.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -419,13 +420,15 @@ def prepare_out(out: str | os.PathLike, windows: tuple[int, ...], n_plot: int) -
     return claim(out, OWNER, None, planned, legacy=_legacy_eval_files(planned))
 
 
-def write(s: dict, out: str | os.PathLike) -> tuple[Path, Path]:
-    """Write OUT/eval.md and OUT/eval.json; returns their paths."""
+def write(s: dict, out: str | os.PathLike,
+          render: Callable[[dict], str] | None = None) -> tuple[Path, Path]:
+    """Write OUT/eval.md (`render`, default `markdown`; `folds_markdown` for --folds) and
+    OUT/eval.json; returns their paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = out / "eval.md"
     js = out / "eval.json"
-    md.write_text(markdown(s), encoding="utf-8")
+    md.write_text((render or markdown)(s), encoding="utf-8")
     js.write_bytes(orjson.dumps(s, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return md, js
 
