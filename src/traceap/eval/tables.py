@@ -329,13 +329,9 @@ def fold_accuracy_table(f: dict, n: int, classifier: str) -> str:
     cols = _fold_columns(f)
     pooled = f["pooled"]["classification"][classifier][str(n)]
     header = ["Pattern"] + [c for c, _ in cols]
-    rows = []
-    for p in pooled["by_pattern"]:
-        cells = []
-        for _, s in cols:
-            x = s["classification"][classifier][str(n)]["by_pattern"].get(p)
-            cells.append("–" if x is None else f"{pct(x['accuracy'], 1)} ({x['n_windows']})")
-        rows.append([f"`{p}`"] + cells)
+    rows = [[f"`{p}`"] + [_accuracy_cell(s["classification"][classifier][str(n)]["by_pattern"]
+                                         .get(p)) for _, s in cols]
+            for p in pooled["by_pattern"]]
     rows.append(["**all windows**"] + [
         f"**{pct(s['classification'][classifier][str(n)]['overall'], 1)}**" for _, s in cols])
     return _table(header, rows)
