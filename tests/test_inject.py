@@ -27,6 +27,7 @@ from traceap.inject.dataset import InjectConfig, build
 from traceap.inject.edit import Doc
 from traceap.inject.mechanisms import Base, Unusable
 from traceap.inject.natural import natural_anomalies
+from traceap.inject.physics import Timeline
 from traceap.load import load_bytes
 from traceap.inject.validate import Columns, compare, describe, offenders, validate
 from traceap.measures.accumulation import accumulation
@@ -352,6 +353,21 @@ def test_grad_accum_label_claims_only_what_no_sync_gives_back(path, tmp_path):
     far = sum((b - a) - float(np.clip(np.minimum(ne, b) - np.maximum(ns, a), 0, None).sum())
               for a, b in o.anomalies)
     assert far <= rounds, (far, rounds)
+
+
+@pytest.mark.parametrize("path", [SAMPLE, pytest.param(TORCHREC, marks=needs_shared)],
+                         ids=["dlrm_sample", "hta_torchrec"])
+def test_a_sync_waits_only_for_a_stream_it_outlasted(path):
+    """The replay holds a base sync until the stream it waited for in the base is done: a
+    stream whose work launched before the call had all ended when the call returned.  A sync of
+    the TorchRec rank returns 4 us after a compute kernel ends with 47 ms of compute still
+    queued; taken as a compute sync, it waited for that queue in every edited trace, and any
+    plant before it "caused" 47 ms of idle per step (14 such syncs in the sample, 6 there)."""
+    tl = Timeline(Doc(path))
+    assert len(tl.sync_ts) >= 100
+    for j in np.flatnonzero(tl.sync_stream >= 0):
+        queued = (tl.op_stream == tl.sync_stream[j]) & (tl.key <= tl.sync_ts[j])
+        assert tl.end[queued].max() <= tl.sync_end[j] + 1.0, (tl.sync_ts[j], tl.sync_stream[j])
 
 
 def kernel_idle_compute(tr, lo, hi):
