@@ -273,7 +273,9 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     starts = sorted(((min(b.t0 for b in inst.blocks), inst) for inst in instances),
                     key=lambda x: x[0])
     firsts = np.array([s for s, _ in starts])
-    for i in grown.tolist():
+    left = {id(inst): inst.max_caused_us for inst in instances}
+    # in time order: a capped instance's budget goes to the waits right after it
+    for i in grown[np.argsort(new_ts[k[grown]], kind="stable")].tolist():
         b = new_ts[k[i]] - t0
         a = b - (out_gap[i] - base_gap[i])
         # a gap an instance's label already reaches into is that instance's wait
@@ -281,8 +283,16 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
                for x, y in inst.intervals):
             continue
         j = int(np.searchsorted(firsts, a + 1e-6, side="right")) - 1
-        if j >= 0:
-            starts[j][1].intervals.append((float(a), float(b)))
+        if j < 0:
+            continue
+        inst = starts[j][1]
+        cap = left[id(inst)]
+        if cap is not None:
+            if cap <= 0:
+                continue
+            b = min(b, a + cap)  # the start of the wait: the delay the fix removes comes first
+            left[id(inst)] = cap - (b - a)
+        inst.intervals.append((float(a), float(b)))
 
 
 def wrap_events(base: Base, f: Factory, plan: Plan, new_ts, new_end) -> None:

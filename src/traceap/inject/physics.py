@@ -41,6 +41,9 @@ DEFAULT_SYNC_RETURN_US = 3.0
 WAIT_SLACK_US = 2.0
 #: ... and another stream's op had ended at most this long before (us): the event latency.
 WAIT_MATCH_US = 15.0
+#: `Timeline.sync_stream` of a blocking call that waited for no stream the trace shows (-1: the
+#: whole device).
+WAITS_FOR_NONE = -2
 #: Launch latency of new GPU work when the trace gives no better number (empty-queue launch
 #: latency of cudaLaunchKernel is ~5-10 us on recent NVIDIA GPUs: HTA's kernel-launch stats).
 DEFAULT_LAUNCH_LATENCY_US = 6.0
@@ -279,9 +282,19 @@ class Timeline:
         # per stream: the last end (among ops launched before the call) not after its return
         by_end = np.argsort(self.end, kind="stable")
         best = np.full(len(rt), -np.inf)
+        busy = np.zeros(len(rt), bool)  # some stream was ruled out by work still running
         for s in np.unique(self.op_stream).tolist():
             on = by_end[self.op_stream[by_end] == s]
             e_s, k_s = self.end[on], self.key[on]
+            # a stream still running work launched before the call when the call returned is
+            # not what the call waited for (it would have waited for that work too): HTA's
+            # TorchRec rank returns from a sync 4 us after a compute kernel ends with 47 ms of
+            # compute still queued; taken as a compute sync, the replay made it wait for that
+            # queue, and every plant before it "caused" 47 ms of idle per step
+            queued_end = np.maximum.accumulate(e_s[np.argsort(k_s, kind="stable")])
+            n_launched = np.searchsorted(np.sort(k_s), ts, side="right")
+            pending = np.where(n_launched > 0, queued_end[np.maximum(n_launched - 1, 0)], -np.inf)
+            drained = pending <= end + 1.0
             # ops of this stream ended by the call's return, launched before it: the latest
             # such end is at or below the latest end overall, found by walking back a little
             idx = np.searchsorted(e_s, end + 1.0, side="right") - 1
@@ -292,10 +305,13 @@ class Timeline:
                 idx = np.where(bad, idx - 1, idx)
             ok = idx >= 0
             cand = np.where(ok, e_s[np.maximum(idx, 0)], -np.inf)
-            better = ~own & ~device_wide & (cand > best)
+            busy |= np.isfinite(cand) & ~drained
+            better = ~own & ~device_wide & drained & (cand > best)
             best = np.where(better, cand, best)
             stream[better] = s
         pick = ~own & ~device_wide & np.isfinite(best)
+        # every stream it could have waited for was still busy: it waited for none of them
+        stream[~own & ~device_wide & ~pick & busy] = WAITS_FOR_NONE
         g[pick] = best[pick]
         waiting = (g >= ts) & (g <= end + 1.0)
         ret = end - g
@@ -367,9 +383,15 @@ def _run_block(b: Block, shift: float, last_end: dict[int, float], barrier: dict
 
 def _sync_return(tl: Timeline, j: int, shift: float, last_end: dict[int, float]) -> float:
     """When base sync j returns now: no earlier than its own minimum after its (moved) start,
-    and not before the stream it waits for (every stream, for a device sync) is done."""
+    and not before the stream it waits for (every stream, for a device sync; none for one that
+    waited for no stream the trace shows) is done."""
     st = tl.sync_stream[j]
-    g = max(last_end.values(), default=-np.inf) if st < 0 else last_end.get(int(st), -np.inf)
+    if st == WAITS_FOR_NONE:
+        g = -np.inf
+    elif st < 0:
+        g = max(last_end.values(), default=-np.inf)
+    else:
+        g = last_end.get(int(st), -np.inf)
     t_start = tl.sync_ts[j] + shift
     return max(t_start + tl.sync_min[j], g + tl.sync_eps[j])
 

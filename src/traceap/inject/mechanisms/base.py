@@ -227,6 +227,10 @@ class Instance:
     #: Whether a wait the plant caused later (the next step's work starting late) is labelled
     #: its too; False for plants that only make GPU work slower (FP32 kernels, transposes).
     causes_wait: bool = True
+    #: The most caused wait (us, summed) the instance may be labelled with, the earliest first;
+    #: None: no cap.  A plant whose fix removes only part of what it delays (grad_accum's round,
+    #: not the `loss.item()` beside it that drains the queue) caps it at that part.
+    max_caused_us: float | None = None
     #: (first row, last row, name): cpu_op ranges over runs of base rows, placed once those
     #: rows have moved (a graph break's compiled regions).
     wrap: list | None = None

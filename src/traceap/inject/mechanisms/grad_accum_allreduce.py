@@ -11,7 +11,9 @@ kernel launch): the next micro-step.  A DDP base's round is cloned from its own 
 (names, durations, sizes); a base without one gets 25 MB buckets (DDP's `bucket_cap_mb`) of 20-400
 MB of gradients, and its own final micro-step (a marker, then the final round launched beside
 the forward, not labelled: that communication is needed).  The planted micro-step's compute is
-not planted (the fix keeps it).  Label: where the GPU waits while the host waits for the round.
+not planted (the fix keeps it).  Label: where the GPU waits while the host waits for the round,
+and later waits it caused up to the round's length (what the fix gives back; not the drain of a
+deep queue by the `loss.item()`, which `no_sync` keeps).
 """
 
 from __future__ import annotations
@@ -134,7 +136,12 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
                 emit_collective(f, base, c, thread, nb, world, key)
             return spans  # the planted round only: the final one is needed communication
 
-        instances.append(Instance([block], emit, label="span"))
+        # `no_sync` removes the round, not the micro-step's `loss.item()`: behind a deep queue
+        # that sync drains it and what follows starts late by the drain, a wait the fix keeps.
+        # The host gets back at most the round's length, so that is all the wait it caused
+        # later that the label may claim.
+        instances.append(Instance([block], emit, label="span",
+                                  max_caused_us=sum(dur for _name, dur, _nb in round_)))
     if not instances:
         raise Unusable("no step with an optimizer step (Optimizer.step / ## optimizer ##) after "
                        "its first op: nothing to accumulate into")
