@@ -192,6 +192,7 @@ class Timeline:
         self.dep = np.full(n, -1, np.int64)
         self.dep_gap = np.zeros(n)
         self.lat = np.full(n, self.lat_min)
+        self.stream_gap = np.zeros(n)  # how long after its stream's previous op it starts
         if n < 2:
             return
         by = np.lexsort((self.start, self.op_stream))
@@ -202,13 +203,24 @@ class Timeline:
             prev_end[on[1:]] = pe[:-1]
         launch_ok = np.where(np.isfinite(self.L), self.L + self.lat_min, -np.inf)
         expected = np.maximum(launch_ok, prev_end)
-        # An op that started when its launch allowed (not queued behind its stream) keeps its
-        # own launch latency when it moves; a queued one can start as soon as the smallest
-        # latency allows once the queue before it is gone.
+        slack = self.start - expected
+        # What bound an op's start in the base keeps binding it, with the same small slack:
+        # its launch (the stream was idle when the launch arrived: it keeps its own latency),
+        # or its stream (it was queued: it keeps its gap behind the op before it, the GPU's
+        # few us between queued kernels, and a host delay is absorbed by the queue).  An op
+        # that started later than both waited for something else: another stream's op (below)
+        # or something the trace does not show (another rank: an NCCL kernel's peers, the
+        # compute waiting for it).  That wait is kept against what it waited for, not against
+        # its launch: another stream's op moves it, and an unseen cause does not move (its
+        # base start stays the floor); keeping its own latency instead (158 ms on HTA's
+        # TorchRec rank) moved it, and all queued behind it, by every host delay.
         lat_own = self.start - self.L
-        launch_bound = np.isfinite(lat_own) & (prev_end < self.start - 1.0)
+        on_time = slack <= WAIT_SLACK_US
+        launch_bound = on_time & np.isfinite(lat_own) & (launch_ok > prev_end)
         self.lat = np.where(launch_bound, np.maximum(lat_own, self.lat_min), self.lat_min)
-        waited = np.flatnonzero(self.start - expected > WAIT_SLACK_US)
+        self.stream_gap = np.where(on_time & ~launch_bound & np.isfinite(prev_end),
+                                   np.maximum(self.start - prev_end, 0.0), 0.0)
+        waited = np.flatnonzero(slack > WAIT_SLACK_US)
         if not len(waited):
             return
         best = np.full(len(waited), -np.inf)
@@ -423,6 +435,7 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
     main = tl.by_main
     start_l, dur_l, L_l = tl.start.tolist(), tl.dur.tolist(), tl.L_eff.tolist()
     dep_l, gap_l, lat_l = tl.dep.tolist(), tl.dep_gap.tolist(), tl.lat.tolist()
+    sgap_l = tl.stream_gap.tolist()
     done = np.zeros(n, bool)
     done[order[:first]] = True
     done_l = done.tolist()
@@ -468,8 +481,8 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
             if c > b0:
                 b0 = c
         prev = last_end.get(s)
-        if prev is not None and prev > b0:
-            b0 = prev
+        if prev is not None and prev + sgap_l[i] > b0:
+            b0 = prev + sgap_l[i]
         if s in barrier:
             bb = barrier.pop(s)
             if bb > b0:
