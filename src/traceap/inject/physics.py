@@ -462,7 +462,15 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
         if sync_ts[si] < kk:
             j = sy[si]
             need = _sync_return(tl, j, shift, last_end) - tl.sync_end[j]
-            if need > shift:
+            # a blocking call that waited in the base absorbs a host delay up to its wait: it
+            # returns when the GPU work it waits for is done, as in the base when the GPU is
+            # not late (a host delay the queue hid leaves the base's per-step sync less to
+            # wait for).  Not one that waited for no stream the trace shows: when it returns
+            # is not known, it keeps its length.
+            if tl.sync_stream[j] == WAITS_FOR_NONE:
+                need = max(need, shift)
+            need = max(need, 0.0)
+            if need != shift:
                 e = float(tl.sync_end[j])
                 keys_start.append(e)
                 keys_end.append(np.nextafter(e, -np.inf))
