@@ -204,22 +204,23 @@ class Timeline:
         launch_ok = np.where(np.isfinite(self.L), self.L + self.lat_min, -np.inf)
         expected = np.maximum(launch_ok, prev_end)
         slack = self.start - expected
-        # What bound an op's start in the base keeps binding it, with the same small slack:
-        # its launch (the stream was idle when the launch arrived: it keeps its own latency),
-        # or its stream (it was queued: it keeps its gap behind the op before it, the GPU's
-        # few us between queued kernels, and a host delay is absorbed by the queue).  An op
-        # that started later than both waited for something else: another stream's op (below)
-        # or something the trace does not show (another rank: an NCCL kernel's peers, the
-        # compute waiting for it).  That wait is kept against what it waited for, not against
-        # its launch: another stream's op moves it, and an unseen cause does not move (its
-        # base start stays the floor); keeping its own latency instead (158 ms on HTA's
-        # TorchRec rank) moved it, and all queued behind it, by every host delay.
+        # What bound an op's start in the base keeps binding it.  Its launch, when the stream
+        # was idle as the launch arrived: it keeps its own launch latency (launch latency
+        # varies by tens of us).  Its stream, when it was queued behind the op before it: it
+        # keeps its gap behind that op (the GPU's few us between queued kernels, up to the
+        # event latency WAIT_MATCH_US as for another stream's op), and a host delay is absorbed
+        # by the queue.  A queued op that started later than that waited for something else: another stream's op (below) or something the trace does not
+        # show (another rank: an NCCL kernel's peers, the compute waiting for it).  That wait
+        # is kept against what it waited for, not against its launch: another stream's op
+        # moves it, an unseen cause does not (its base start stays the floor).  Taken as
+        # launch-bound, its own latency (158 ms on HTA's TorchRec rank) moved it, and all
+        # queued behind it, by every host delay.
         lat_own = self.start - self.L
-        on_time = slack <= WAIT_SLACK_US
-        launch_bound = on_time & np.isfinite(lat_own) & (launch_ok > prev_end)
+        launch_bound = np.isfinite(lat_own) & (launch_ok > prev_end)
         self.lat = np.where(launch_bound, np.maximum(lat_own, self.lat_min), self.lat_min)
-        self.stream_gap = np.where(on_time & ~launch_bound & np.isfinite(prev_end),
-                                   np.maximum(self.start - prev_end, 0.0), 0.0)
+        behind = self.start - prev_end
+        self.stream_gap = np.where(~launch_bound & (behind <= WAIT_MATCH_US),
+                                   np.maximum(behind, 0.0), 0.0)
         waited = np.flatnonzero(slack > WAIT_SLACK_US)
         if not len(waited):
             return
