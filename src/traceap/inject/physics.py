@@ -210,8 +210,9 @@ class Timeline:
         expected = np.maximum(launch_ok, prev_end)
         slack = self.start - expected
         # What bound an op's start in the base keeps binding it.  Its launch, when the stream
-        # was idle as the launch arrived: it keeps its own launch latency (launch latency
-        # varies by tens of us; one beyond MAX_LAUNCH_LATENCY_US is a wait, below).  Its stream, when it was queued behind the op before it: it
+        # was idle as the launch arrived (or freed up within WAIT_SLACK_US of it): it keeps its
+        # own launch latency (launch latency varies by tens of us; one beyond
+        # MAX_LAUNCH_LATENCY_US is a wait, below).  Its stream, when it was queued behind the op before it: it
         # keeps its gap behind that op (the GPU's few us between queued kernels, up to the
         # event latency WAIT_MATCH_US as for another stream's op), and a host delay is absorbed
         # by the queue.  A queued op that started later than that waited for something else: another stream's op (below) or something the trace does not
@@ -221,7 +222,7 @@ class Timeline:
         # launch-bound, its own latency (158 ms on HTA's TorchRec rank) moved it, and all
         # queued behind it, by every host delay.
         lat_own = self.start - self.L
-        launch_bound = (np.isfinite(lat_own) & (launch_ok > prev_end)
+        launch_bound = (np.isfinite(lat_own) & (launch_ok + WAIT_SLACK_US > prev_end)
                         & (lat_own <= MAX_LAUNCH_LATENCY_US))
         self.lat = np.where(launch_bound, np.maximum(lat_own, self.lat_min), self.lat_min)
         behind = self.start - prev_end
