@@ -7,18 +7,22 @@ work (`Launch`), blocking waits (`Sync`) and cross-stream waits (`Barrier`).  `p
 replays the trace in launch order with these rules:
 
 * host: every host event at or after T moves by the time the block took; events spanning T
-  are stretched (the shift is one non-decreasing step function per process);
+  are stretched (the shift is one step function per process; it drops only at blocking calls
+  that waited in the base, below, and events spanning such a drop shrink by it);
 * GPU: an op starts at max(its original start, its launch + its launch latency, the end of
   the previous op on its stream, the end of the other-stream op it waited for + the same
   gap, any barrier) -- so a stall moves only work launched after it, work already queued
-  drains first, and new work on a stream delays what follows it.  An op that was
-  launch-bound keeps its own latency, a queued one gets the trace's smallest; an op that
-  started right when another stream's op ended waited for it (an event wait the trace does
-  not show) and still does.  Untouched stretches replay to ~2 us;
+  drains first, and new work on a stream delays what follows it.  What bound an op in the
+  base keeps binding it: a launch-bound op keeps its own latency, a queued one its gap
+  behind its stream (and the trace's smallest latency); an op that started right when
+  another stream's op ended waited for it (an event wait the trace does not show) and still
+  does; one that waited for something the trace does not show (another rank) keeps its base
+  start as the floor.  Untouched stretches replay to ~2 us;
 * blocking calls (device/stream/event syncs, copies that outlive their call) end when the
-  GPU work they wait for ends; that is where a GPU delay reaches the host again.  The host
-  shift never shrinks: a stall hidden by a long wait is not modelled, which is why mechanisms
-  place stalls where the GPU backlog is small (`backlog_at`).
+  GPU work they wait for ends; that is where a GPU delay reaches the host again, and where a
+  host delay the queue hid is taken back: the shift drops by up to the time the call waited
+  in the base.  Mechanisms place stalls where the GPU backlog is small (`backlog_at`), so
+  that they show.
 
 Times are microseconds relative to the trace start (`Timeline.t0`) while computing.
 """
