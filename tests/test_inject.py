@@ -27,7 +27,8 @@ from traceap.inject.dataset import InjectConfig, build
 from traceap.inject.edit import Doc
 from traceap.inject.mechanisms import Base, Unusable
 from traceap.inject.natural import natural_anomalies
-from traceap.inject.physics import Block, Busy, Launch, Sync, Timeline, propagate
+from traceap.inject.physics import (WAITS_FOR_NONE, Block, Busy, Launch, Sync, Timeline,
+                                    propagate)
 from traceap.load import load_bytes
 from traceap.inject.validate import Columns, compare, describe, offenders, validate
 from traceap.measures.accumulation import accumulation
@@ -388,20 +389,48 @@ def test_a_stall_behind_a_deep_queue_moves_nothing_past_the_next_sync():
         assert ((res.op_start - tl.start) > 1.0).sum() < 100, T
 
 
-@pytest.mark.parametrize("pattern", ["graph_break", "excessive_memcpy"])
-def test_a_plant_grows_the_trace_by_no_more_than_it_adds(pattern):
-    """On the DLRM sample these plants grow the GPU timeline by at most the host and GPU time
-    they add (their syncs drain little queue there): a delay reaches the GPU once, and the
-    steps' syncs take it back.  graph_break added 11.8 ms of host time and grew the trace by 25.9 ms,
-    excessive_memcpy 13.1 ms and 19.2 ms (a host delay moved every later queued op)."""
-    o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), pattern, np.random.default_rng(7))
+def test_a_sync_that_waited_takes_back_a_shorter_host_delay():
+    """A 1 ms host stall just before a sync that waited 3.5-5.3 ms in the base: the sync
+    returns when the GPU work it waits for is done, as in the base, and nothing after it moves.
+    The host shift never shrank: each such stall moved 6,300-9,000 GPU ops of the DLRM sample
+    and grew the trace by the whole 1 ms."""
+    tl = Timeline(Doc(SAMPLE))
+    wait = tl.sync_end - tl.sync_ts - tl.sync_min
+    waited = np.flatnonzero((wait > 2000.0) & (tl.sync_stream != WAITS_FOR_NONE))
+    assert len(waited) >= 5
+    for j in waited[:5]:
+        res = propagate(tl, [Block(T=float(tl.sync_ts[j]) - 1.0, thread=tl.main_thread,
+                                   steps=[Busy(1000.0)])])
+        assert res.values[-1] == 0.0
+        assert res.op_end.max() == tl.end.max()
+        assert not (res.op_start - tl.start > 1.0).any()
+
+
+#: HTA's trace_diff test rank: ops of a side stream start 37-41 ms after their launch onto an
+#: idle stream (waiting for other ranks).
+TRACE_DIFF_TEST = (SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis"
+                   / "trace_diff__test__test.json.gz")
+
+
+@pytest.mark.parametrize("path, pattern", [
+    (SAMPLE, "graph_break"), (SAMPLE, "excessive_memcpy"),
+    pytest.param(TRACE_DIFF_TEST, "graph_break", marks=needs_shared)],
+    ids=["dlrm_sample-graph_break", "dlrm_sample-excessive_memcpy", "hta_trace_diff-graph_break"])
+def test_a_plant_grows_the_trace_by_no_more_than_it_adds(path, pattern):
+    """These plants grow the GPU timeline by at most the host and GPU time they add (their
+    syncs drain little queue there): a delay reaches the GPU once, and the steps' syncs take it
+    back.  On the DLRM sample graph_break added 11.8 ms of host time and grew the trace by
+    25.9 ms, excessive_memcpy 13.1 ms and 19.2 ms (a host delay moved every later queued op);
+    on the trace_diff rank graph_break added 7.4 ms and grew it by 123 ms, still 69 ms while
+    an op that waited 37 ms for another rank after its launch kept that as its latency."""
+    o = inject_one(Base.of(Doc(path), path.name), pattern, np.random.default_rng(7))
     res = o.result
     steps = [s for b in res.blocks for s in b.steps]
     added = (sum(s.dur for s in steps if isinstance(s, Busy))
              + sum(s.min_dur for s in steps if isinstance(s, Sync))
              + sum(s.rt_dur + s.gpu_dur for s in steps if isinstance(s, Launch)))
     ends = [res.op_end.max()] + [s.gpu_t1 for s in steps if isinstance(s, Launch)]
-    tl = Base.of(Doc(SAMPLE), SAMPLE.name).tl
+    tl = Base.of(Doc(path), path.name).tl
     assert max(ends) - tl.end.max() <= added, (max(ends) - tl.end.max(), added)
 
 
