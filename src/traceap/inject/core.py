@@ -211,7 +211,7 @@ MIN_GROWTH_US = 20.0
 
 
 #: Caused gaps of one plant join into one label while at least this share of the joined stretch
-#: is caused waiting: the kernels run between them for less time than the GPU waited, so the
+#: is caused waiting: the kernels between them ran for less time than the GPU waited, so the
 #: stretch reads as waiting (a label at most twice the idle it marks), not as busy windows.
 CAUSED_RUN_SHARE = 0.5
 

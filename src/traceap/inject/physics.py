@@ -47,8 +47,8 @@ WAIT_SLACK_US = 2.0
 WAIT_MATCH_US = 15.0
 #: An op that started this long after its launch onto an idle stream waited for something else
 #: (another stream's event the trace does not match, another rank), not for its launch: launch
-#: latency is 5-50 us (HTA's kernel-launch stats), a thousand-fold less than the 37-158 ms such
-#: ops of HTA's TorchRec ranks waited.  None of the bundled single-node traces has one.
+#: latency is 5-50 us (HTA's kernel-launch stats), a thousand-fold less than the 37-41 ms such
+#: ops of HTA's trace_diff rank waited.  The bundled CNN and test traces have none.
 MAX_LAUNCH_LATENCY_US = 1000.0
 #: `Timeline.sync_stream` of a blocking call that waited for no stream the trace shows (-1: the
 #: whole device).
@@ -215,16 +215,17 @@ class Timeline:
         slack = self.start - expected
         # What bound an op's start in the base keeps binding it.  Its launch, when the stream
         # was idle as the launch arrived (or freed up within WAIT_SLACK_US of it): it keeps its
-        # own launch latency (launch latency varies by tens of us; one beyond
-        # MAX_LAUNCH_LATENCY_US is a wait, below).  Its stream, when it was queued behind the op before it: it
-        # keeps its gap behind that op (the GPU's few us between queued kernels, up to the
-        # event latency WAIT_MATCH_US as for another stream's op), and a host delay is absorbed
-        # by the queue.  A queued op that started later than that waited for something else: another stream's op (below) or something the trace does not
-        # show (another rank: an NCCL kernel's peers, the compute waiting for it).  That wait
-        # is kept against what it waited for, not against its launch: another stream's op
-        # moves it, an unseen cause does not (its base start stays the floor).  Taken as
-        # launch-bound, its own latency (158 ms on HTA's TorchRec rank) moved it, and all
-        # queued behind it, by every host delay.
+        # own launch latency (that varies by tens of us; one beyond MAX_LAUNCH_LATENCY_US is a
+        # wait, below).  Its stream, when it was queued behind the op before it: it keeps its
+        # gap behind that op (the GPU's few us between queued kernels, up to the event latency
+        # WAIT_MATCH_US as for another stream's op), so a host delay is absorbed by the queue.
+        # A queued op that started later than that waited for something else: another
+        # stream's op (below) or something the trace does not show (another rank: an NCCL
+        # kernel's peers, the compute waiting for it).  That wait is kept against what it
+        # waited for, not against its launch: another stream's op moves it, an unseen cause
+        # does not (its base start stays the floor).  Taken as launch-bound, its own latency
+        # (158 ms on HTA's TorchRec rank) moved it, and all queued behind it, by every host
+        # delay.
         lat_own = self.start - self.L
         launch_bound = (np.isfinite(lat_own) & (launch_ok + WAIT_SLACK_US > prev_end)
                         & (lat_own <= MAX_LAUNCH_LATENCY_US))
