@@ -316,8 +316,9 @@ class Timeline:
             # TorchRec rank returns from a sync 4 us after a compute kernel ends with 47 ms of
             # compute still queued; taken as a compute sync, the replay made it wait for that
             # queue, and every plant before it "caused" 47 ms of idle per step
-            queued_end = np.maximum.accumulate(e_s[np.argsort(k_s, kind="stable")])
-            n_launched = np.searchsorted(np.sort(k_s), ts, side="right")
+            by_key = np.argsort(k_s, kind="stable")
+            queued_end = np.maximum.accumulate(e_s[by_key])
+            n_launched = np.searchsorted(k_s[by_key], ts, side="right")
             pending = np.where(n_launched > 0, queued_end[np.maximum(n_launched - 1, 0)], -np.inf)
             drained = pending <= end + 1.0
             # ops of this stream ended by the call's return, launched before it: the latest
