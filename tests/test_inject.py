@@ -22,12 +22,13 @@ import traceap
 from traceap.manifest import SPLITS, read_manifest, splits
 from traceap.patterns import BusyInefficient, get_pattern, pattern_ids
 from traceap.errors import DatasetError, OutputError
-from traceap.inject.core import Invalid, inject_one
+from traceap.inject.core import Invalid, _merge_caused, inject_one
 from traceap.inject.dataset import InjectConfig, build
 from traceap.inject.edit import Doc
 from traceap.inject.mechanisms import Base, Unusable
 from traceap.inject.natural import natural_anomalies
-from traceap.inject.physics import Timeline
+from traceap.inject.physics import (WAITS_FOR_NONE, Block, Busy, Launch, Sync, Timeline,
+                                    propagate)
 from traceap.load import load_bytes
 from traceap.inject.validate import Columns, compare, describe, offenders, validate
 from traceap.measures.accumulation import accumulation
@@ -368,6 +369,81 @@ def test_a_sync_waits_only_for_a_stream_it_outlasted(path):
     for j in np.flatnonzero(tl.sync_stream >= 0):
         queued = (tl.op_stream == tl.sync_stream[j]) & (tl.key <= tl.sync_ts[j])
         assert tl.end[queued].max() <= tl.sync_end[j] + 1.0, (tl.sync_ts[j], tl.sync_stream[j])
+
+
+@needs_shared
+def test_a_stall_behind_a_deep_queue_moves_nothing_past_the_next_sync():
+    """A 10 ms host stall where 48-195 ms of GPU work is queued: the queue hides it and the
+    step's own sync, which waited ~150 ms in the base, waits 10 ms less.  The replay gave every
+    queued op that started a few us after the op before it (or waited for another rank) its
+    own launch latency, up to 158 ms, and never let the host shift shrink: every such stall
+    moved ~7,400 GPU ops and grew the trace by the whole 10 ms."""
+    tl = Timeline(Doc(TORCHREC))
+    launches = tl.L[np.isfinite(tl.L) & tl.by_main]
+    deep = launches[tl.backlog_at(launches) > 30_000.0]
+    assert len(deep) > 1000
+    for T in deep[:: len(deep) // 5][:5]:
+        res = propagate(tl, [Block(T=float(T) - 0.5, thread=tl.main_thread,
+                                   steps=[Busy(10_000.0)])])
+        assert res.op_end.max() - tl.end.max() < 1.0, T
+        assert ((res.op_start - tl.start) > 1.0).sum() < 100, T
+
+
+def test_a_sync_that_waited_takes_back_a_shorter_host_delay():
+    """A 1 ms host stall just before a sync that waited 3.5-5.3 ms in the base: the sync
+    returns when the GPU work it waits for is done, as in the base, and nothing after it moves.
+    The host shift never shrank: each such stall moved 6,300-9,000 GPU ops of the DLRM sample
+    and grew the trace by the whole 1 ms."""
+    tl = Timeline(Doc(SAMPLE))
+    wait = tl.sync_end - tl.sync_ts - tl.sync_min
+    waited = np.flatnonzero((wait > 2000.0) & (tl.sync_stream != WAITS_FOR_NONE))
+    assert len(waited) >= 5
+    for j in waited[:5]:
+        res = propagate(tl, [Block(T=float(tl.sync_ts[j]) - 1.0, thread=tl.main_thread,
+                                   steps=[Busy(1000.0)])])
+        assert res.values[-1] == 0.0
+        assert res.op_end.max() == tl.end.max()
+        assert not (res.op_start - tl.start > 1.0).any()
+
+
+#: HTA's trace_diff test rank: ops of a side stream start 37-41 ms after their launch onto an
+#: idle stream (waiting for other ranks).
+TRACE_DIFF_TEST = (SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis"
+                   / "trace_diff__test__test.json.gz")
+
+
+@pytest.mark.parametrize("path, pattern", [
+    (SAMPLE, "graph_break"), (SAMPLE, "excessive_memcpy"),
+    pytest.param(TRACE_DIFF_TEST, "graph_break", marks=needs_shared)],
+    ids=["dlrm_sample-graph_break", "dlrm_sample-excessive_memcpy", "hta_trace_diff-graph_break"])
+def test_a_plant_grows_the_trace_by_no_more_than_it_adds(path, pattern):
+    """These plants grow the GPU timeline by at most the host and GPU time they add (their
+    syncs drain little queue there): a delay reaches the GPU once, and the steps' syncs take it
+    back.  On the DLRM sample graph_break added 11.8 ms of host time and grew the trace by
+    25.9 ms, excessive_memcpy 13.1 ms and 19.2 ms (a host delay moved every later queued op);
+    on the trace_diff rank graph_break added 7.4 ms and grew it by 123 ms, still 69 ms while
+    an op that waited 37 ms for another rank after its launch kept that as its latency."""
+    o = inject_one(Base.of(Doc(path), path.name), pattern, np.random.default_rng(7))
+    res = o.result
+    steps = [s for b in res.blocks for s in b.steps]
+    added = (sum(s.dur for s in steps if isinstance(s, Busy))
+             + sum(s.min_dur for s in steps if isinstance(s, Sync))
+             + sum(s.rt_dur + s.gpu_dur for s in steps if isinstance(s, Launch)))
+    ends = [res.op_end.max()] + [s.gpu_t1 for s in steps if isinstance(s, Launch)]
+    tl = Base.of(Doc(path), path.name).tl
+    assert max(ends) - tl.end.max() <= added, (max(ends) - tl.end.max(), added)
+
+
+def test_caused_waits_of_a_plant_are_one_label_per_stretch():
+    """A delay that reaches the GPU at every launch-bound kernel of a stretch makes one
+    20-150 us caused gap per kernel; they join into one label while most of it is waiting
+    (CAUSED_RUN_SHARE).  Unjoined, grad_accum_allreduce's labels on the DLRM sample were 574
+    intervals with a median of 36 us."""
+    o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), "grad_accum_allreduce",
+                   np.random.default_rng(7))
+    assert len(o.anomalies) <= 150, len(o.anomalies)
+    gaps = [(0.0, 30.0), (40.0, 70.0), (100.0, 130.0), (1000.0, 1030.0)]
+    assert _merge_caused(gaps) == [(0.0, 130.0), (1000.0, 1030.0)]
 
 
 def kernel_idle_compute(tr, lo, hi):

@@ -210,6 +210,12 @@ def realize(base: Base, plan: Plan) -> tuple:
 MIN_GROWTH_US = 20.0
 
 
+#: Caused gaps of one plant join into one label while at least this share of the joined stretch
+#: is caused waiting: the kernels between them ran for less time than the GPU waited, so the
+#: stretch reads as waiting (a label at most twice the idle it marks), not as busy windows.
+CAUSED_RUN_SHARE = 0.5
+
+
 def _base_gaps(base: Base) -> tuple[np.ndarray, np.ndarray]:
     """Base kernels of the compute device, and the idle gap each one ends in the base (0 if
     it starts while other work runs).  Computed once per base."""
@@ -274,6 +280,7 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
                     key=lambda x: x[0])
     firsts = np.array([s for s, _ in starts])
     left = {id(inst): inst.max_caused_us for inst in instances}
+    caused: dict[int, list] = {id(inst): [] for inst in instances}
     # in time order: a capped instance's budget goes to the waits right after it
     for i in grown[np.argsort(new_ts[k[grown]], kind="stable")].tolist():
         b = new_ts[k[i]] - t0
@@ -292,7 +299,26 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
                 continue
             b = min(b, a + cap)  # the start of the wait: the delay the fix removes comes first
             left[id(inst)] = cap - (b - a)
-        inst.intervals.append((float(a), float(b)))
+        caused[id(inst)].append((float(a), float(b)))
+    for inst in instances:
+        inst.intervals.extend(_merge_caused(caused[id(inst)]))
+
+
+def _merge_caused(gaps: list) -> list:
+    """Caused gaps (in time order) joined into one label while the plant caused at least
+    CAUSED_RUN_SHARE of it: a host delay that reaches the GPU at every launch-bound kernel of the
+    next stretch makes one 20-150 us gap per kernel with the kernels' runs between them
+    (hundreds per trace on HTA's TorchRec and DLRM ranks), one stretch the fix removes."""
+    out: list = []
+    idle = 0.0
+    for a, b in gaps:
+        if out and (idle + (b - a)) >= CAUSED_RUN_SHARE * (b - out[-1][0]):
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+            idle += b - a
+        else:
+            out.append((a, b))
+            idle = b - a
+    return out
 
 
 def wrap_events(base: Base, f: Factory, plan: Plan, new_ts, new_end) -> None:

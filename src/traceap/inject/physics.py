@@ -7,18 +7,22 @@ work (`Launch`), blocking waits (`Sync`) and cross-stream waits (`Barrier`).  `p
 replays the trace in launch order with these rules:
 
 * host: every host event at or after T moves by the time the block took; events spanning T
-  are stretched (the shift is one non-decreasing step function per process);
+  are stretched (the shift is one step function per process; it drops only at blocking calls
+  that waited in the base, below, and events spanning such a drop shrink by it);
 * GPU: an op starts at max(its original start, its launch + its launch latency, the end of
   the previous op on its stream, the end of the other-stream op it waited for + the same
   gap, any barrier) -- so a stall moves only work launched after it, work already queued
-  drains first, and new work on a stream delays what follows it.  An op that was
-  launch-bound keeps its own latency, a queued one gets the trace's smallest; an op that
-  started right when another stream's op ended waited for it (an event wait the trace does
-  not show) and still does.  Untouched stretches replay to ~2 us;
+  drains first, and new work on a stream delays what follows it.  What bound an op in the
+  base keeps binding it: a launch-bound op keeps its own latency, a queued one its gap
+  behind its stream (and the trace's smallest latency); an op that started right when
+  another stream's op ended waited for it (an event wait the trace does not show) and still
+  does; one that waited for something the trace does not show (another rank) keeps its base
+  start as the floor.  Untouched stretches replay to ~2 us;
 * blocking calls (device/stream/event syncs, copies that outlive their call) end when the
-  GPU work they wait for ends; that is where a GPU delay reaches the host again.  The host
-  shift never shrinks: a stall hidden by a long wait is not modelled, which is why mechanisms
-  place stalls where the GPU backlog is small (`backlog_at`).
+  GPU work they wait for ends; that is where a GPU delay reaches the host again, and where a
+  host delay the queue hid is taken back: the shift drops by up to the time the call waited
+  in the base.  Mechanisms place stalls where the GPU backlog is small (`backlog_at`), so
+  that they show.
 
 Times are microseconds relative to the trace start (`Timeline.t0`) while computing.
 """
@@ -41,6 +45,11 @@ DEFAULT_SYNC_RETURN_US = 3.0
 WAIT_SLACK_US = 2.0
 #: ... and another stream's op had ended at most this long before (us): the event latency.
 WAIT_MATCH_US = 15.0
+#: An op that started this long after its launch onto an idle stream waited for something else
+#: (another stream's event the trace does not match, another rank), not for its launch: launch
+#: latency is 5-50 us (HTA's kernel-launch stats), a thousand-fold less than the 37-41 ms such
+#: ops of HTA's trace_diff rank waited.  The bundled CNN and test traces have none.
+MAX_LAUNCH_LATENCY_US = 1000.0
 #: `Timeline.sync_stream` of a blocking call that waited for no stream the trace shows (-1: the
 #: whole device).
 WAITS_FOR_NONE = -2
@@ -192,6 +201,7 @@ class Timeline:
         self.dep = np.full(n, -1, np.int64)
         self.dep_gap = np.zeros(n)
         self.lat = np.full(n, self.lat_min)
+        self.stream_gap = np.zeros(n)  # how long after its stream's previous op it starts
         if n < 2:
             return
         by = np.lexsort((self.start, self.op_stream))
@@ -202,13 +212,28 @@ class Timeline:
             prev_end[on[1:]] = pe[:-1]
         launch_ok = np.where(np.isfinite(self.L), self.L + self.lat_min, -np.inf)
         expected = np.maximum(launch_ok, prev_end)
-        # An op that started when its launch allowed (not queued behind its stream) keeps its
-        # own launch latency when it moves; a queued one can start as soon as the smallest
-        # latency allows once the queue before it is gone.
+        slack = self.start - expected
+        # What bound an op's start in the base keeps binding it.  Its launch, when the stream
+        # was idle as the launch arrived (or freed up within WAIT_SLACK_US of it): it keeps its
+        # own launch latency (that varies by tens of us; one beyond MAX_LAUNCH_LATENCY_US is a
+        # wait, below).  Its stream, when it was queued behind the op before it: it keeps its
+        # gap behind that op (the GPU's few us between queued kernels, up to the event latency
+        # WAIT_MATCH_US as for another stream's op), so a host delay is absorbed by the queue.
+        # A queued op that started later than that waited for something else: another
+        # stream's op (below) or something the trace does not show (another rank: an NCCL
+        # kernel's peers, the compute waiting for it).  That wait is kept against what it
+        # waited for, not against its launch: another stream's op moves it, an unseen cause
+        # does not (its base start stays the floor).  Taken as launch-bound, its own latency
+        # (158 ms on HTA's TorchRec rank) moved it, and all queued behind it, by every host
+        # delay.
         lat_own = self.start - self.L
-        launch_bound = np.isfinite(lat_own) & (prev_end < self.start - 1.0)
+        launch_bound = (np.isfinite(lat_own) & (launch_ok + WAIT_SLACK_US > prev_end)
+                        & (lat_own <= MAX_LAUNCH_LATENCY_US))
         self.lat = np.where(launch_bound, np.maximum(lat_own, self.lat_min), self.lat_min)
-        waited = np.flatnonzero(self.start - expected > WAIT_SLACK_US)
+        behind = self.start - prev_end
+        self.stream_gap = np.where(~launch_bound & (behind <= WAIT_MATCH_US),
+                                   np.maximum(behind, 0.0), 0.0)
+        waited = np.flatnonzero(slack > WAIT_SLACK_US)
         if not len(waited):
             return
         best = np.full(len(waited), -np.inf)
@@ -424,6 +449,7 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
     main = tl.by_main
     start_l, dur_l, L_l = tl.start.tolist(), tl.dur.tolist(), tl.L_eff.tolist()
     dep_l, gap_l, lat_l = tl.dep.tolist(), tl.dep_gap.tolist(), tl.lat.tolist()
+    sgap_l = tl.stream_gap.tolist()
     done = np.zeros(n, bool)
     done[order[:first]] = True
     done_l = done.tolist()
@@ -450,7 +476,15 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
         if sync_ts[si] < kk:
             j = sy[si]
             need = _sync_return(tl, j, shift, last_end) - tl.sync_end[j]
-            if need > shift:
+            # a blocking call that waited in the base absorbs a host delay up to its wait: it
+            # returns when the GPU work it waits for is done, as in the base when the GPU is
+            # not late (a host delay the queue hid leaves the base's per-step sync less to
+            # wait for).  Not one that waited for no stream the trace shows: when it returns
+            # is not known, it keeps its length.
+            if tl.sync_stream[j] == WAITS_FOR_NONE:
+                need = max(need, shift)
+            need = max(need, 0.0)
+            if need != shift:
                 e = float(tl.sync_end[j])
                 keys_start.append(e)
                 keys_end.append(np.nextafter(e, -np.inf))
@@ -469,8 +503,8 @@ def propagate(tl: Timeline, blocks: list[Block]) -> Result:
             if c > b0:
                 b0 = c
         prev = last_end.get(s)
-        if prev is not None and prev > b0:
-            b0 = prev
+        if prev is not None and prev + sgap_l[i] > b0:
+            b0 = prev + sgap_l[i]
         if s in barrier:
             bb = barrier.pop(s)
             if bb > b0:
