@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..idle import MECHANISMS, per_window
+from ..patterns import REGISTRY, BusyInefficient
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows
 from .config import ModelConfig
@@ -57,9 +58,11 @@ SUMMARY_IDLE = tuple(f"idle_{m}" for m in MODEL_MECHANISMS)
 #: as warm-up there, which a model learns to pass over), and the GPU time the busy-time
 #: patterns spend inefficiently (`AntiPattern.window_lost` of each `BusyInefficient` pattern:
 #: FP32 matrix math, layout transposes, per-parameter optimizer kernels), shares of the window.
-SPLIT_MECHANISMS = ("recompilation", "allocator_churn", "dataparallel", "accum_allreduce",
-                    "cpu_tensor_init")
-BUSY_PATTERNS = ("no_mixed_precision", "no_channels_last", "unfused_optimizer")
+#: Both read from the account and the registry (no module outside a pattern's own names it),
+#: in their order; a mechanism or busy-time pattern added later widens these inputs, so a
+#: `summary_split` checkpoint is bound to the account and registry it was trained with.
+SPLIT_MECHANISMS = tuple(m.id for m in MECHANISMS if m.model_as)
+BUSY_PATTERNS = tuple(p.id for p in REGISTRY.values() if isinstance(p.account, BusyInefficient))
 SUMMARY_SPLIT = tuple(f"idle_{m}" for m in SPLIT_MECHANISMS) + tuple(f"busy_{p}"
                                                                     for p in BUSY_PATTERNS)
 STAT_KEYS = (SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
@@ -154,11 +157,8 @@ def raw_stats(windows: Windows) -> np.ndarray:
 
 
 def _busy_lost(windows: Windows, pattern: str) -> np.ndarray:
-    """Per window, the GPU time busy-time pattern `pattern` spends inefficiently (0 where the
-    pattern is not registered)."""
-    from ..patterns import REGISTRY
-    rule = REGISTRY.get(pattern)
-    return rule.window_lost(windows) if rule is not None else np.zeros(windows.n)
+    """Per window, the GPU time busy-time pattern `pattern` spends inefficiently."""
+    return REGISTRY[pattern].window_lost(windows)
 
 
 def model_idle(windows: Windows, idle: dict[str, np.ndarray] | None = None
@@ -210,7 +210,6 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
 
 def _declared(mechanism: str) -> str:
     """The MODEL_MECHANISMS input a mechanism's time goes to under `model_idle`."""
-    from ..idle import MECHANISMS
     return next((m.model_as or "not_explained" for m in MECHANISMS if m.id == mechanism),
                 "not_explained")
 
