@@ -64,6 +64,7 @@ def _outputs_agree(model, feats, table, atol=1e-5):
     {"summary_absolute": False, "summary_extra": True}, {"names_masked": True},
     {"platform_embedding": False}, {"host_events": 8, "time_relative": True},
     {"summary_idle": True, "summary_absolute": False, "time_relative": True},
+    {"summary_idle": True, "summary_split": True, "summary_absolute": False},
 ])
 def test_numpy_forward_equals_the_torch_model(feats, table, switches):
     cfg = replace(SMALL, **switches)

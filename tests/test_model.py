@@ -134,6 +134,48 @@ def test_idle_summary_is_the_idle_account_per_window(sample_windows):
         replace(cfg, summary_idle=False))["summary"].shape[1] == s.shape[1] - 2 * k
 
 
+@pytest.mark.parametrize("pattern,column", [("no_mixed_precision", "busy_no_mixed_precision"),
+                                            ("allocator_churn", "idle_allocator_churn")])
+def test_split_summary_gives_the_newer_mechanisms_and_busy_losses_their_own_inputs(
+        pattern, column, tmp_path):
+    """`summary_split` takes each mechanism added with the sixteen patterns out of the input it
+    declares (allocator churn out of warm-up, ...) onto its own input, and adds the busy-time
+    patterns' inefficient GPU time: planted into the bundled CNN, the pattern's input holds
+    time inside its label, the idle inputs still add up to the same idle time, and the busy
+    inputs are the rules' own `window_lost`."""
+    from traceap.idle import per_window
+    from traceap.inject.core import inject_one
+    from traceap.inject.edit import Doc
+    from traceap.inject.mechanisms import Base
+    from traceap.model.features import BUSY_PATTERNS, SPLIT_MECHANISMS, SUMMARY_SPLIT
+    from traceap.patterns import REGISTRY
+    o = inject_one(Base.of(Doc(CNN), CNN.name), pattern, np.random.default_rng(7))
+    path = tmp_path / "planted.json"
+    path.write_bytes(o.data)
+    windows = Windows(load(path), 50)
+    cfg = replace(preset("small"), summary_idle=True, summary_absolute=False)
+    split = replace(cfg, summary_split=True)
+    f = featurize(windows, cfg)
+    old, new = f.inputs(cfg)["summary"], f.inputs(split)["summary"]
+    k, j, m = len(SUMMARY_IDLE), len(SUMMARY_SPLIT), len(SPLIT_MECHANISMS)
+    assert new.shape[1] == summary_dim(split) == old.shape[1] + 2 * j
+    width = windows.width_us
+    base = new.shape[1] - 2 * (k + j)          # the absolute idle block, then the relative one
+    folded, mine, busy = (new[:, base:base + k], new[:, base + k:base + k + m],
+                          new[:, base + k + m:base + k + j])
+    assert np.allclose(folded.sum(1) + mine.sum(1), old[:, -2 * k:-k].sum(1), atol=1e-5)
+    idle = per_window(windows)
+    assert np.allclose(mine, np.stack([idle[x] / width for x in SPLIT_MECHANISMS], 1), atol=1e-6)
+    want = np.stack([REGISTRY[x].window_lost(windows) / width for x in BUSY_PATTERNS], 1)
+    assert np.allclose(busy, np.clip(want, 0, 1), atol=1e-6)
+    col = new[:, base + k + SUMMARY_SPLIT.index(column)]
+    mid = (windows.edges[:-1] + windows.edges[1:]) / 2
+    inside = np.zeros(windows.n, bool)
+    for a, b in o.anomalies:
+        inside |= (mid >= a) & (mid <= b)
+    assert col[inside].sum() > 0 and col[inside].mean() > col[~inside].mean()
+
+
 def test_longest_idle_is_the_longest_gpu_gap_in_each_window(sample_windows):
     t = sample_windows.trace
     edges = sample_windows.edges

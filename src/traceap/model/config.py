@@ -58,6 +58,8 @@ class ModelConfig:
     summary_extra: bool = False   # add the longest GPU-idle stretch of the window
     summary_idle: bool = False    # add the window's GPU-idle time by mechanism (idle.py's
     #                               account: measured shares of the window, not names)
+    summary_split: bool = False   # with summary_idle: the sixteen patterns' newer mechanisms
+    #                               on their own and the busy-time losses (features.SUMMARY_SPLIT)
     time_absolute: bool = True    # launch delay and duration quantised in us (paper eq. 3)
     time_relative: bool = False   # add delay, idle gap before the event and duration relative
     #                               to the trace's own typical values (other GPUs, batch sizes)

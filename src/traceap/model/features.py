@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..idle import MECHANISMS, per_window
+from ..patterns import REGISTRY, BusyInefficient
 from ..trace import Kind, Trace, merged_intervals
 from ..windows import Windows
 from .config import ModelConfig
@@ -52,7 +53,20 @@ MODEL_MECHANISMS = ("warmup", "nccl_on_compute_stream", "small_nccl", "nccl", "c
                     "data_loading", "pageable_copies", "host_copies_syncs", "input_copies",
                     "unrecorded_host", "python_host", "launch_bound", "not_explained")
 SUMMARY_IDLE = tuple(f"idle_{m}" for m in MODEL_MECHANISMS)
-STAT_KEYS = SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
+#: Config `summary_split`: the mechanisms added with the sixteen patterns, each its own input
+#: instead of the time of the one it declares (`model_as`: allocator churn and recompiles read
+#: as warm-up there, which a model learns to pass over), and the GPU time the busy-time
+#: patterns spend inefficiently (`AntiPattern.window_lost` of each `BusyInefficient` pattern:
+#: FP32 matrix math, layout transposes, per-parameter optimizer kernels), shares of the window.
+#: Both read from the account and the registry (no module outside a pattern's own names it),
+#: in their order; a mechanism or busy-time pattern added later widens these inputs, so a
+#: `summary_split` checkpoint is bound to the account and registry it was trained with.
+SPLIT_MECHANISMS = tuple(m.id for m in MECHANISMS if m.model_as)
+BUSY_PATTERNS = tuple(p.id for p in REGISTRY.values() if isinstance(p.account, BusyInefficient))
+SUMMARY_SPLIT = tuple(f"idle_{m}" for m in SPLIT_MECHANISMS) + tuple(f"busy_{p}"
+                                                                    for p in BUSY_PATTERNS)
+STAT_KEYS = (SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
+             + SUMMARY_SPLIT)
 #: Width of the v1 summary: the measures above (without the extras) and log window width.
 SUMMARY_DIM = len(SUMMARY_FRACTIONS) + len(SUMMARY_RATES) + len(SUMMARY_LOGS) + 1
 #: Per-trace reference values for the relative time inputs (medians over the whole trace).
@@ -135,14 +149,24 @@ def raw_stats(windows: Windows) -> np.ndarray:
     cols = [np.nan_to_num(np.asarray(s[k], np.float64)) for k in STAT_KEYS if k in s]
     width = max(windows.width_us, 1e-9)
     cols.append(longest_idle(windows.trace, windows.edges) / width)
-    cols += [v / width for v in model_idle(windows).values()]
+    idle = per_window(windows)
+    cols += [v / width for v in model_idle(windows, idle).values()]
+    cols += [idle[m] / width for m in SPLIT_MECHANISMS]
+    cols += [_busy_lost(windows, p) / width for p in BUSY_PATTERNS]
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-def model_idle(windows: Windows) -> dict[str, np.ndarray]:
+def _busy_lost(windows: Windows, pattern: str) -> np.ndarray:
+    """Per window, the GPU time busy-time pattern `pattern` spends inefficiently."""
+    return REGISTRY[pattern].window_lost(windows)
+
+
+def model_idle(windows: Windows, idle: dict[str, np.ndarray] | None = None
+               ) -> dict[str, np.ndarray]:
     """Per window, the idle time of each of MODEL_MECHANISMS, a newer mechanism's time in the
-    one it declares (`model_as`; not explained when it declares none)."""
-    idle = per_window(windows)
+    one it declares (`model_as`; not explained when it declares none).  `idle`: the account's
+    `per_window` when the caller has it."""
+    idle = per_window(windows) if idle is None else idle
     out = {m: idle[m].copy() for m in MODEL_MECHANISMS}
     for mech in MECHANISMS:
         if mech.id not in out:
@@ -172,6 +196,11 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
         parts.append(s - np.sort(s, axis=0)[(n - 1) // 2][None, :])
     if cfg.summary_idle:
         idle = np.nan_to_num(np.clip(stats[:, [idx[k] for k in SUMMARY_IDLE]], 0.0, 1.0))
+        if cfg.summary_split:  # the newer mechanisms out of the ones they declare, on their own
+            split = np.nan_to_num(np.clip(stats[:, [idx[k] for k in SUMMARY_SPLIT]], 0.0, 1.0))
+            for j, m in enumerate(SPLIT_MECHANISMS):
+                idle[:, MODEL_MECHANISMS.index(_declared(m))] -= split[:, j]
+            idle = np.concatenate([np.clip(idle, 0.0, 1.0), split], axis=1)
         idle = idle.astype(np.float32)
         parts.append(idle)
         if cfg.summary_relative:
@@ -179,10 +208,17 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
     return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), np.float32)
 
 
+def _declared(mechanism: str) -> str:
+    """The MODEL_MECHANISMS input a mechanism's time goes to under `model_idle`."""
+    return next((m.model_as or "not_explained" for m in MECHANISMS if m.id == mechanism),
+                "not_explained")
+
+
 def summary_dim(cfg: ModelConfig) -> int:
     """Width of the per-window summary input under a config."""
     base = SUMMARY_DIM + (len(SUMMARY_EXTRA) if cfg.summary_extra else 0)
-    idle = len(SUMMARY_IDLE) * (1 + int(cfg.summary_relative)) if cfg.summary_idle else 0
+    idle = (len(SUMMARY_IDLE) + (len(SUMMARY_SPLIT) if cfg.summary_split else 0)) \
+        * (1 + int(cfg.summary_relative)) if cfg.summary_idle else 0
     return base * (int(cfg.summary_absolute) + int(cfg.summary_relative)) + idle
 
 
@@ -498,6 +534,6 @@ def featurize_trace(work: FeatureWork, job: tuple[str, str, tuple[int, ...]]
 
 
 __all__ = ["HOST_CAP", "HOST_KINDS", "RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM",
-           "SUMMARY_IDLE", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays",
+           "SUMMARY_IDLE", "SUMMARY_SPLIT", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays",
            "featurize", "featurize_trace", "host_pick", "longest_idle", "platform_of",
            "quantize_ratio", "quantize_time", "raw_stats", "summary", "summary_dim"]

@@ -45,8 +45,9 @@ from .text import TextEncoder, cache_dir
 #: Bumped whenever `featurize` writes different arrays (2: raw times and window measures;
 #: 3: host events; 4: idle time by mechanism per window; 5: the idle account gives NCCL time
 #: with nothing queued behind it to the host causes; 6: a sync's lost lead, `sync_debt`, is
-#: host_copies_syncs idle in later gaps too).
-FEATURE_VERSION = 6
+#: host_copies_syncs idle in later gaps too; 7: the newer mechanisms and the busy-time losses,
+#: `features.SUMMARY_SPLIT`).
+FEATURE_VERSION = 7
 
 
 @dataclass
