@@ -53,6 +53,10 @@ MODEL_MECHANISMS = ("warmup", "nccl_on_compute_stream", "small_nccl", "nccl", "c
                     "data_loading", "pageable_copies", "host_copies_syncs", "input_copies",
                     "unrecorded_host", "python_host", "launch_bound", "not_explained")
 SUMMARY_IDLE = tuple(f"idle_{m}" for m in MODEL_MECHANISMS)
+#: Each mechanism of today's account outside MODEL_MECHANISMS -> the input its time feeds there
+#: (the one it declares, `model_as`; not explained when it declares none).
+DECLARED = {m.id: m.model_as or "not_explained" for m in MECHANISMS
+            if m.id not in MODEL_MECHANISMS}
 #: Config `summary_split`: the mechanisms added with the sixteen patterns, each its own input
 #: instead of the time of the one it declares (`model_as`: allocator churn and recompiles read
 #: as warm-up there, which a model learns to pass over), and the GPU time the busy-time
@@ -63,8 +67,8 @@ SUMMARY_IDLE = tuple(f"idle_{m}" for m in MODEL_MECHANISMS)
 #: `summary_split` checkpoint is bound to the account and registry it was trained with.
 SPLIT_MECHANISMS = tuple(m.id for m in MECHANISMS if m.model_as)
 BUSY_PATTERNS = tuple(p.id for p in REGISTRY.values() if isinstance(p.account, BusyInefficient))
-SUMMARY_SPLIT = tuple(f"idle_{m}" for m in SPLIT_MECHANISMS) + tuple(f"busy_{p}"
-                                                                    for p in BUSY_PATTERNS)
+SUMMARY_SPLIT = (tuple(f"idle_{m}" for m in SPLIT_MECHANISMS)
+                 + tuple(f"busy_{p}" for p in BUSY_PATTERNS))
 STAT_KEYS = (SUMMARY_FRACTIONS + SUMMARY_RATES + SUMMARY_LOGS + SUMMARY_EXTRA + SUMMARY_IDLE
              + SUMMARY_SPLIT)
 #: Width of the v1 summary: the measures above (without the extras) and log window width.
@@ -152,13 +156,8 @@ def raw_stats(windows: Windows) -> np.ndarray:
     idle = per_window(windows)
     cols += [v / width for v in model_idle(windows, idle).values()]
     cols += [idle[m] / width for m in SPLIT_MECHANISMS]
-    cols += [_busy_lost(windows, p) / width for p in BUSY_PATTERNS]
+    cols += [REGISTRY[p].window_lost(windows) / width for p in BUSY_PATTERNS]
     return np.stack(cols, axis=1).astype(np.float32)
-
-
-def _busy_lost(windows: Windows, pattern: str) -> np.ndarray:
-    """Per window, the GPU time busy-time pattern `pattern` spends inefficiently."""
-    return REGISTRY[pattern].window_lost(windows)
 
 
 def model_idle(windows: Windows, idle: dict[str, np.ndarray] | None = None
@@ -168,9 +167,8 @@ def model_idle(windows: Windows, idle: dict[str, np.ndarray] | None = None
     `per_window` when the caller has it."""
     idle = per_window(windows) if idle is None else idle
     out = {m: idle[m].copy() for m in MODEL_MECHANISMS}
-    for mech in MECHANISMS:
-        if mech.id not in out:
-            out[mech.model_as or "not_explained"] += idle[mech.id]
+    for mech, into in DECLARED.items():
+        out[into] += idle[mech]
     return out
 
 
@@ -199,19 +197,13 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
         if cfg.summary_split:  # the newer mechanisms out of the ones they declare, on their own
             split = np.nan_to_num(np.clip(stats[:, [idx[k] for k in SUMMARY_SPLIT]], 0.0, 1.0))
             for j, m in enumerate(SPLIT_MECHANISMS):
-                idle[:, MODEL_MECHANISMS.index(_declared(m))] -= split[:, j]
+                idle[:, MODEL_MECHANISMS.index(DECLARED[m])] -= split[:, j]
             idle = np.concatenate([np.clip(idle, 0.0, 1.0), split], axis=1)
         idle = idle.astype(np.float32)
         parts.append(idle)
         if cfg.summary_relative:
             parts.append(idle - np.sort(idle, axis=0)[(n - 1) // 2][None, :])
     return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), np.float32)
-
-
-def _declared(mechanism: str) -> str:
-    """The MODEL_MECHANISMS input a mechanism's time goes to under `model_idle`."""
-    return next((m.model_as or "not_explained" for m in MECHANISMS if m.id == mechanism),
-                "not_explained")
 
 
 def summary_dim(cfg: ModelConfig) -> int:
@@ -534,6 +526,7 @@ def featurize_trace(work: FeatureWork, job: tuple[str, str, tuple[int, ...]]
 
 
 __all__ = ["HOST_CAP", "HOST_KINDS", "RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUMMARY_DIM",
-           "SUMMARY_IDLE", "SUMMARY_SPLIT", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM", "batch_arrays",
+           "SUMMARY_IDLE", "SUMMARY_SPLIT", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM",
+           "batch_arrays",
            "featurize", "featurize_trace", "host_pick", "longest_idle", "platform_of",
            "quantize_ratio", "quantize_time", "raw_stats", "summary", "summary_dim"]
