@@ -203,8 +203,9 @@ def main(argv=None) -> int:
         stack_scores, before = None, []
         if args.cross_fit and fold == EVERY:
             # each fold's slice scored by that fold's model, which never saw it
-            stack_scores = [args.out / f / OOS / "scores.jsonl" for f in plan.names]
-            for f in plan.names:
+            sliced = [f for f in plan.names if a.slice_view(entries, f)]
+            stack_scores = [args.out / f / OOS / "scores.jsonl" for f in sliced]
+            for f in sliced:
                 view = write_view(args.out / "views" / f"slice_{f}", a.slice_view(entries, f),
                                   args.dataset / "traces")
                 before.append(score(view, args.out / f / "model.pt", args.out / f / OOS,
