@@ -32,6 +32,19 @@ stacked on the inner validation like a trained one (the shipped recipe: two runs
 `--ssl STEPS` pretrains on the unmodified traces of the view's train and validation splits
 (OUT/views/K-pretrain: fold K left out, as from everything else).  `--extra-train` datasets
 (the synthetic ones of docs/RESULTS.md's recipe) join training whole: they hold no real trace.
+
+Out-of-source stacking.  A fold's inner-validation slices share their sources with its
+model's training traces, so the model reads better there than on a source it never saw, and
+a stack fitted there weighs it by that.  `--single-source` trains OUT/only_<J>/ on fold J
+alone (train = J outside its slice, validation = J's slice) and scores the other folds'
+slices with it (OUT/only_<J>/out_of_source/scores.jsonl; with `--join`, the runs' only_<J>
+joined).  `--cross-fit SINGLE_OUT` then fits fold K's stack on the other folds' slices, each
+scored by the single-source model of the third fold (trained on neither it nor K), and
+every_source's (the shipped stack) on every fold's slice, each scored by that fold's own
+model (OUT/<K>/out_of_source: trained on the other folds): every stack weighs the model as it
+scores sources it never saw.  The flag threshold stays calibrated on the model's own inner
+validation.  With more than three folds a slice scored by two single-source models keeps the
+later one's scores (plan order).
 Each command is printed before it runs; --dry-run prints them only.
 """
 
@@ -49,11 +62,25 @@ from traceap.eval.folds import (HELD_OUT, FoldPlan, dataset_assignment, describe
 
 #: The output folder of --every-source: the model of every fold together (the shipped one).
 EVERY = "every_source"
+#: --single-source's folder of fold J: OUT/only_J.
+SINGLE = "only_"
+#: Where a model's scores of slices it never saw go (OUT/<fold>/out_of_source/scores.jsonl).
+OOS = "out_of_source"
 
 
-def commands(view: Path, pretrain: Path | None, fold_dir: Path, args) -> list[list[str]]:
+def score(view: Path, ckpt: Path, out: Path, split: str, args) -> list[str]:
+    """`traceap eval` of a view's split by the rules and a checkpoint, scores to OUT."""
+    return [sys.executable, "-m", "traceap", "eval", "--dataset", str(view), "--split", split,
+            "--detectors", "expert,model", "--model", str(ckpt), "--windows", args.windows,
+            "--classifier", "", "--out", str(out)]
+
+
+def commands(view: Path, pretrain: Path | None, fold_dir: Path, args,
+             stack_scores: list[Path] | None = None, single: bool = False) -> list[list[str]]:
     """The four steps of one fold (module docstring); the eval step's tables go to its
-    --out folder, not the terminal."""
+    --out folder, not the terminal.  `stack_scores`: the scores the stack is fitted on
+    (default: the model's own inner validation); `single`: a --single-source run (train,
+    then score the other folds' slices)."""
     tr = [sys.executable, "-m", "traceap"]
     ckpt = fold_dir / "train.pt"
     scores = fold_dir / "inner_validation"
@@ -71,14 +98,16 @@ def commands(view: Path, pretrain: Path | None, fold_dir: Path, args) -> list[li
         # the recipe is an ensemble of runs made before: join each run's checkpoint of this fold
         train = [*tr, "ship", "ensemble", *[str(d / fold_dir.name / "train.pt") for d in args.join],
                  "--out", str(ckpt), "--overwrite"]
+    if single:
+        return [train, score(view, ckpt, fold_dir / OOS, HELD_OUT, args)]
+    stack_scores = stack_scores or [scores / "scores.jsonl"]
     return [
         train,
-        [*tr, "eval", "--dataset", str(view), "--split", "validation", "--detectors",
-         "expert,model", "--model", str(ckpt), "--windows", args.windows, "--classifier", "",
-         "--out", str(scores)],
+        score(view, ckpt, scores, "validation", args),
         [*tr, "ship", "model", str(ckpt), "--calibrate", str(scores / "scores.jsonl"),
          "--out", str(fold_dir), "--overwrite"],
-        [*tr, "ship", "stack", "--dataset", str(view), "--scores", str(scores / "scores.jsonl"),
+        [*tr, "ship", "stack", "--dataset", str(view),
+         *[x for f in stack_scores for x in ("--scores", str(f))],
          "--split", "validation", "--windows", args.windows, "--model",
          str(fold_dir / "model.pt"), "--out", str(fold_dir), "--overwrite"],
     ]
@@ -107,6 +136,13 @@ def main(argv=None) -> int:
     ap.add_argument("--join", type=Path, action="append", default=[], metavar="RUN_OUT",
                     help="instead of training: join RUN_OUT/<fold>/train.pt of each run (two or "
                          "more) into one ensemble, then calibrate and stack it as a trained one")
+    ap.add_argument("--single-source", action="store_true",
+                    help="train OUT/only_<fold>/ on each fold alone and score the other folds' "
+                         "inner-validation slices with it (what --cross-fit reads)")
+    ap.add_argument("--cross-fit", type=Path, metavar="SINGLE_OUT",
+                    help="fit each stack on slices scored by a model that never saw their "
+                         "source: SINGLE_OUT's single-source models for the folds, each "
+                         "fold's own model for every_source (module docstring)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
@@ -125,8 +161,24 @@ def main(argv=None) -> int:
         if unknown:
             raise SystemExit(f"fold_models: unknown fold {unknown[0]!r}; the plan has "
                              f"{', '.join(plan.names)}")
+        if args.single_source and (args.every_source or args.cross_fit):
+            raise SystemExit("fold_models: --single-source trains the models --cross-fit "
+                             "reads: run it on its own")
+        if args.cross_fit and len(plan.names) < 3:
+            raise SystemExit("fold_models: --cross-fit needs three folds or more (a slice is "
+                             "scored by a model of a third fold)")
         entries, a = dataset_assignment(args.dataset, plan)
         views = write_views(args.dataset, plan, args.out / "views", (entries, a))
+        if args.single_source:
+            views = {SINGLE + f: write_view(args.out / "views" / (SINGLE + f),
+                                            a.single_view(entries, f), args.dataset / "traces")
+                     for f in plan.names}
+        if args.cross_fit:
+            missing = [p for f in plan.names
+                       if not (p := args.cross_fit / (SINGLE + f) / OOS / "scores.jsonl").is_file()]
+            if missing and not args.dry_run:
+                raise SystemExit(f"fold_models: {missing[0]}: no such scores (run "
+                                 f"--single-source --out {args.cross_fit} first)")
         if args.every_source:
             if EVERY in plan.names:
                 raise SystemExit(f"fold_models: a fold is named {EVERY!r}; rename it")
@@ -137,15 +189,35 @@ def main(argv=None) -> int:
     for line in describe(entries, a):
         print(line, flush=True)
     folds = [] if only_every else (args.fold or plan.names)
+    if args.single_source:
+        folds = [SINGLE + f for f in folds]
     for fold in folds + ([EVERY] if args.every_source else []):
         pretrain = None
         if args.ssl:
             view_entries = a.view(entries, None if fold == EVERY else fold)
+            if args.single_source:
+                view_entries = a.single_view(entries, fold.removeprefix(SINGLE))
             pretrain = write_view(args.out / "views" / f"{fold}-pretrain",
                                   [e for e in view_entries if e.split != HELD_OUT],
                                   args.dataset / "traces")
+        stack_scores, before = None, []
+        if args.cross_fit and fold == EVERY:
+            # each fold's slice scored by that fold's model, which never saw it
+            sliced = [f for f in plan.names if a.slice_view(entries, f)]
+            stack_scores = [args.out / f / OOS / "scores.jsonl" for f in sliced]
+            for f in sliced:
+                view = write_view(args.out / "views" / f"slice_{f}", a.slice_view(entries, f),
+                                  args.dataset / "traces")
+                before.append(score(view, args.out / f / "model.pt", args.out / f / OOS,
+                                    HELD_OUT, args))
+        elif args.cross_fit:
+            # the other folds' slices, each scored by the third fold's single-source model
+            stack_scores = [args.cross_fit / (SINGLE + f) / OOS / "scores.jsonl"
+                            for f in plan.names if f != fold]
         t0 = time.perf_counter()
-        for cmd in commands(views[fold], pretrain, args.out / fold, args):
+        steps = commands(views[fold], pretrain, args.out / fold, args, stack_scores,
+                         args.single_source)
+        for cmd in [*steps[:-1], *before, steps[-1]] if before else steps:
             print("+ " + shlex.join(cmd), flush=True)
             if not args.dry_run:
                 quiet = cmd[3] == "eval"   # its tables are in OUT/K/inner_validation/eval.md

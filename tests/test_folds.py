@@ -367,6 +367,82 @@ def test_fold_models_keeps_the_held_out_fold_out_of_training_and_pretraining(tin
     assert f"--out {out}/every_source/train.pt" in steps[4]
 
 
+def test_single_source_views_train_on_one_fold_and_score_the_others_slices(tiny):
+    """Out-of-source stacking's views: fold J alone trains (its slice validates), the other
+    folds' inner-validation slices are scored, nothing else is there; a slice view holds one
+    fold's slice."""
+    dataset, plan_path = tiny
+    entries, a = dataset_assignment(dataset, FoldPlan.read(plan_path))
+    for fold in ("meta", "amd", "kin"):
+        view = {e.id: e.split for e in a.single_view(entries, fold)}
+        for e in entries:
+            if a.fold[e.id] == fold:
+                assert view[e.id] == ("validation" if a.inner[e.id] else "train"), (fold, e.id)
+            elif a.inner[e.id]:
+                assert view[e.id] == HELD_OUT, (fold, e.id)
+            else:
+                assert e.id not in view, (fold, e.id)
+        sliced = a.slice_view(entries, fold)
+        assert {e.id for e in sliced} == {e.id for e in entries
+                                          if a.fold[e.id] == fold and a.inner[e.id]}
+        assert {e.split for e in sliced} <= {HELD_OUT}
+    # the plan has slices in two folds and training traces in all three
+    assert {a.fold[i] for i, inner in a.inner.items() if inner} == {"meta", "kin"}
+    assert {a.fold[i] for i, inner in a.inner.items() if not inner} == {"meta", "amd"}
+
+
+def _dry_run(*args) -> list[str]:
+    import subprocess
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"), *map(str, args),
+                        "--dry-run"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert r.returncode == 0, r.stderr
+    return [line[2:] for line in r.stdout.splitlines() if line.startswith("+ ")]
+
+
+def test_cross_fit_stacks_on_slices_scored_by_a_model_that_never_saw_their_source(tiny, tmp_path):
+    """fold_models.py --single-source trains fold J alone and scores the other slices;
+    --cross-fit fits fold K's stack on those of the other two folds' single-source models, and
+    every_source's on each fold's slice scored by that fold's own model."""
+    dataset, plan = tiny
+    single, out = tmp_path / "single", tmp_path / "folds"
+    steps = _dry_run("--dataset", dataset, "--folds", plan, "--out", single, "--single-source",
+                     "--windows", "50")
+    assert [s.split(" traceap ")[1].split()[0] for s in steps] == ["train", "eval"] * 3
+    for fold, (train, ev) in zip(("meta", "amd", "kin"), zip(steps[::2], steps[1::2])):
+        assert f"--val {single}/views/only_{fold} " in train
+        assert f"--split {HELD_OUT} " in ev and f"--model {single}/only_{fold}/train.pt " in ev
+        assert ev.endswith(f"--out {single}/only_{fold}/out_of_source")
+        held = {e.id for e in read_manifest(single / "views" / f"only_{fold}") if e.split == HELD_OUT}
+        trained = {e.id for e in read_manifest(single / "views" / f"only_{fold}")
+                   if e.split in ("train", "validation")}
+        assert held and trained and not held & trained
+    steps = _dry_run("--dataset", dataset, "--folds", plan, "--out", out, "--cross-fit", single,
+                     "--every-source", "--windows", "50")
+    stacks = [s for s in steps if " ship stack " in s]
+    assert len(stacks) == 4
+    for fold, stack in zip(("meta", "amd", "kin"), stacks):
+        others = [f for f in ("meta", "amd", "kin") if f != fold]
+        assert [w for w in stack.split() if "out_of_source" in w] == \
+            [f"{single}/only_{f}/out_of_source/scores.jsonl" for f in others]
+    # every_source: each fold's slice scored by that fold's model, before its stack
+    # (amd has no slice: nothing of it to score)
+    k = steps.index(stacks[3])
+    assert [s.split("--model ")[1].split()[0] for s in steps[k - 2:k]] == \
+        [f"{out}/{f}/model.pt" for f in ("meta", "kin")]
+    assert " ship model " in steps[k - 3]
+    assert [w for w in stacks[3].split() if "out_of_source" in w] == \
+        [f"{out}/{f}/out_of_source/scores.jsonl" for f in ("meta", "kin")]
+    assert {e.split for e in read_manifest(out / "views" / "slice_kin")} == {HELD_OUT}
+    # without the single-source scores it refuses, in one line
+    import subprocess
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"), "--dataset",
+                        str(dataset), "--folds", str(plan), "--out", str(out), "--cross-fit",
+                        str(tmp_path / "none")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert r.returncode != 0 and "run --single-source" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_view_never_replaces_a_folder_it_did_not_write(tmp_path):
     """A manifest or a traces link that is not this dataset's view stays as it was."""
     from traceap.errors import DatasetError

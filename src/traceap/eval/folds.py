@@ -165,6 +165,26 @@ class Assignment:
             out.append(msgspec.structs.replace(e, split=split))
         return out
 
+    def single_view(self, entries: list[Entry], fold: str) -> list[Entry]:
+        """The view of a model trained on `fold` alone, whose scores weigh the model in a
+        stack fitted without any fold it saw (out-of-source stacking, benchmarks/fold_models.py
+        `--single-source`): `fold`'s traces outside its slice are `train`, its slice
+        `validation`, the other folds' inner-validation slices `test_unseen` (scored only);
+        the other folds' other traces are left out."""
+        out = []
+        for e in entries:
+            mine = self.fold[e.id] == fold
+            if mine or self.inner[e.id]:
+                split = ("validation" if self.inner[e.id] else "train") if mine else HELD_OUT
+                out.append(msgspec.structs.replace(e, split=split))
+        return out
+
+    def slice_view(self, entries: list[Entry], fold: str) -> list[Entry]:
+        """`fold`'s inner-validation slice alone, as `test_unseen`: what the fold's own model
+        (fitted without it) scores for the shipped stack's out-of-source fit."""
+        return [msgspec.structs.replace(e, split=HELD_OUT) for e in entries
+                if self.fold[e.id] == fold and self.inner[e.id]]
+
 
 def assign(entries: list[Entry], plan: FoldPlan, origins: dict[str, str]) -> Assignment:
     """Every entry's fold by its base; DatasetError (one line) when a base is in no fold or
