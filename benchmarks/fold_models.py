@@ -168,11 +168,12 @@ def main(argv=None) -> int:
             raise SystemExit("fold_models: --cross-fit needs three folds or more (a slice is "
                              "scored by a model of a third fold)")
         entries, a = dataset_assignment(args.dataset, plan)
-        views = write_views(args.dataset, plan, args.out / "views", (entries, a))
         if args.single_source:
             views = {SINGLE + f: write_view(args.out / "views" / (SINGLE + f),
                                             a.single_view(entries, f), args.dataset / "traces")
                      for f in plan.names}
+        else:
+            views = write_views(args.dataset, plan, args.out / "views", (entries, a))
         if args.cross_fit:
             missing = [p for f in plan.names
                        if not (p := args.cross_fit / (SINGLE + f) / OOS / "scores.jsonl").is_file()]
@@ -194,19 +195,19 @@ def main(argv=None) -> int:
     for fold in folds + ([EVERY] if args.every_source else []):
         pretrain = None
         if args.ssl:
-            view_entries = a.view(entries, None if fold == EVERY else fold)
-            if args.single_source:
-                view_entries = a.single_view(entries, fold.removeprefix(SINGLE))
+            view_entries = (a.single_view(entries, fold.removeprefix(SINGLE))
+                            if args.single_source
+                            else a.view(entries, None if fold == EVERY else fold))
             pretrain = write_view(args.out / "views" / f"{fold}-pretrain",
                                   [e for e in view_entries if e.split != HELD_OUT],
                                   args.dataset / "traces")
         stack_scores, before = None, []
         if args.cross_fit and fold == EVERY:
             # each fold's slice scored by that fold's model, which never saw it
-            sliced = [f for f in plan.names if a.slice_view(entries, f)]
+            sliced = {f: s for f in plan.names if (s := a.slice_view(entries, f))}
             stack_scores = [args.out / f / OOS / "scores.jsonl" for f in sliced]
-            for f in sliced:
-                view = write_view(args.out / "views" / f"slice_{f}", a.slice_view(entries, f),
+            for f, slice_entries in sliced.items():
+                view = write_view(args.out / "views" / f"slice_{f}", slice_entries,
                                   args.dataset / "traces")
                 before.append(score(view, args.out / f / "model.pt", args.out / f / OOS,
                                     HELD_OUT, args))
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         steps = commands(views[fold], pretrain, args.out / fold, args, stack_scores,
                          args.single_source)
-        for cmd in [*steps[:-1], *before, steps[-1]] if before else steps:
+        for cmd in [*steps[:-1], *before, steps[-1]]:   # the slices scored before the stack
             print("+ " + shlex.join(cmd), flush=True)
             if not args.dry_run:
                 quiet = cmd[3] == "eval"   # its tables are in OUT/K/inner_validation/eval.md

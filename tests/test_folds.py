@@ -339,18 +339,21 @@ def test_a_bad_fold_plan_is_one_line_and_exit_2(tiny, tmp_path, plan, says):
         dataset_assignment(dataset, FoldPlan.read(path))
 
 
+def _fold_models(*args):
+    """benchmarks/fold_models.py ARGS, run as a user runs it (this checkout's traceap)."""
+    import subprocess
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"),
+                           *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
 def test_fold_models_keeps_the_held_out_fold_out_of_training_and_pretraining(tiny, tmp_path):
     """benchmarks/fold_models.py --dry-run: the commands of one fold, on its view; the
     pretraining view (--ssl) holds every trace but the held-out fold's."""
-    import subprocess
-
     dataset, plan = tiny
     out = tmp_path / "models"
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"),
-                        "--dataset", str(dataset), "--folds", str(plan), "--out", str(out),
-                        "--fold", "amd", "--windows", "50", "--ssl", "10", "--every-source",
-                        "--dry-run"],
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    r = _fold_models("--dataset", dataset, "--folds", plan, "--out", out, "--fold", "amd",
+                     "--windows", "50", "--ssl", "10", "--every-source", "--dry-run")
     assert r.returncode == 0, r.stderr
     steps = [line for line in r.stdout.splitlines() if line.startswith("+ ")]
     assert [s.split(" traceap ")[1].split()[0:2] for s in steps] == \
@@ -392,10 +395,8 @@ def test_single_source_views_train_on_one_fold_and_score_the_others_slices(tiny)
 
 
 def _dry_run(*args) -> list[str]:
-    import subprocess
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"), *map(str, args),
-                        "--dry-run"], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    """The commands `fold_models.py ARGS --dry-run` prints."""
+    r = _fold_models(*args, "--dry-run")
     assert r.returncode == 0, r.stderr
     return [line[2:] for line in r.stdout.splitlines() if line.startswith("+ ")]
 
@@ -435,11 +436,8 @@ def test_cross_fit_stacks_on_slices_scored_by_a_model_that_never_saw_their_sourc
         [f"{out}/{f}/out_of_source/scores.jsonl" for f in ("meta", "kin")]
     assert {e.split for e in read_manifest(out / "views" / "slice_kin")} == {HELD_OUT}
     # without the single-source scores it refuses, in one line
-    import subprocess
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_models.py"), "--dataset",
-                        str(dataset), "--folds", str(plan), "--out", str(out), "--cross-fit",
-                        str(tmp_path / "none")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    r = _fold_models("--dataset", dataset, "--folds", plan, "--out", out, "--cross-fit",
+                     tmp_path / "none")
     assert r.returncode != 0 and "run --single-source" in r.stderr and "Traceback" not in r.stderr
 
 
