@@ -461,3 +461,37 @@ def test_a_view_never_replaces_a_folder_it_did_not_write(tmp_path):
     assert (other / "traces").resolve() == tmp_path.resolve()
     view = write_view(tmp_path / "view", [], traces)       # its own view: rewritten
     assert write_view(view, [], traces) == view
+
+
+SHIPPED_FOLDS = REPO / "benchmarks" / "fold_models" / "ensemble_e8"
+
+
+def test_the_fold_table_s_models_ship_one_per_fold_of_the_real_plan():
+    """docs/RESULTS.md's fold table is reproduced by one `traceap eval --fold-models` command
+    on the shipped fold models: one model and stack per fold of benchmarks/real_folds.yaml,
+    each loading as eval loads it, each its own fold's (three different models, none the
+    every-source checkpoint)."""
+    import hashlib
+
+    from traceap.cli.eval import fold_detectors
+    from traceap.windows import Windows
+    import traceap
+
+    plan = FoldPlan.read(REAL_FOLDS)
+    folds = [f.name for f in plan.folds]
+    assert sorted(p.name for p in SHIPPED_FOLDS.iterdir() if p.is_dir()) == sorted(folds)
+    dets = fold_detectors(["expert", "model", "hybrid"], True, folds, SHIPPED_FOLDS,
+                          lambda m: pytest.fail(m))
+    w = Windows(traceap.load(DATA / "particle_transformer_bs8.json.gz"), 50)
+    scores = {f: np.asarray(d["model"].score_windows(w)) for f, d in dets.items()}
+    for f, s in scores.items():
+        assert s.shape == (50,) and np.isfinite(s).all() and (0 <= s).all() and (s <= 1).all()
+        h = np.asarray(dets[f]["hybrid"].score_windows(w))
+        assert h.shape == (50,) and np.isfinite(h).all()
+    digest = {f: hashlib.sha256((SHIPPED_FOLDS / f / "model.pt").read_bytes()).hexdigest()
+              for f in folds}
+    shipped = hashlib.sha256((REPO / "src" / "traceap" / "data" / "model.pt").read_bytes())
+    assert len(set(digest.values())) == len(folds)
+    assert shipped.hexdigest() not in digest.values()
+    results = (REPO / "docs" / "RESULTS.md").read_text()
+    assert "--fold-models benchmarks/fold_models/ensemble_e8" in results
