@@ -384,18 +384,25 @@ def test_planted_accuracy_counts_the_plants_windows_and_names_the_plant(tmp_path
     assert f["n_windows"] == 100 + natural
     assert f["overall"] == pytest.approx(natural / (100 + natural))
     assert f["overall_any"] == pytest.approx((planted + natural) / (100 + natural))
-    assert f["planted"] == {"overall": 1.0, "n_windows": planted,
-                            "by_pattern": {"no_pin_memory": {"accuracy": 1.0,
+    assert f["planted"] == {"overall": 1.0, "overall_any": 1.0, "n_windows": planted,
+                            "by_pattern": {"no_pin_memory": {"accuracy": 1.0, "accuracy_any": 1.0,
                                                              "n_windows": planted}}}
     md = tables.markdown(r.summary)
     assert "on planted windows `hybrid` flags" in md
-    assert f"| **planted windows** | **100.0 ({planted})** |" in md
+    assert f"| **planted windows** | **100.0 / 100.0 ({planted})** |" in md
     # named the natural cause instead: wrong on every planted window, right for the strict
     r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("no_channels_last")},
                  config=EvalConfig(windows=(n,), splits=("test_unseen",)),
                  on_warning=lambda m: None)
     f = r.summary["classification"]["says"][str(n)]["flagged"]
     assert f["planted"]["overall"] == 0.0 and f["overall"] == pytest.approx(100 / (100 + natural))
+    assert f["planted"]["overall_any"] == 1.0   # the natural cause the plant's windows hold
+    # a cause the window does not hold is wrong for both
+    r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("cpu_bound")},
+                 config=EvalConfig(windows=(n,), splits=("test_unseen",)),
+                 on_warning=lambda m: None)
+    p = r.summary["classification"]["says"][str(n)]["flagged"]["planted"]
+    assert p["overall"] == 0.0 and p["overall_any"] == 0.0 and p["n_windows"] == planted
     # nothing planted: no planted accuracy, and no table for it
     write_manifest(root, [by_id["nat"]])
     r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("no_pin_memory")},

@@ -128,16 +128,19 @@ class TraceRecord:
         return [(self.patterns[w], c, sets[w]) for w, c, f in zip(anomalous, calls, flagged)
                 if f and self.patterns[w] is not None]
 
-    def flagged_planted(self, detector: str, classifier: str) -> list[tuple[str, str | None]]:
-        """(planted pattern, classifier's call) of each window `detector` flagged that the
-        trace's plant overlaps (issue #35's "flagged planted windows"), in window order."""
+    def flagged_planted(self, detector: str, classifier: str
+                        ) -> list[tuple[str, str | None, frozenset[str]]]:
+        """(planted pattern, classifier's call, every pattern overlapping the window) of each
+        window `detector` flagged that the trace's plant overlaps (issue #35's "flagged
+        planted windows"), in window order."""
         calls = self.calls.get(classifier)
         if not calls or not self.planted:
             return []
         anomalous = np.flatnonzero(self.labels)   # a plant's windows are anomalous windows
         flagged = self.flagged[detector][anomalous]
-        return [(self.planted[w], c) for w, c, f in zip(anomalous, calls, flagged)
-                if f and self.planted[w] is not None]
+        sets = self.pattern_sets or [frozenset([p]) if p else frozenset() for p in self.patterns]
+        return [(self.planted[w], c, sets[w] | {self.planted[w]})
+                for w, c, f in zip(anomalous, calls, flagged) if f and self.planted[w] is not None]
 
 
 def _share(hits: list[bool]) -> float | None:
@@ -397,7 +400,8 @@ class EvalResult:
 
     def _planted_accuracy(self, n: int, det: str, name: str, patterns: list[str]) -> dict | None:
         """Classifier `name` on the windows `det` flagged that a plant overlaps: the share named
-        the planted pattern, overall and per planted pattern (every pattern planted into a
+        the planted pattern (`accuracy`), or any pattern the window holds (`accuracy_any`: a
+        natural anomaly beside the plant), overall and per planted pattern (every pattern planted into a
         scored trace gets a row, with 0 windows when none of its windows was flagged); None
         when no scored trace was planted into."""
         recs = self.of(n)
@@ -406,9 +410,14 @@ class EvalResult:
             return None
         got = [x for r in recs for x in r.flagged_planted(det, name)]
         order = [p for p in patterns if p in kinds] + [p for p in kinds if p not in patterns]
-        return {"overall": _share([c == p for p, c in got]), "n_windows": len(got),
-                "by_pattern": {p: {"accuracy": _share([c == p for q, c in got if q == p]),
-                                   "n_windows": sum(q == p for q, _ in got)} for p in order}}
+
+        def row(rows: list[tuple[str, str | None, frozenset[str]]]) -> dict:
+            return {"accuracy": _share([c == p for p, c, _ in rows]),
+                    "accuracy_any": _share([c in s for _, c, s in rows]), "n_windows": len(rows)}
+        total = row(got)
+        return {"overall": total["accuracy"], "overall_any": total["accuracy_any"],
+                "n_windows": len(got),
+                "by_pattern": {p: row([x for x in got if x[0] == p]) for p in order}}
 
     def _by_pattern(self, n: int, name: str) -> dict:
         """Per pattern P present: window AUC of P's windows (true pattern P) against every clean

@@ -234,9 +234,8 @@ _FLAGGED_NOTE = ("Of the truly anomalous windows, those `{det}` flags (the defau
 
 _PLANTED_NOTE = ("Of the windows `{det}` flags that a planted anomaly overlaps (issue #35's "
                  "\"pattern accuracy on flagged planted windows\"), the share the classifier "
-                 "names the planted pattern, per planted pattern; a window that also holds a "
-                 "natural anomaly counts as wrong when the natural one is named; windows in "
-                 "parentheses.")
+                 "names the planted pattern / any pattern the window holds (a natural anomaly "
+                 "beside the plant), per planted pattern; windows in parentheses.")
 
 
 def _planted(c: dict) -> dict | None:
@@ -246,10 +245,11 @@ def _planted(c: dict) -> dict | None:
 
 
 def _planted_cell(x: dict | None) -> str:
-    """"accuracy (windows)" of a `planted` row or object ("–" where there is none)."""
+    """"planted / any (windows)" of a `planted` row or object ("–" where there is none)."""
     if not x:
         return "–"
-    return f"{pct(x.get('accuracy', x.get('overall')), 1)} ({x['n_windows']})"
+    key = "accuracy" if "accuracy" in x else "overall"
+    return f"{pct(x[key], 1)} / {pct(x[key + '_any'], 1)} ({x['n_windows']})"
 
 
 def planted_table(titles: list[str], columns: list[dict | None]) -> str:
