@@ -495,3 +495,35 @@ def test_the_fold_table_s_models_ship_one_per_fold_of_the_real_plan():
     assert shipped.hexdigest() not in digest.values()
     results = (REPO / "docs" / "RESULTS.md").read_text()
     assert "--fold-models benchmarks/fold_models/ensemble_e8" in results
+
+
+def _results_row(title: str) -> list[str]:
+    """The cells of docs/RESULTS.md's fold-table row `title` (hta_param, tracelens_zoology,
+    particle_kineto, pooled)."""
+    text = (REPO / "docs" / "RESULTS.md").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {title} |"))
+    return [c.strip() for c in line.strip("|").split("|")[1:]]
+
+
+def test_the_results_fold_table_reads_as_the_committed_fold_eval():
+    """Every number shown twice reads the same: the fold table of docs/RESULTS.md is the one in
+    benchmarks/results/real_folds/ensemble_e8/eval.json, which the command above it writes."""
+    s = orjson.loads((REPO / "benchmarks" / "results" / "real_folds" / "ensemble_e8"
+                      / "eval.json").read_bytes())
+    cols = [s["folds"][f]["eval"] for f in ("hta_param", "tracelens_zoology", "particle_kineto")]
+    cols.append(s["pooled"])
+
+    def src(e: dict, det: str) -> dict:
+        return e["by_source"]["100"][det]["unseen"]
+
+    def triple(get) -> list[str]:
+        return [" / ".join(pct(get(e, d), 1) for d in ("expert", "model", "hybrid")) for e in cols]
+    assert _results_row("window AUC") == triple(lambda e, d: src(e, d)["all"]["auc"])
+    assert _results_row("trace AUC (max)") == triple(lambda e, d: src(e, d)["trace_auc_max"])
+    flagged = [e["classification"]["offline"]["100"]["flagged"] for e in cols]
+    assert _results_row("pattern accuracy on the planted windows the hybrid flags (offline): "
+                        "the planted pattern named") == [pct(f["planted"]["overall"], 1)
+                                                         for f in flagged]
+    assert _results_row("pattern accuracy where the hybrid flags (offline), strict / either "
+                        "cause") == [f"{pct(f['overall'], 1)} / {pct(f['overall_any'], 1)}"
+                                     for f in flagged]
