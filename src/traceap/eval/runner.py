@@ -124,7 +124,7 @@ class TraceRecord:
         # calls[k] is the call on the k-th truly anomalous window (`score_entry`)
         anomalous = np.flatnonzero(self.labels)
         flagged = self.flagged[detector][anomalous]
-        sets = self.pattern_sets or [frozenset([p]) if p else frozenset() for p in self.patterns]
+        sets = self._sets()
         return [(self.patterns[w], c, sets[w]) for w, c, f in zip(anomalous, calls, flagged)
                 if f and self.patterns[w] is not None]
 
@@ -138,9 +138,14 @@ class TraceRecord:
             return []
         anomalous = np.flatnonzero(self.labels)   # a plant's windows are anomalous windows
         flagged = self.flagged[detector][anomalous]
-        sets = self.pattern_sets or [frozenset([p]) if p else frozenset() for p in self.patterns]
+        sets = self._sets()
         return [(self.planted[w], c, sets[w] | {self.planted[w]})
                 for w, c, f in zip(anomalous, calls, flagged) if f and self.planted[w] is not None]
+
+    def _sets(self) -> list[frozenset[str]]:
+        """Every pattern overlapping each window (the window's own pattern where the record
+        has no `pattern_sets`)."""
+        return self.pattern_sets or [frozenset([p]) if p else frozenset() for p in self.patterns]
 
 
 def _share(hits: list[bool]) -> float | None:
@@ -377,8 +382,8 @@ class EvalResult:
 
     def _flagged_accuracy(self, n: int, name: str, patterns: list[str]) -> dict | None:
         """Classifier `name`'s accuracy on the truly anomalous windows the flagging detector
-        flagged (what a user of it is told): every pattern
-        with anomalous windows gets a row, with 0 windows when none of its was flagged.
+        flagged (what a user of it is told): every pattern with anomalous windows gets a row,
+        with 0 windows when none of its was flagged.
         `accuracy` counts a call right when it names the window's pattern (the anomaly covering
         most of it); `accuracy_any` when it names any anomaly overlapping the window (a pattern
         planted into a base with a natural one: either is a right answer there).  `planted`:
@@ -401,9 +406,9 @@ class EvalResult:
     def _planted_accuracy(self, n: int, det: str, name: str, patterns: list[str]) -> dict | None:
         """Classifier `name` on the windows `det` flagged that a plant overlaps: the share named
         the planted pattern (`accuracy`), or any pattern the window holds (`accuracy_any`: a
-        natural anomaly beside the plant), overall and per planted pattern (every pattern planted into a
-        scored trace gets a row, with 0 windows when none of its windows was flagged); None
-        when no scored trace was planted into."""
+        natural anomaly beside the plant), overall and per planted pattern (every pattern
+        planted into a scored trace gets a row, with 0 windows when none of its windows was
+        flagged); None when no scored trace was planted into."""
         recs = self.of(n)
         kinds = list(dict.fromkeys(p for r in recs for p in r.planted if p is not None))
         if not kinds:

@@ -472,6 +472,7 @@ def write(s: dict, out: str | os.PathLike,
 
 
 __all__ = ["OWNER", "fold_accuracy_table", "fold_flagged_table", "flagged_detector",
-           "flagged_table", "fold_pattern_table", "planted_table", "folds_markdown", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
+           "flagged_table", "fold_pattern_table", "folds_markdown", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
+           "planted_table",
            "confusion_table", "detection_table", "markdown", "pct", "timing_table",
            "trace_level_table", "write"]
