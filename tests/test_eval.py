@@ -331,6 +331,87 @@ def test_flagged_accuracy_any_takes_either_cause_of_a_window_holding_two():
                                                    "n_windows": 3}
 
 
+class Says:
+    """Names one pattern on every window it is asked about."""
+
+    def __init__(self, pattern: str):
+        self.pattern = pattern
+
+    def classify(self, windows, window_indices, scores):
+        return [Call(self.pattern) for _ in window_indices]
+
+
+def test_planted_accuracy_counts_the_plants_windows_and_names_the_plant(tmp_path):
+    """Issue #35's "pattern accuracy on flagged planted windows": of the flagged windows a
+    plant overlaps, the share named the planted pattern (`patterns[0]` of an injected entry).
+    A plant inside a natural anomaly covering more of its windows is wrong for the strict
+    measure and right here; a natural trace's windows and the natural anomaly's own windows
+    are not planted windows."""
+    from traceap.manifest import window_planted
+    from traceap.windows import Windows
+    root = tmp_path / "ds"
+    (root / "traces").mkdir(parents=True)
+    rows = [  # id, source, patterns, [(a, b, pattern)] (the natural one first: it covers more)
+        ("inj", "injected", ["no_pin_memory", "no_channels_last"],
+         [(0.0025, 0.9975, "no_channels_last"), (0.2025, 0.2975, "no_pin_memory")]),
+        ("nat", "natural", ["no_pin_memory"], [(0.4025, 0.4975, "no_pin_memory")]),
+    ]
+    entries = []
+    for tid, source, pats, anomalies in rows:
+        rel = f"traces/{tid}.pt.trace.json.gz"
+        shutil.copyfile(CNN, root / rel)
+        lo, hi = traceap.load(CNN).span
+        entries.append(Entry(
+            id=tid, path=rel, split="test_unseen", task="other", model="m", platform="p",
+            world_size=1, rank=0, label="bad", patterns=pats, source=source,
+            anomalies=[Anomaly(lo + a * (hi - lo), lo + b * (hi - lo), p) for a, b, p in anomalies]))
+    write_manifest(root, entries)
+    n = 100
+    by_id = {e.id: e for e in read_manifest(root)}
+    w = Windows(traceap.load(CNN), n)
+    plant = window_planted(by_id["inj"], w)
+    assert [i for i, p in enumerate(plant) if p] == list(range(20, 30))
+    assert set(plant) == {None, "no_pin_memory"}
+    assert window_planted(by_id["nat"], w) == [None] * n
+    r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("no_pin_memory")},
+                 config=EvalConfig(windows=(n,), splits=("test_unseen",)),
+                 on_warning=lambda m: None)
+    f = r.summary["classification"]["says"][str(n)]["flagged"]
+    planted = n_labelled(0.2025, 0.2975, n)
+    natural = n_labelled(0.4025, 0.4975, n)
+    # every window of the injected trace is flagged (its natural anomaly spans it), named the
+    # plant: strict right only on the natural trace's windows, either-cause on the plant's too
+    assert f["n_windows"] == 100 + natural
+    assert f["overall"] == pytest.approx(natural / (100 + natural))
+    assert f["overall_any"] == pytest.approx((planted + natural) / (100 + natural))
+    assert f["planted"] == {"overall": 1.0, "overall_any": 1.0, "n_windows": planted,
+                            "by_pattern": {"no_pin_memory": {"accuracy": 1.0, "accuracy_any": 1.0,
+                                                             "n_windows": planted}}}
+    md = tables.markdown(r.summary)
+    assert "on planted windows `hybrid` flags" in md
+    assert f"| **planted windows** | **100.0 / 100.0 ({planted})** |" in md
+    # named the natural cause instead: wrong on every planted window, right for the strict
+    r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("no_channels_last")},
+                 config=EvalConfig(windows=(n,), splits=("test_unseen",)),
+                 on_warning=lambda m: None)
+    f = r.summary["classification"]["says"][str(n)]["flagged"]
+    assert f["planted"]["overall"] == 0.0 and f["overall"] == pytest.approx(100 / (100 + natural))
+    assert f["planted"]["overall_any"] == 1.0   # the natural cause the plant's windows hold
+    # a cause the window does not hold is wrong for both
+    r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("cpu_bound")},
+                 config=EvalConfig(windows=(n,), splits=("test_unseen",)),
+                 on_warning=lambda m: None)
+    p = r.summary["classification"]["says"][str(n)]["flagged"]["planted"]
+    assert p["overall"] == 0.0 and p["overall_any"] == 0.0 and p["n_windows"] == planted
+    # nothing planted: no planted accuracy, and no table for it
+    write_manifest(root, [by_id["nat"]])
+    r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("no_pin_memory")},
+                 config=EvalConfig(windows=(n,), splits=("test_unseen",)),
+                 on_warning=lambda m: None)
+    assert r.summary["classification"]["says"][str(n)]["flagged"]["planted"] is None
+    assert "planted windows" not in tables.markdown(r.summary)
+
+
 def test_trace_level_auc_and_false_findings(result):
     s = result.summary
     for n in WINDOWS:

@@ -461,3 +461,69 @@ def test_a_view_never_replaces_a_folder_it_did_not_write(tmp_path):
     assert (other / "traces").resolve() == tmp_path.resolve()
     view = write_view(tmp_path / "view", [], traces)       # its own view: rewritten
     assert write_view(view, [], traces) == view
+
+
+SHIPPED_FOLDS = REPO / "benchmarks" / "fold_models" / "ensemble_e8"
+
+
+def test_the_fold_table_s_models_ship_one_per_fold_of_the_real_plan():
+    """docs/RESULTS.md's fold table is reproduced by one `traceap eval --fold-models` command
+    on the shipped fold models: one model and stack per fold of benchmarks/real_folds.yaml,
+    each loading as eval loads it, each its own fold's (three different models, none the
+    every-source checkpoint)."""
+    import hashlib
+
+    from traceap.cli.eval import fold_detectors
+    from traceap.windows import Windows
+    import traceap
+
+    plan = FoldPlan.read(REAL_FOLDS)
+    folds = [f.name for f in plan.folds]
+    assert sorted(p.name for p in SHIPPED_FOLDS.iterdir() if p.is_dir()) == sorted(folds)
+    dets = fold_detectors(["expert", "model", "hybrid"], True, folds, SHIPPED_FOLDS,
+                          lambda m: pytest.fail(m))
+    w = Windows(traceap.load(DATA / "particle_transformer_bs8.json.gz"), 50)
+    scores = {f: np.asarray(d["model"].score_windows(w)) for f, d in dets.items()}
+    for f, s in scores.items():
+        assert s.shape == (50,) and np.isfinite(s).all() and (0 <= s).all() and (s <= 1).all()
+        h = np.asarray(dets[f]["hybrid"].score_windows(w))
+        assert h.shape == (50,) and np.isfinite(h).all()
+    digest = {f: hashlib.sha256((SHIPPED_FOLDS / f / "model.pt").read_bytes()).hexdigest()
+              for f in folds}
+    shipped = hashlib.sha256((REPO / "src" / "traceap" / "data" / "model.pt").read_bytes())
+    assert len(set(digest.values())) == len(folds)
+    assert shipped.hexdigest() not in digest.values()
+    results = (REPO / "docs" / "RESULTS.md").read_text()
+    assert "--fold-models benchmarks/fold_models/ensemble_e8" in results
+
+
+def _results_row(title: str) -> list[str]:
+    """The cells of docs/RESULTS.md's fold-table row `title` (hta_param, tracelens_zoology,
+    particle_kineto, pooled)."""
+    text = (REPO / "docs" / "RESULTS.md").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {title} |"))
+    return [c.strip() for c in line.strip("|").split("|")[1:]]
+
+
+def test_the_results_fold_table_reads_as_the_committed_fold_eval():
+    """Every number shown twice reads the same: the fold table of docs/RESULTS.md is the one in
+    benchmarks/results/real_folds/ensemble_e8/eval.json, which the command above it writes."""
+    s = orjson.loads((REPO / "benchmarks" / "results" / "real_folds" / "ensemble_e8"
+                      / "eval.json").read_bytes())
+    cols = [s["folds"][f]["eval"] for f in ("hta_param", "tracelens_zoology", "particle_kineto")]
+    cols.append(s["pooled"])
+
+    def src(e: dict, det: str) -> dict:
+        return e["by_source"]["100"][det]["unseen"]
+
+    def triple(get) -> list[str]:
+        return [" / ".join(pct(get(e, d), 1) for d in ("expert", "model", "hybrid")) for e in cols]
+    assert _results_row("window AUC") == triple(lambda e, d: src(e, d)["all"]["auc"])
+    assert _results_row("trace AUC (max)") == triple(lambda e, d: src(e, d)["trace_auc_max"])
+    flagged = [e["classification"]["offline"]["100"]["flagged"] for e in cols]
+    assert _results_row("pattern accuracy on the planted windows the hybrid flags (offline): "
+                        "the planted pattern named") == [pct(f["planted"]["overall"], 1)
+                                                         for f in flagged]
+    assert _results_row("pattern accuracy where the hybrid flags (offline), strict / either "
+                        "cause") == [f"{pct(f['overall'], 1)} / {pct(f['overall_any'], 1)}"
+                                     for f in flagged]

@@ -166,6 +166,27 @@ def window_pattern_sets(entry: Entry, windows: Windows) -> list[frozenset[str]]:
     return [frozenset(s) for s in sets]
 
 
+def planted_pattern(entry: Entry) -> str | None:
+    """The pattern `traceap inject` planted into an injected entry (`patterns` lists it first,
+    docs/FORMATS.md), else None (a natural, generated or collected trace)."""
+    return entry.patterns[0] if entry.source == "injected" and entry.patterns else None
+
+
+def window_planted(entry: Entry, windows: Windows) -> list[str | None]:
+    """Per window: the planted pattern where one of its intervals overlaps the window, else
+    None (every window of a trace nothing was planted into).  A base's natural anomaly of the
+    same pattern is not told apart from the plant: naming that pattern is right for both."""
+    planted = planted_pattern(entry)
+    out: list[str | None] = [None] * windows.n
+    if planted is None:
+        return out
+    for a in entry.anomalies:
+        if a.pattern == planted:
+            for w in windows.overlapping(a.start_us, a.end_us):
+                out[w] = planted
+    return out
+
+
 @dataclass
 class Split:
     """Entries of one split, grouped for convenience."""
@@ -190,5 +211,6 @@ def splits(entries: list[Entry]) -> dict[str, Split]:
 
 
 __all__ = ["Anomaly", "Entry", "SEEN_TASKS", "SPLITS", "Split", "TASKS",
-           "encode_entry", "listed_files", "read_manifest", "splits", "trace_path", "window_labels",
-           "window_pattern_sets", "window_patterns", "write_manifest"]
+           "encode_entry", "listed_files", "planted_pattern", "read_manifest", "splits",
+           "trace_path", "window_labels", "window_pattern_sets", "window_patterns",
+           "window_planted", "write_manifest"]

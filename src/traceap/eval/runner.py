@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..manifest import SEEN_TASKS, TASKS, Entry, read_manifest, trace_path, \
-    window_labels, window_pattern_sets, window_patterns
+    window_labels, window_pattern_sets, window_patterns, window_planted
 from ..detectors.base import Detector
 from ..errors import DatasetError, TraceFormatError
 from ..load import load
@@ -90,6 +90,9 @@ class TraceRecord:
     #: Every pattern whose anomaly overlaps each window (`manifest.window_pattern_sets`): a
     #: plant beside a natural anomaly gives a window two right answers.
     pattern_sets: list[frozenset[str]] = field(default_factory=list)
+    #: The planted pattern on each window its plant overlaps, else None
+    #: (`manifest.window_planted`; all None for a trace nothing was planted into).
+    planted: list[str | None] = field(default_factory=list)
     scores: dict[str, np.ndarray] = field(default_factory=dict)
     flagged: dict[str, np.ndarray] = field(default_factory=dict)
     #: classifier -> predicted pattern for each truly anomalous window, in window order.
@@ -121,9 +124,33 @@ class TraceRecord:
         # calls[k] is the call on the k-th truly anomalous window (`score_entry`)
         anomalous = np.flatnonzero(self.labels)
         flagged = self.flagged[detector][anomalous]
-        sets = self.pattern_sets or [frozenset([p]) if p else frozenset() for p in self.patterns]
+        sets = self._sets()
         return [(self.patterns[w], c, sets[w]) for w, c, f in zip(anomalous, calls, flagged)
                 if f and self.patterns[w] is not None]
+
+    def flagged_planted(self, detector: str, classifier: str
+                        ) -> list[tuple[str, str | None, frozenset[str]]]:
+        """(planted pattern, classifier's call, every pattern overlapping the window) of each
+        window `detector` flagged that the trace's plant overlaps (issue #35's "flagged
+        planted windows"), in window order."""
+        calls = self.calls.get(classifier)
+        if not calls or not self.planted:
+            return []
+        anomalous = np.flatnonzero(self.labels)   # a plant's windows are anomalous windows
+        flagged = self.flagged[detector][anomalous]
+        sets = self._sets()
+        return [(self.planted[w], c, sets[w] | {self.planted[w]})
+                for w, c, f in zip(anomalous, calls, flagged) if f and self.planted[w] is not None]
+
+    def _sets(self) -> list[frozenset[str]]:
+        """Every pattern overlapping each window (the window's own pattern where the record
+        has no `pattern_sets`)."""
+        return self.pattern_sets or [frozenset([p]) if p else frozenset() for p in self.patterns]
+
+
+def _share(hits: list[bool]) -> float | None:
+    """The share of True in `hits`, None when there are none."""
+    return float(np.mean(hits)) if hits else None
 
 
 def select(entries: Sequence[Entry], limit: int | None, key: Callable[[Entry], tuple]) -> list[Entry]:
@@ -228,7 +255,8 @@ def score_entry(work: EntryWork, entry: Entry) -> tuple[list[TraceRecord], list[
         y = window_labels(entry, w)
         rec = TraceRecord(entry.id, entry.split, entry.task, entry.is_bad, n,
                           (float(w.edges[0]), float(w.edges[-1])), y, window_patterns(entry, w),
-                          window_pattern_sets(entry, w), source=entry.source)
+                          window_pattern_sets(entry, w), window_planted(entry, w),
+                          source=entry.source)
         for name, det in work.per_n[n].items():
             t1 = time.perf_counter()
             s = np.asarray(det.score_windows(w), dtype=np.float64)
@@ -354,27 +382,47 @@ class EvalResult:
 
     def _flagged_accuracy(self, n: int, name: str, patterns: list[str]) -> dict | None:
         """Classifier `name`'s accuracy on the truly anomalous windows the flagging detector
-        flagged (issue #35's "pattern accuracy on flagged planted windows"): every pattern
-        with anomalous windows gets a row, with 0 windows when none of its was flagged.
+        flagged (what a user of it is told): every pattern with anomalous windows gets a row,
+        with 0 windows when none of its was flagged.
         `accuracy` counts a call right when it names the window's pattern (the anomaly covering
         most of it); `accuracy_any` when it names any anomaly overlapping the window (a pattern
-        planted into a base with a natural one: either is a right answer there)."""
+        planted into a base with a natural one: either is a right answer there).  `planted`:
+        issue #35's "pattern accuracy on flagged planted windows" (`_planted_accuracy`)."""
         det = self.flagging
         if det is None:
             return None
         rows = [x for r in self.of(n) for x in r.flagged_windows(det, name)]
-
-        def share(hits: list[bool]) -> float | None:
-            return float(np.mean(hits)) if hits else None
         by_pattern = {}
         for p in patterns:
             got = [(c, s) for t, c, s in rows if t == p]
-            by_pattern[p] = {"accuracy": share([c == p for c, _ in got]),
-                             "accuracy_any": share([c in s for c, s in got]),
+            by_pattern[p] = {"accuracy": _share([c == p for c, _ in got]),
+                             "accuracy_any": _share([c in s for c, s in got]),
                              "n_windows": len(got)}
-        return {"detector": det, "overall": share([c == t for t, c, _ in rows]),
-                "overall_any": share([c in s for _, c, s in rows]),
-                "n_windows": len(rows), "by_pattern": by_pattern}
+        return {"detector": det, "overall": _share([c == t for t, c, _ in rows]),
+                "overall_any": _share([c in s for _, c, s in rows]),
+                "n_windows": len(rows), "by_pattern": by_pattern,
+                "planted": self._planted_accuracy(n, det, name, patterns)}
+
+    def _planted_accuracy(self, n: int, det: str, name: str, patterns: list[str]) -> dict | None:
+        """Classifier `name` on the windows `det` flagged that a plant overlaps: the share named
+        the planted pattern (`accuracy`), or any pattern the window holds (`accuracy_any`: a
+        natural anomaly beside the plant), overall and per planted pattern (every pattern
+        planted into a scored trace gets a row, with 0 windows when none of its windows was
+        flagged); None when no scored trace was planted into."""
+        recs = self.of(n)
+        kinds = list(dict.fromkeys(p for r in recs for p in r.planted if p is not None))
+        if not kinds:
+            return None
+        got = [x for r in recs for x in r.flagged_planted(det, name)]
+        order = [p for p in patterns if p in kinds] + [p for p in kinds if p not in patterns]
+
+        def row(rows: list[tuple[str, str | None, frozenset[str]]]) -> dict:
+            return {"accuracy": _share([c == p for p, c, _ in rows]),
+                    "accuracy_any": _share([c in s for _, c, s in rows]), "n_windows": len(rows)}
+        total = row(got)
+        return {"overall": total["accuracy"], "overall_any": total["accuracy_any"],
+                "n_windows": len(got),
+                "by_pattern": {p: row([x for x in got if x[0] == p]) for p in order}}
 
     def _by_pattern(self, n: int, name: str) -> dict:
         """Per pattern P present: window AUC of P's windows (true pattern P) against every clean

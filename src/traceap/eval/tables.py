@@ -232,6 +232,36 @@ _FLAGGED_NOTE = ("Of the truly anomalous windows, those `{det}` flags (the defau
                  "overlapping it (a pattern planted into a base with a natural one gives its "
                  "windows two right answers); windows in parentheses.")
 
+_PLANTED_NOTE = ("Of the windows `{det}` flags that a planted anomaly overlaps (issue #35's "
+                 "\"pattern accuracy on flagged planted windows\"), the share the classifier "
+                 "names the planted pattern / any pattern the window holds (a natural anomaly "
+                 "beside the plant), per planted pattern; windows in parentheses.")
+
+
+def _planted(c: dict) -> dict | None:
+    """A classifier-at-N summary's `planted` object (None: nothing planted, or a summary
+    written before the key)."""
+    return (c.get("flagged") or {}).get("planted")
+
+
+def _planted_cell(x: dict | None) -> str:
+    """"planted / any (windows)" of a `planted` row or object ("–" where there is none)."""
+    if not x:
+        return "–"
+    key = "accuracy" if "accuracy" in x else "overall"
+    return f"{pct(x[key], 1)} / {pct(x[key + '_any'], 1)} ({x['n_windows']})"
+
+
+def planted_table(titles: list[str], columns: list[dict | None]) -> str:
+    """Accuracy on flagged planted windows per planted pattern, one column per `planted`
+    object (per N, or per fold and pooled; `titles` their headers); then all planted
+    windows."""
+    present = list(dict.fromkeys(p for x in columns if x for p in x["by_pattern"]))
+    rows = [[f"`{p}`"] + [_planted_cell((x or {}).get("by_pattern", {}).get(p)) for x in columns]
+            for p in present]
+    rows.append(["**planted windows**"] + [f"**{_planted_cell(x)}**" for x in columns])
+    return _table(["Planted pattern"] + titles, rows)
+
 
 def markdown(s: dict, heading: str = "##") -> str:
     """Every table of the summary as one Markdown document (sub-headings at `heading`)."""
@@ -280,6 +310,12 @@ def markdown(s: dict, heading: str = "##") -> str:
         if det is not None:
             parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier on windows `{det}` flags",
                       _FLAGGED_NOTE.format(det=det), flagged_table(s, c)]
+            planted = [_planted(s["classification"][c][str(n)]) for n in s["windows"]]
+            if any(planted):
+                parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier on planted windows "
+                          f"`{det}` flags", _PLANTED_NOTE.format(det=det),
+                          planted_table([f"N<sub>w</sub> = {n}" for n in s["windows"]],
+                                        planted)]
     if s["ablation"]:
         parts += [f"{h} Ablation of the model (paper Table 5)",
                   "Average window AUC over seen and unseen tasks, per variant checkpoint.",
@@ -379,6 +415,12 @@ def folds_markdown(f: dict, heading: str = "##") -> str:
                 parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier on windows "
                           f"`{det}` flags, N<sub>w</sub> = {n}", _FLAGGED_NOTE.format(det=det),
                           fold_flagged_table(f, n, c)]
+                planted = [_planted(x["classification"][c][str(n)]) for _, x in _fold_columns(f)]
+                if any(planted):
+                    parts += [f"{h} Pattern accuracy (%) of the `{c}` classifier on planted "
+                              f"windows `{det}` flags, N<sub>w</sub> = {n}",
+                              _PLANTED_NOTE.format(det=det),
+                              planted_table([t for t, _ in _fold_columns(f)], planted)]
     for w in (f.get("warnings") or [])[:20]:
         parts.append(f"- warning: {w}")
     return "\n\n".join(parts) + "\n"
@@ -431,5 +473,6 @@ def write(s: dict, out: str | os.PathLike,
 
 __all__ = ["OWNER", "fold_accuracy_table", "fold_flagged_table", "flagged_detector",
            "flagged_table", "fold_pattern_table", "folds_markdown", "pattern_short", "out_files", "prepare_out", "TASK_TITLES", "ablation_table", "classification_table", "source_table",
+           "planted_table",
            "confusion_table", "detection_table", "markdown", "pct", "timing_table",
            "trace_level_table", "write"]
