@@ -153,6 +153,13 @@ def _share(hits: list[bool]) -> float | None:
     return float(np.mean(hits)) if hits else None
 
 
+def _named(rows: list[tuple[str, str | None, frozenset[str]]]) -> dict:
+    """(right answer, call, every pattern the window holds) rows -> the share that names the
+    right answer (`accuracy`), any pattern the window holds (`accuracy_any`), and how many."""
+    return {"accuracy": _share([c == t for t, c, _ in rows]),
+            "accuracy_any": _share([c in s for _, c, s in rows]), "n_windows": len(rows)}
+
+
 def select(entries: Sequence[Entry], limit: int | None, key: Callable[[Entry], tuple]) -> list[Entry]:
     """At most `limit` entries, taken round-robin over the groups of `key` (stable order)."""
     if limit is None or len(entries) <= limit:
@@ -392,15 +399,10 @@ class EvalResult:
         if det is None:
             return None
         rows = [x for r in self.of(n) for x in r.flagged_windows(det, name)]
-        by_pattern = {}
-        for p in patterns:
-            got = [(c, s) for t, c, s in rows if t == p]
-            by_pattern[p] = {"accuracy": _share([c == p for c, _ in got]),
-                             "accuracy_any": _share([c in s for c, s in got]),
-                             "n_windows": len(got)}
-        return {"detector": det, "overall": _share([c == t for t, c, _ in rows]),
-                "overall_any": _share([c in s for _, c, s in rows]),
-                "n_windows": len(rows), "by_pattern": by_pattern,
+        total = _named(rows)
+        return {"detector": det, "overall": total["accuracy"], "overall_any": total["accuracy_any"],
+                "n_windows": len(rows),
+                "by_pattern": {p: _named([x for x in rows if x[0] == p]) for p in patterns},
                 "planted": self._planted_accuracy(n, det, name, patterns)}
 
     def _planted_accuracy(self, n: int, det: str, name: str, patterns: list[str]) -> dict | None:
@@ -415,14 +417,10 @@ class EvalResult:
             return None
         got = [x for r in recs for x in r.flagged_planted(det, name)]
         order = [p for p in patterns if p in kinds] + [p for p in kinds if p not in patterns]
-
-        def row(rows: list[tuple[str, str | None, frozenset[str]]]) -> dict:
-            return {"accuracy": _share([c == p for p, c, _ in rows]),
-                    "accuracy_any": _share([c in s for _, c, s in rows]), "n_windows": len(rows)}
-        total = row(got)
+        total = _named(got)
         return {"overall": total["accuracy"], "overall_any": total["accuracy_any"],
                 "n_windows": len(got),
-                "by_pattern": {p: row([x for x in got if x[0] == p]) for p in order}}
+                "by_pattern": {p: _named([x for x in got if x[0] == p]) for p in order}}
 
     def _by_pattern(self, n: int, name: str) -> dict:
         """Per pattern P present: window AUC of P's windows (true pattern P) against every clean

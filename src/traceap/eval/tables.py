@@ -244,22 +244,14 @@ def _planted(c: dict) -> dict | None:
     return (c.get("flagged") or {}).get("planted")
 
 
-def _planted_cell(x: dict | None) -> str:
-    """"planted / any (windows)" of a `planted` row or object ("–" where there is none)."""
-    if not x:
-        return "–"
-    key = "accuracy" if "accuracy" in x else "overall"
-    return f"{pct(x[key], 1)} / {pct(x[key + '_any'], 1)} ({x['n_windows']})"
-
-
 def planted_table(titles: list[str], columns: list[dict | None]) -> str:
     """Accuracy on flagged planted windows per planted pattern, one column per `planted`
     object (per N, or per fold and pooled; `titles` their headers); then all planted
     windows."""
     present = list(dict.fromkeys(p for x in columns if x for p in x["by_pattern"]))
-    rows = [[f"`{p}`"] + [_planted_cell((x or {}).get("by_pattern", {}).get(p)) for x in columns]
+    rows = [[f"`{p}`"] + [_accuracy_cell((x or {}).get("by_pattern", {}).get(p)) for x in columns]
             for p in present]
-    rows.append(["**planted windows**"] + [f"**{_planted_cell(x)}**" for x in columns])
+    rows.append(["**planted windows**"] + [f"**{_accuracy_cell(x, 'overall')}**" for x in columns])
     return _table(["Planted pattern"] + titles, rows)
 
 
