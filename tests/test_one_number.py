@@ -252,6 +252,20 @@ def test_the_terminal_prints_the_steps_the_analysis_json_counts(trace, tmp_path)
     assert int(m.group(3) or 0) == len(j["gpu_idle"]["warmup_steps"])
 
 
+def test_results_states_the_bundled_stack_as_it_is():
+    """docs/RESULTS.md's opening gives the bundled hybrid stack's three coefficients: they are
+    hybrid.json's, to the digits shown."""
+    stack = orjson.loads((REPO / "src" / "traceap" / "data" / "hybrid.json").read_bytes())
+    text = _flat((REPO / "docs" / "RESULTS.md").read_text())
+    said = re.search(r"`src/traceap/data/hybrid\.json`: ([\d.]+) logit\(model\) \+ ([\d.]+) "
+                     r"logit\(expert\) - ([\d.]+),", text)
+    assert said, "RESULTS.md no longer states the bundled stack"
+    a, b, c = (float(x) for x in said.groups())
+    assert a == pytest.approx(stack["model_coef"], abs=5e-4)
+    assert b == pytest.approx(stack["expert_coef"], abs=5e-4)
+    assert -c == pytest.approx(stack["bias"], abs=5e-4)
+
+
 def test_the_cpu_bound_waiting_time_is_the_launch_bound_idle_as_a_share_of_the_gpu_span(sample):
     g = sample["json"]["gpu_idle"]
     span = g["gpu_span_us"][1] - g["gpu_span_us"][0]
