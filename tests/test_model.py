@@ -354,7 +354,6 @@ def test_training_lowers_the_loss(tiny_dataset, tmp_path):
     assert p1.scores.shape == (20,) and p1.patterns.shape == (20, len(PATTERNS))
 
 
-
 def test_training_is_the_same_in_every_process_for_one_seed(tiny_dataset, tmp_path):
     """Two `traceap train` runs of one recipe and seed, each in its own process (its own hash
     seed, its own feature cache), names hidden at random (`name_dropout`) and dropout on: the
@@ -384,6 +383,7 @@ def test_training_is_the_same_in_every_process_for_one_seed(tiny_dataset, tmp_pa
     assert runs[0]["names"] == runs[1]["names"]
     first = [e["total"] for e in runs[0]["meta"]["history"]]
     assert first == [e["total"] for e in runs[1]["meta"]["history"]] and len(first) == 1
+
 
 def test_window_supervision_reads_the_anomalies_and_places_them(tiny_dataset, tmp_path):
     """`w_window` > 0: train traces with known anomalies teach each window's score; with the
