@@ -169,6 +169,27 @@ def test_ship_ensemble_of_a_model_with_itself_scores_as_the_model(tmp_path, monk
     assert code == 2 and "--overwrite" in err
 
 
+def test_ship_model_calibrates_under_two_percent_of_healthy_windows_by_default(tmp_path, val_scores,
+                                                                               monkeypatch, capsys):
+    """Without --max-healthy-flagged the threshold flags at most 2% of the healthy traces'
+    windows (issue 35's bound for the model alone), where Youden's J alone would flag more;
+    the shipped checkpoint's threshold keeps that bound on its calibration split."""
+    from traceap.eval.scores import merge_scores
+    from traceap.model.ship import calibrate_threshold
+    _, scores = val_scores
+    records = list(merge_scores([scores], ("validation",)).values())
+    free = calibrate_threshold(records, 1.0)
+    assert free["healthy_flagged"] > 0.02      # the bound is what moves the threshold here
+    code, _, err = traceap(monkeypatch, capsys, "ship", "model", bundled_model_path(),
+                           "--calibrate", scores, "--out", tmp_path)
+    assert code == 0, err
+    cal = torch.load(tmp_path / "model.pt", weights_only=False)["meta"]["calibration"]
+    assert cal["max_healthy_flagged"] == 0.02 and cal["healthy_flagged"] <= 0.02
+    assert cal["flag_threshold"] > free["flag_threshold"]
+    shipped = torch.load(bundled_model_path(), weights_only=False)["meta"]["calibration"]
+    assert shipped["healthy_flagged"] <= 0.02
+
+
 def test_ship_stack_fits_the_hybrid_stack_on_validation_scores(tmp_path, val_scores,
                                                                monkeypatch, capsys):
     """`ship stack` writes the stack `traceap.detectors.stack.fit_stack` fits (the shipped

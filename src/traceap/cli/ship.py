@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 
 from ..errors import DatasetError, OutputError
+from ..model.ship import MAX_HEALTHY_FLAGGED
 
 ship_app = typer.Typer(help="Make a retrained detector the shipped default: join seeds, ship "
                             "a checkpoint, fit the hybrid stack.", no_args_is_help=True)
@@ -104,8 +105,8 @@ def model(
                                    help="scores.jsonl of traceap eval --detectors model on a "
                                         "VALIDATION split, scored with CHECKPOINT: sets the "
                                         "model's flag threshold."),
-    max_healthy_flagged: float = typer.Option(0.05, "--max-healthy-flagged", min=0.0, max=1.0,
-                                              metavar="X",
+    max_healthy_flagged: float = typer.Option(MAX_HEALTHY_FLAGGED, "--max-healthy-flagged",
+                                              min=0.0, max=1.0, metavar="X",
                                               help="Windows of healthy traces the calibrated "
                                                    "threshold may flag at most."),
     names_from: list[Path] = typer.Option([], "--names-from", metavar="PATH",
