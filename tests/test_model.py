@@ -35,6 +35,8 @@ BUNDLED_HEAD = PATTERNS
 
 TINY = replace(preset("small"), d=16, layers=1, heads=2, max_events=16, windows=(20,),
                dropout=0.0, platform_dropout=0.0, lr=3e-3)
+#: `traceap train --set` arguments of a model that size, for the CLI runs.
+TINY_SETS = ("--set", "d=16", "--set", "layers=1", "--set", "heads=2", "--set", "max_events=16")
 
 
 @pytest.fixture(autouse=True)
@@ -370,8 +372,7 @@ def test_training_is_the_same_in_every_process_for_one_seed(tiny_dataset, tmp_pa
         r = subprocess.run([sys.executable, "-m", "traceap", "train", "--dataset",
                             str(tiny_dataset), "--out", str(out), "--epochs", "1",
                             "--steps-per-epoch", "4", "--windows", "20", "--threads", "1",
-                            "--cache", str(tmp_path / f"feat{i}"), "--set", "d=16",
-                            "--set", "layers=1", "--set", "heads=2", "--set", "max_events=16",
+                            "--cache", str(tmp_path / f"feat{i}"), *TINY_SETS,
                             "--set", "name_dropout=0.5", "--set", "dropout=0.2",
                             "--set", "seed=3"],
                            capture_output=True, text=True, env=env, timeout=600)
@@ -551,8 +552,7 @@ def planted_new(tmp_path_factory):
 def _train_tiny(monkeypatch, capsys, dataset, out, *extra) -> tuple[int, str, str]:
     return _cli(monkeypatch, capsys, "train", "--dataset", dataset, "--out", out,
                 "--epochs", "1", "--steps-per-epoch", "2", "--windows", "20",
-                "--cache", out.parent / "feat", "--set", "d=16", "--set", "layers=1",
-                "--set", "heads=2", "--set", "max_events=16", "--overwrite", *extra)
+                "--cache", out.parent / "feat", *TINY_SETS, "--overwrite", *extra)
 
 
 def test_a_new_model_names_every_registered_pattern(planted_new, tmp_path, monkeypatch, capsys):
