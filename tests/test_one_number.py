@@ -164,7 +164,8 @@ def test_the_launch_bound_note_says_its_part_of_the_launch_bound_cause():
     assert header == "537.7 ms"
     assert ("launch-bound run: 525.9 ms (96% of the idle time) the GPU waits for the framework "
             "to dispatch the next kernel (of the 537.7 ms launch-bound host (CPU-bound): also "
-            "the user's Python between framework calls 11.8 ms)") in term
+            "the user's code (Python between framework calls, ops on host tensors) 11.8 ms)"
+            ) in term
 
 
 # -- item 6: a part within its whole -------------------------------------------------------------

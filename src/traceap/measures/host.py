@@ -1,9 +1,12 @@
-"""What the host did between framework calls: the user's Python, or work the profiler missed.
+"""What the host did besides launching: the user's Python, ops on host tensors, unrecorded work.
 
 A framework call is an op named `ns::name` (ATen and other registered ops) or a runtime or
-driver call; between two of them the host runs Python or something unrecorded.  The idle account
-(`traceap.idle`: `python_host`, `unrecorded_host`), the CPU-bound rule and the sync-cost
-measure (`copies.sync_costs`) read the same holes with the same thresholds (`HostConfig`).
+driver call; between two of them the host runs Python or something unrecorded.  Inside one, an
+op that launches nothing (no runtime call under it, no GPU work attributed to it) and runs for
+long stretches of its own computes on host tensors: per-sample augmentation in the training
+loop, preprocessing on the CPU.  The idle account (`traceap.idle`: `python_host`,
+`unrecorded_host`), the CPU-bound rule and the sync-cost measure (`copies.sync_costs`) read the
+same holes and ops with the same thresholds (`HostConfig`).
 """
 
 from __future__ import annotations
@@ -13,11 +16,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Kind, Trace, merged_intervals
-from .signals import cached, name_mask
+from .signals import cached, name_mask, rows_named, subtract
 
 #: Framework calls: ATen and other registered ops (`ns::name`) and runtime/driver calls.  User
 #: ranges (record_function, `ProfilerStep#3`, python frames) say where, not that work ran.
 FRAMEWORK_OP = r"::"
+#: A compiled graph running (AOTAutograd's forward and backward, Inductor's generated wrapper):
+#: the Python between its launches is the wrapper's, the framework's own launch path (what
+#: CUDA graphs remove), not the user's code.  The eager code between two compiled graphs of a
+#: broken frame lies outside them (`measures.compile_regions.compile_gaps`).
+COMPILED_GRAPH = r"^CompiledFunction$|^CompiledFunctionBackward$|^## Call CompiledFxGraph"
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,13 @@ class HostConfig:
     #: split of the real-based benchmark (`benchmarks/real_rules_report.py`): at 2 healthy
     #: small-model windows stay under the CPU-bound rule's flag (99%) while planted Python is found.
     python_ratio: float = 2.0
+    #: An op that launches nothing computes on host tensors when it runs this long on its own
+    #: between the events under it (its own time over its children + 1).  Framework
+    #: bookkeeping that launches nothing stays under it: the view, narrow and autograd-node ops
+    #: of the 75 real traces of ../shared/traces run at most 133 us each (DDP's
+    #: `unflatten_dense_tensors`: 212 views under one op), CPU augmentation ops of a
+    #: 224 px image 0.3-3 ms.
+    host_compute_us: float = 250.0
 
 
 def framework_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -58,10 +73,20 @@ def host_holes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return e[:-1], s[1:]
 
 
+def compiled_graphs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the host running a compiled graph (`COMPILED_GRAPH`).  Sorted,
+    disjoint."""
+    def make():
+        rows = rows_named(trace, COMPILED_GRAPH, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+        return merged_intervals(trace.ts[rows], trace.end[rows])
+    return cached(trace, "host:compiled_graphs", make)
+
+
 def python_holes(trace: Trace, config: HostConfig = HostConfig()
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The host holes in which the user's Python outlasts the framework: longer than
-    `config.python_ratio` x the framework call just before them (and not unrecorded work)."""
+    `config.python_ratio` x the framework call just before them (and not unrecorded work),
+    outside the run of a compiled graph (`compiled_graphs`: its wrapper's Python)."""
     def make():
         h0, h1 = host_holes(trace)
         if not len(h0):
@@ -71,8 +96,131 @@ def python_holes(trace: Trace, config: HostConfig = HostConfig()
         before = e[:-1] - s[:-1]
         long = h1 - h0
         keep = (long > config.python_ratio * before) & (long <= config.unrecorded_host_us)
-        return h0[keep], h1[keep]
+        return subtract(h0[keep], h1[keep], *compiled_graphs(trace))
     return cached(trace, f"host:python_holes:{config!r}", make)
+
+
+def launching_threads(trace: Trace) -> np.ndarray:
+    """Thread ids whose runtime calls launched GPU work (kernels, copies, memsets)."""
+    g = trace.gpu_work_rows
+    calls = trace.launch[g]
+    return np.unique(trace.tid[calls[calls >= 0]])
+
+
+def launching_ops(trace: Trace) -> np.ndarray:
+    """CPU op rows with GPU work under them: the ancestors of every runtime or driver call and
+    of every op a GPU event is attributed to (`cpu_op`; a compiled graph's launches need not be
+    nested under the op that asked for them).  Sorted."""
+    def make():
+        rt = trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
+        owner = trace.cpu_op[trace.gpu_work_rows]
+        p = np.concatenate((trace.parent[rt].astype(np.int64),
+                            owner[owner >= 0].astype(np.int64)))
+        found = []
+        while len(p):  # one level of the call tree per pass
+            p = np.unique(p[p >= 0])
+            found.append(p[trace.kind[p] == Kind.CPU_OP])
+            p = trace.parent[p].astype(np.int64)
+        return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
+    return cached(trace, "host:launching_ops", make)
+
+
+def host_compute_ops(trace: Trace, config: HostConfig = HostConfig()) -> np.ndarray:
+    """CPU op rows that compute on host tensors: registered ops (`ns::name`; not a
+    `record_function` range such as Dynamo's "Pregraph bytecode") with no GPU work under them
+    (`launching_ops`), on a thread that launches GPU work, running over
+    `config.host_compute_us` on their own between the events under them (their own time over
+    their children + 1).  Sorted."""
+    def make():
+        cpu = trace.rows(Kind.CPU_OP)
+        if not len(cpu):
+            return cpu
+        child = np.flatnonzero(trace.parent >= 0)
+        par = trace.parent[child].astype(np.int64)
+        n = len(trace)
+        child_us = np.bincount(par, weights=trace.dur[child], minlength=n)[cpu]
+        n_child = np.bincount(par, minlength=n)[cpu]
+        stretch = np.maximum(trace.dur[cpu] - child_us, 0.0) / (n_child + 1)
+        keep = ((stretch > config.host_compute_us)
+                & name_mask(trace, FRAMEWORK_OP)[trace.name[cpu]]
+                & np.isin(trace.tid[cpu], launching_threads(trace))
+                & ~np.isin(cpu, launching_ops(trace)))
+        return cpu[keep]
+    return cached(trace, f"host:host_compute_ops:{config.host_compute_us}", make)
+
+
+def host_compute(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of stretches in which a thread that launches GPU work computed on host
+    tensors.  Sorted, disjoint.
+
+    On each such thread, its outermost ops (and runtime calls outside any op) in time order
+    make runs of ops with no GPU work under them (`launching_ops`), each run ended by one that
+    launches.  A run counts, from its first op's start to its last op's end (the Python between
+    them included), when some op in it runs over `config.host_compute_us` on its own between
+    the events under it: a per-sample augmentation loop on CPU images (`aten::conv2d`,
+    `aten::grid_sampler`, the `aten::rand` and `aten::cat` between them), not the views and
+    autograd bookkeeping the framework runs between launches (none of them that long).  While
+    the GPU starves there, the user's code holds it up, not the dispatch of kernels."""
+    def make():
+        z = np.zeros(0)
+        cpu = trace.rows(Kind.CPU_OP)
+        if not len(cpu):
+            return z, z
+        launching = launching_ops(trace)
+        long = host_compute_ops(trace, config)
+        # the outermost op each long one runs under
+        top = long.astype(np.int64)
+        up = trace.parent[top].astype(np.int64)
+        while True:
+            climb = (up >= 0) & (trace.kind[np.maximum(up, 0)] == Kind.CPU_OP)
+            if not climb.any():
+                break
+            top = np.where(climb, up, top)
+            up = np.where(climb, trace.parent[np.maximum(up, 0)].astype(np.int64), -1)
+        computes = np.unique(top)
+        threads = launching_threads(trace)
+        outer = cpu[trace.parent[cpu] < 0]
+        par_cpu = trace.parent[cpu]
+        nested = (par_cpu >= 0) & (trace.kind[np.maximum(par_cpu, 0)] != Kind.CPU_OP)
+        outer = np.union1d(outer, cpu[nested])
+        rt = trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
+        rt = rt[(trace.parent[rt] < 0) | (trace.kind[np.maximum(trace.parent[rt], 0)] != Kind.CPU_OP)]
+        starts, ends = [], []
+        for tid in threads:
+            items = np.concatenate((outer[trace.tid[outer] == tid], rt[trace.tid[rt] == tid]))
+            if not len(items):
+                continue
+            items = items[np.argsort(trace.ts[items], kind="stable")]
+            stops = (trace.kind[items] != Kind.CPU_OP) | np.isin(items, launching)
+            run = np.cumsum(stops)
+            keep = ~stops
+            if not keep.any():
+                continue
+            ids, items, run = run[keep], items[keep], run[keep]
+            hot = np.isin(items, computes)
+            lo = np.full(run.max() + 1, np.inf)
+            hi = np.full(run.max() + 1, -np.inf)
+            has = np.zeros(run.max() + 1, dtype=bool)
+            np.minimum.at(lo, run, trace.ts[items])
+            np.maximum.at(hi, run, trace.end[items])
+            np.logical_or.at(has, run, hot)
+            starts.append(lo[has])
+            ends.append(hi[has])
+        if not starts:
+            return z, z
+        return merged_intervals(np.concatenate(starts), np.concatenate(ends))
+    return cached(trace, f"host:host_compute:{config.host_compute_us}", make)
+
+
+def user_code(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the host running the user's code rather than launching: Python between
+    framework calls (`python_holes`) and ops on host tensors (`host_compute`).  Sorted,
+    disjoint."""
+    def make():
+        p0, p1 = python_holes(trace, config)
+        c0, c1 = host_compute(trace, config)
+        return merged_intervals(np.concatenate((p0, c0)), np.concatenate((p1, c1)))
+    return cached(trace, f"host:user_code:{config!r}", make)
 
 
 def unrecorded_host(trace: Trace, longer_than_us: float) -> tuple[np.ndarray, np.ndarray]:
