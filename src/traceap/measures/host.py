@@ -184,7 +184,8 @@ def host_compute(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.nd
         nested = (par_cpu >= 0) & (trace.kind[np.maximum(par_cpu, 0)] != Kind.CPU_OP)
         outer = np.union1d(outer, cpu[nested])
         rt = trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
-        rt = rt[(trace.parent[rt] < 0) | (trace.kind[np.maximum(trace.parent[rt], 0)] != Kind.CPU_OP)]
+        rt = rt[(trace.parent[rt] < 0)
+                | (trace.kind[np.maximum(trace.parent[rt], 0)] != Kind.CPU_OP)]
         starts, ends = [], []
         for tid in threads:
             items = np.concatenate((outer[trace.tid[outer] == tid], rt[trace.tid[rt] == tid]))
@@ -196,7 +197,7 @@ def host_compute(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.nd
             keep = ~stops
             if not keep.any():
                 continue
-            ids, items, run = run[keep], items[keep], run[keep]
+            items, run = items[keep], run[keep]
             hot = np.isin(items, computes)
             lo = np.full(run.max() + 1, np.inf)
             hi = np.full(run.max() + 1, -np.inf)
