@@ -295,7 +295,7 @@ MEASURED_FOR_IDLE = {
     "traceap.measures.warmup": ("warmup_intervals", "warmup", "WarmupConfig", "WARMUP_CALLS",
                                 "WARMUP_HOST"),
     "traceap.measures.host": ("framework_calls", "host_holes", "python_holes", "unrecorded_host",
-                              "HostConfig", "launching_threads", "launching_ops",
+                              "HostConfig", "launching_threads", "launches_under",
                               "host_compute_ops", "host_compute", "compiled_graphs", "user_code"),
     "traceap.measures.communication": ("host_late_under_nccl", "host_late_outside_collectives"),
     "traceap.measures.copies": ("sync_costs",),

@@ -100,52 +100,70 @@ def python_holes(trace: Trace, config: HostConfig = HostConfig()
     return cached(trace, f"host:python_holes:{config!r}", make)
 
 
-def launching_threads(trace: Trace) -> np.ndarray:
-    """Thread ids whose runtime calls launched GPU work (kernels, copies, memsets)."""
+def launching_threads(trace: Trace, tids: np.ndarray | None = None) -> np.ndarray:
+    """Thread ids whose runtime calls launched GPU work (kernels, copies, memsets); of `tids`
+    only, when given (cheaper than all of them in a large trace)."""
     g = trace.gpu_work_rows
     calls = trace.launch[g]
-    return np.unique(trace.tid[calls[calls >= 0]])
+    launched = trace.tid[calls[calls >= 0]]
+    if tids is None:
+        return np.unique(launched)
+    return np.array([t for t in np.unique(tids) if (launched == t).any()], dtype=np.int64)
 
 
-def launching_ops(trace: Trace) -> np.ndarray:
-    """CPU op rows with GPU work under them: the ancestors of every runtime or driver call and
-    of every op a GPU event is attributed to (`cpu_op`; a compiled graph's launches need not be
-    nested under the op that asked for them).  Sorted."""
+def _launch_marks(trace: Trace, tid: int) -> np.ndarray:
+    """Start times, sorted, of what shows GPU work was asked for on thread `tid`: its runtime
+    and driver calls, and its ops a GPU event is attributed to (`cpu_op`: a compiled graph's
+    launches need not be nested under the op that asked for them)."""
     def make():
-        rt = trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
+        mark = np.zeros(len(trace), dtype=bool)
+        mark[trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)] = True
         owner = trace.cpu_op[trace.gpu_work_rows]
-        p = np.concatenate((trace.parent[rt].astype(np.int64),
-                            owner[owner >= 0].astype(np.int64)))
-        found = []
-        while len(p):  # one level of the call tree per pass
-            p = np.unique(p[p >= 0])
-            found.append(p[trace.kind[p] == Kind.CPU_OP])
-            p = trace.parent[p].astype(np.int64)
-        return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
-    return cached(trace, "host:launching_ops", make)
+        mark[owner[owner >= 0]] = True
+        # rows are in time order, so these starts are sorted
+        return trace.ts[np.flatnonzero(mark & (trace.tid == tid))]
+    return cached(trace, f"host:launch_marks:{tid}", make)
+
+
+def launches_under(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Per op row: GPU work was asked for under it (a runtime call, or an op a GPU event is
+    attributed to, on its thread inside its span: on one thread, what runs inside an op's span
+    is under it)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.zeros(len(rows), dtype=bool)
+    for t in np.unique(trace.tid[rows]):
+        at = np.flatnonzero(trace.tid[rows] == t)
+        out[at] = _asks_for_gpu(trace, rows[at])
+    return out
 
 
 def host_compute_ops(trace: Trace, config: HostConfig = HostConfig()) -> np.ndarray:
     """CPU op rows that compute on host tensors: registered ops (`ns::name`; not a
-    `record_function` range such as Dynamo's "Pregraph bytecode") with no GPU work under them
-    (`launching_ops`), on a thread that launches GPU work, running over
+    `record_function` range such as Dynamo's "Pregraph bytecode") with no GPU work asked for
+    under them (`launches_under`), on a thread that launches GPU work, running over
     `config.host_compute_us` on their own between the events under them (their own time over
     their children + 1).  Sorted."""
     def make():
         cpu = trace.rows(Kind.CPU_OP)
-        if not len(cpu):
-            return cpu
-        child = np.flatnonzero(trace.parent >= 0)
-        par = trace.parent[child].astype(np.int64)
-        n = len(trace)
-        child_us = np.bincount(par, weights=trace.dur[child], minlength=n)[cpu]
-        n_child = np.bincount(par, minlength=n)[cpu]
-        stretch = np.maximum(trace.dur[cpu] - child_us, 0.0) / (n_child + 1)
-        keep = ((stretch > config.host_compute_us)
-                & name_mask(trace, FRAMEWORK_OP)[trace.name[cpu]]
-                & np.isin(trace.tid[cpu], launching_threads(trace))
-                & ~np.isin(cpu, launching_ops(trace)))
-        return cpu[keep]
+        # only an op longer than the cut can run that long on its own
+        cand = cpu[trace.dur[cpu] > config.host_compute_us]
+        cand = cand[name_mask(trace, FRAMEWORK_OP)[trace.name[cand]]]
+        if not len(cand):
+            return cand
+        slot = np.full(len(trace), -1, dtype=np.int64)
+        slot[cand] = np.arange(len(cand))
+        par = trace.parent
+        child = np.flatnonzero(par >= 0)
+        child = child[slot[par[child]] >= 0]
+        at = slot[par[child]]
+        child_us = np.bincount(at, weights=trace.dur[child], minlength=len(cand))
+        n_child = np.bincount(at, minlength=len(cand))
+        stretch = np.maximum(trace.dur[cand] - child_us, 0.0) / (n_child + 1)
+        cand = cand[stretch > config.host_compute_us]
+        if not len(cand):
+            return cand
+        cand = cand[np.isin(trace.tid[cand], launching_threads(trace, trace.tid[cand]))]
+        return cand[~launches_under(trace, cand)]
     return cached(trace, f"host:host_compute_ops:{config.host_compute_us}", make)
 
 
@@ -154,20 +172,19 @@ def host_compute(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.nd
     tensors.  Sorted, disjoint.
 
     On each such thread, its outermost ops (and runtime calls outside any op) in time order
-    make runs of ops with no GPU work under them (`launching_ops`), each run ended by one that
-    launches.  A run counts, from its first op's start to its last op's end (the Python between
-    them included), when some op in it runs over `config.host_compute_us` on its own between
-    the events under it: a per-sample augmentation loop on CPU images (`aten::conv2d`,
-    `aten::grid_sampler`, the `aten::rand` and `aten::cat` between them), not the views and
-    autograd bookkeeping the framework runs between launches (none of them that long).  While
-    the GPU starves there, the user's code holds it up, not the dispatch of kernels."""
+    make runs of ops with no GPU work asked for under them (`launches_under`), each run ended by
+    one that asks for some.  A run counts, from its first op's start to its last op's end (the
+    Python between them included), when some op in it runs over `config.host_compute_us` on its
+    own between the events under it (`host_compute_ops`): a per-sample augmentation loop on CPU
+    images (`aten::conv2d`, `aten::grid_sampler`, the `aten::rand` and `aten::cat` between
+    them), not the views and autograd bookkeeping the framework runs between launches (none of
+    them that long).  While the GPU starves there, the user's code holds it up, not the
+    dispatch of kernels."""
     def make():
         z = np.zeros(0)
-        cpu = trace.rows(Kind.CPU_OP)
-        if not len(cpu):
-            return z, z
-        launching = launching_ops(trace)
         long = host_compute_ops(trace, config)
+        if not len(long):  # most traces: nothing computes on host tensors for long
+            return z, z
         # the outermost op each long one runs under
         top = long.astype(np.int64)
         up = trace.parent[top].astype(np.int64)
@@ -178,39 +195,49 @@ def host_compute(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.nd
             top = np.where(climb, up, top)
             up = np.where(climb, trace.parent[np.maximum(up, 0)].astype(np.int64), -1)
         computes = np.unique(top)
-        threads = launching_threads(trace)
-        outer = cpu[trace.parent[cpu] < 0]
-        par_cpu = trace.parent[cpu]
-        nested = (par_cpu >= 0) & (trace.kind[np.maximum(par_cpu, 0)] != Kind.CPU_OP)
-        outer = np.union1d(outer, cpu[nested])
+        cpu = trace.rows(Kind.CPU_OP)
+        par = trace.parent[cpu]
+        outer = cpu[(par < 0) | (trace.kind[np.maximum(par, 0)] != Kind.CPU_OP)]
         rt = trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
         rt = rt[(trace.parent[rt] < 0)
                 | (trace.kind[np.maximum(trace.parent[rt], 0)] != Kind.CPU_OP)]
         starts, ends = [], []
-        for tid in threads:
-            items = np.concatenate((outer[trace.tid[outer] == tid], rt[trace.tid[rt] == tid]))
-            if not len(items):
-                continue
+        for tid in np.unique(trace.tid[computes]):
+            ops = outer[trace.tid[outer] == tid]
+            items = np.concatenate((ops, rt[trace.tid[rt] == tid]))
             items = items[np.argsort(trace.ts[items], kind="stable")]
-            stops = (trace.kind[items] != Kind.CPU_OP) | np.isin(items, launching)
+            stops = trace.kind[items] != Kind.CPU_OP
+            is_op = ~stops
+            stops[is_op] = _asks_for_gpu(trace, items[is_op])  # a launching op ends a run
             run = np.cumsum(stops)
             keep = ~stops
-            if not keep.any():
-                continue
             items, run = items[keep], run[keep]
-            hot = np.isin(items, computes)
+            if not len(items):
+                continue
             lo = np.full(run.max() + 1, np.inf)
             hi = np.full(run.max() + 1, -np.inf)
             has = np.zeros(run.max() + 1, dtype=bool)
             np.minimum.at(lo, run, trace.ts[items])
             np.maximum.at(hi, run, trace.end[items])
-            np.logical_or.at(has, run, hot)
+            np.logical_or.at(has, run, np.isin(items, computes))
             starts.append(lo[has])
             ends.append(hi[has])
         if not starts:
             return z, z
         return merged_intervals(np.concatenate(starts), np.concatenate(ends))
     return cached(trace, f"host:host_compute:{config.host_compute_us}", make)
+
+
+def _asks_for_gpu(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """Per op row of one thread: GPU work asked for inside its span (`_launch_marks` of that
+    thread between its start and its end)."""
+    if not len(ops):
+        return np.zeros(0, dtype=bool)
+    seg = _launch_marks(trace, int(trace.tid[ops[0]]))
+    if not len(seg):
+        return np.zeros(len(ops), dtype=bool)
+    j = np.searchsorted(seg, trace.ts[ops], side="left")
+    return (j < len(seg)) & (seg[np.minimum(j, len(seg) - 1)] <= trace.end[ops])
 
 
 def user_code(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.ndarray, np.ndarray]:
