@@ -62,12 +62,14 @@ def main(argv=None) -> int:
     print("| N = 100, rules / model / hybrid | " + " | ".join(FOLDS) + " | pooled |")
     print("|---|---:|---:|---:|---:|")
     for title, cells in rows:
-        print(f"| {title} | " + " | ".join(c.replace("– / – / –", "–") for c in cells) + " |")
+        cells = [c.replace("– / – / –", "–") for c in cells]
+        print(f"| {title} | " + " | ".join(cells) + " |")
     print()
     e = s["pooled"]
     bp = e["by_pattern"]["100"]
     f = e["classification"]["offline"]["100"]["flagged"]
-    print("| pattern (windows) | rules | model | hybrid | planted: named the plant | strict / either |")
+    print("| pattern (windows) | rules | model | hybrid | planted: named the plant "
+          "| strict / either |")
     print("|---|---:|---:|---:|---:|---:|")
     for p, v in bp["hybrid"].items():
         pl = f["planted"]["by_pattern"].get(p, {})

@@ -32,11 +32,12 @@ def test_the_set_is_a_collect_dataset_with_ground_truth():
     assert len(entries) == 34
     assert all(e.source == "collected" and e.platform == "NVIDIA H200" for e in entries)
     bad = [e for e in entries if e.label == "bad"]
-    assert len(bad) == 30 and all(e.anomalies and set(e.patterns) >= {a.pattern for a in e.anomalies}
-                                  for e in bad)
+    assert len(bad) == 30
+    assert all(e.anomalies and set(e.patterns) >= {a.pattern for a in e.anomalies} for e in bad)
 
 
-@pytest.mark.parametrize("model", ["resnet50-train-cpu_bound-bs128", "vit_b_16-train-cpu_bound-bs64"])
+@pytest.mark.parametrize("model", ["resnet50-train-cpu_bound-bs128",
+                                   "vit_b_16-train-cpu_bound-bs64"])
 def test_augmentation_on_host_tensors_is_the_users_code(model):
     """Per-sample augmentation in the loop runs ATen ops on CPU images that launch nothing: the
     GPU's idle time there is cpu_bound's (it was 'launch-bound', no finding)."""

@@ -12,8 +12,8 @@ lost is the `python_host` idle of `traceap.idle`: starved GPU gaps (the next lau
 the device went idle; the head of the GPU span too, when its first work was launched only
 after the step began) that no earlier cause claims (warm-up, communication, graph breaks,
 copies and syncs, data loading, unrecorded host work), while the host was in a hole longer
-than twice the framework call before it or in such an op.  A launch-bound steady state whose idle time sits in the
-framework's own dispatch (small-model inference at batch 2, DDP bucket bookkeeping) is the
+than twice the framework call before it or in such an op.  A launch-bound steady state whose
+idle time sits in the framework's own dispatch (small-model inference at batch 2, DDP bucket bookkeeping) is the
 idle account's `launch_bound` mechanism: shown as "launch-bound host", no anomaly, no finding.
 Anchors: HTA's short kernel (GPU time < CPU launch time); TraceLens short kernels averaging
 under 10 us and GPU idle over 15%; nsys-ai >= 5 launches under 10 us (in the evidence: they
@@ -51,8 +51,9 @@ class CpuBoundConfig:
     python_lo: float = 0.1
     python_hi: float = 0.4
     #: Python stretches and ops on host tensors per episode (a run of windows it costs idle
-    #: time in) that make a habit; one or two long ones (a microbenchmark's set-up between two kernels, in windows
-    #: of tens of us) are not.  Counted per episode as excessive_memcpy counts its syncs.
+    #: time in) that make a habit; one or two long ones (a microbenchmark's set-up between two
+    #: kernels, in windows of tens of us) are not.  Counted per episode as excessive_memcpy
+    #: counts its syncs.
     count_lo: float = 2.0
     count_hi: float = 4.0
     short_us: float = 10.0     # TraceLens / nsys-ai: kernels averaging under 10 us (evidence)
