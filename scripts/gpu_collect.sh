@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Record a small real trace set on one GPU: resnet18, vit_b_16, a detection model
-# (retinanet_resnet18_fpn) and a segmentation model (fcn_resnet18), each clean and with every
-# single-GPU anti-pattern switched on by its cause, training loop, 2 profiled steps.
+# Record a small real trace set on one GPU: resnet50, vit_b_16, a detection model
+# (retinanet_resnet50_fpn) and a segmentation model (fcn_resnet50), each clean (bf16 autocast,
+# channels_last, worker processes, pinned memory) and with every single-GPU anti-pattern
+# switched on by its cause, training loop, 2 profiled steps.
 # Traces (gzipped) and manifest.jsonl go to $OUT/dataset; a summary to $OUT/summary.txt.
 #
 #   bash scripts/gpu_collect.sh                    # on a GPU machine, into $OUT (or out/gpu_collect)
@@ -51,36 +52,34 @@ export TRACEAP_PROGRESS=0
 PLAN="$DEST/plan.yaml"
 
 if [ "$DEVICE" = cuda ]; then
-  # Batch sizes a single GPU keeps busy; graph_break last (inductor compiles take the longest).
+  # Batch sizes that keep an H100/H200-class GPU busy in bf16; each model clean first, then its
+  # causes in the order of value (the budget may cut the tail; a rerun resumes); graph_break
+  # last (inductor compiles take the longest).
   cat > "$PLAN" <<'EOF'
 steps: 2
-workers: 4
+workers: 8
 compile_backend: inductor
 runs:
-  - models: [resnet18]
-    patterns: [none, single_process_dataloading, no_pin_memory, excessive_memcpy, cpu_bound]
-    batch_sizes: [64]
+  - models: [resnet50]
+    patterns: [none, no_mixed_precision, no_channels_last, "no_mixed_precision,no_channels_last",
+               unfused_optimizer, cpu_tensor_init, allocator_churn, single_process_dataloading,
+               no_pin_memory, excessive_memcpy, cpu_bound]
+    batch_sizes: [128]
   - models: [vit_b_16]
-    patterns: [none, single_process_dataloading, no_pin_memory, excessive_memcpy, cpu_bound]
-    batch_sizes: [32]
-  - models: [retinanet_resnet18_fpn]
-    patterns: [none, single_process_dataloading, no_pin_memory, excessive_memcpy, cpu_bound]
-    batch_sizes: [8]
-  - models: [fcn_resnet18]
-    patterns: [none, single_process_dataloading, no_pin_memory, excessive_memcpy, cpu_bound]
-    batch_sizes: [8]
-  - models: [resnet18]
-    patterns: [graph_break]
+    patterns: [none, no_mixed_precision, unfused_optimizer, cpu_tensor_init, allocator_churn,
+               single_process_dataloading, no_pin_memory, excessive_memcpy, cpu_bound]
     batch_sizes: [64]
+  - models: [fcn_resnet50, retinanet_resnet50_fpn]
+    patterns: [none, no_mixed_precision, no_channels_last, unfused_optimizer, cpu_tensor_init,
+               allocator_churn, single_process_dataloading, no_pin_memory, excessive_memcpy,
+               cpu_bound]
+    batch_sizes: [16]
+  - models: [resnet50]
+    patterns: [graph_break]
+    batch_sizes: [128]
   - models: [vit_b_16]
     patterns: [graph_break]
-    batch_sizes: [32]
-  - models: [retinanet_resnet18_fpn]
-    patterns: [graph_break]
-    batch_sizes: [8]
-  - models: [fcn_resnet18]
-    patterns: [graph_break]
-    batch_sizes: [8]
+    batch_sizes: [64]
 EOF
   nvidia-smi -L > "$DEST/gpu.txt" 2>&1 || true
 else

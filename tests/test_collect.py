@@ -393,3 +393,55 @@ def test_a_cut_tensor_hand_over_prints_nothing(capfd):
         os.close(w)
     assert seen == [ValueError]
     assert capfd.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------------------------
+# the GPU recipe (checked here on its knobs; benchmarks/h200 holds what it recorded on an H200)
+
+
+def test_a_clean_gpu_run_trains_the_way_the_tuning_guide_says():
+    from traceap.collect.causes import Recipe
+    clean = Recipe.make((), "cuda", 4, "inductor", convolutional=True)
+    assert (clean.amp, clean.channels_last, clean.no_tf32, clean.foreach, clean.pin_memory,
+            clean.num_workers) == (True, True, False, None, True, 4)
+    vit = Recipe.make((), "cuda", 4, "inductor", convolutional=False)
+    assert vit.amp and not vit.channels_last
+    cpu = Recipe.make((), "cpu", 4, "inductor")
+    assert not (cpu.amp or cpu.channels_last or cpu.pin_memory)
+
+
+@pytest.mark.parametrize("pattern,knobs", [
+    ("no_mixed_precision", dict(amp=False, no_tf32=True, channels_last=True)),
+    ("no_channels_last", dict(amp=True, no_tf32=False, channels_last=False)),
+    ("unfused_optimizer", dict(amp=True, foreach=False)),
+    ("cpu_tensor_init", dict(amp=True, channels_last=True, foreach=None)),
+])
+def test_each_new_cause_turns_one_knob(pattern, knobs):
+    from traceap.collect.causes import Recipe
+    r = Recipe.make((pattern,), "cuda", 4, "inductor", convolutional=True)
+    assert {k: getattr(r, k) for k in knobs} == knobs
+
+
+def test_fp32_cause_switches_tf32_off_only_while_recording():
+    import torch
+    from traceap.collect.causes import Recipe
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    r = Recipe.make(("no_mixed_precision",), "cuda", 4, "inductor")
+    with r.precision():
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--model", "resnet_tiny", "--pattern", "unfused_optimizer"], "cannot be recorded on cpu"),
+    (["--model", "resnet_tiny", "--pattern", "allocator_churn"], "cannot be recorded on cpu"),
+    (["--model", "vit_s_16", "--pattern", "no_channels_last"], "none past its patch embedding"),
+])
+def test_new_causes_that_cannot_happen_are_one_clear_line(tmp_path, argv, words):
+    r = subprocess.run([sys.executable, "-m", "traceap", "collect", *argv, "--device", "cpu",
+                        "--out", str(tmp_path / "ds")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], r.stderr
+    assert not (tmp_path / "ds").exists()

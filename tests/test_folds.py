@@ -529,3 +529,18 @@ def test_the_results_fold_table_reads_as_the_committed_fold_eval():
     assert _results_row("pattern accuracy where the hybrid flags (offline), strict / either "
                         "cause") == [f"{pct(f['overall'], 1)} / {pct(f['overall_any'], 1)}"
                                      for f in flagged]
+
+
+def test_benchmarks_fold_table_prints_the_results_tables_as_they_are():
+    """benchmarks/fold_table.py turns the committed fold eval into docs/RESULTS.md's summary and
+    per-pattern tables: every row it prints is in the document, so a rerun updates it by copy."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fold_table.py"),
+                          str(REPO / "benchmarks" / "results" / "real_folds" / "ensemble_e8"
+                              / "eval.json")], capture_output=True, text=True, check=True).stdout
+    rows = [ln for ln in out.splitlines() if ln.startswith("| ") and not ln.startswith("|---")]
+    assert len(rows) == 2 + 9 + 16
+    results = (REPO / "docs" / "RESULTS.md").read_text().splitlines()
+    missing = [r for r in rows if r not in results]
+    assert not missing, missing

@@ -76,16 +76,20 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    ran while the host waited (`measures.copies.sync_debt`; both: `sync_costs`):
                    a host far ahead of a deep queue that relaunches at the device's pace after
                    the sync starves it until that lead would have been used up.  Not where
-                   Python or unrecorded host work fills those later gaps: that is named first.
+                   the user's code or unrecorded host work fills those later gaps: that is
+                   named first.
  6 unrecorded_host a starved gap while the host recorded nothing for a long stretch (over
                    `measures.host.HostConfig.unrecorded_host_us` between framework calls: no op,
                    no runtime call): the host was busy with something the profiler did not see
                    (model set-up, unannotated data preparation, evaluation), not launching.
                    Rolls up into "not explained": nothing in the trace says what it was.
  7 python_host     a starved gap (the launch of the work that ends it began only after the
-                   device had gone idle) while the host ran Python between framework calls for
-                   longer than `HostConfig.python_ratio` x the framework call before it: the
-                   user's code, not the framework, kept the GPU waiting [CPU-bound Python].
+                   device had gone idle) while the host ran the user's code (`measures.host.
+                   user_code`): Python between framework calls for longer than
+                   `HostConfig.python_ratio` x the framework call before it, or an op on host
+                   tensors that launches nothing and runs over `HostConfig.host_compute_us` on
+                   its own (per-sample augmentation in the loop, CPU preprocessing): the
+                   user's code, not the framework, kept the GPU waiting [CPU-bound].
  8 launch_bound    the rest of the starved gaps: the framework's own dispatch and launch calls
                    (a small model's steady state; no pattern: fixed by CUDA graphs or
                    torch.compile, not by removing a mistake).  Rolls up with python_host into
@@ -116,8 +120,8 @@ from .measures.communication import (BlockConfig, SmallNcclConfig, blocking_nccl
 from .measures.compile_regions import compile_gaps, recompile_intervals
 from .measures.copies import MemcpyConfig, PinConfig, host_copies, pageable_h2d, sync_costs
 from .measures.dataparallel import dp_intervals
-from .measures.gaps import gpu_span, loader_gaps
-from .measures.host import HostConfig, python_holes, unrecorded_host
+from .measures.gaps import gpu_span, leading_gap, loader_gaps
+from .measures.host import HostConfig, unrecorded_host, user_code
 from .measures.host_init import init_intervals
 from .measures.signals import (busy_rows, cached, intersect, nccl_rows, spans, starved_gaps,
                                subtract)
@@ -193,7 +197,7 @@ MECHANISM_TITLES = {
     "host_copies_syncs": "DtoH / small copies and host-blocking syncs",
     "input_copies": "large pinned input uploads (no anti-pattern)",
     "unrecorded_host": "host work the profiler did not record",
-    "python_host": "the user's Python between framework calls",
+    "python_host": "the user's code (Python between framework calls, ops on host tensors)",
     "launch_bound": "the framework's own dispatch and launch calls",
     "not_explained": "not explained",
 }
@@ -397,10 +401,11 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     out["input_copies"] = spans(t, rest)
     out["data_loading"] = loader_gaps(t, config.loader_gap_share)
     s0, s1, _ = starved_gaps(t)
-    s0, s1 = np.concatenate((s0, l0)), np.concatenate((s1, l1))
+    f0, f1 = leading_gap(t)
+    s0, s1 = np.concatenate((s0, l0, f0)), np.concatenate((s1, l1, f1))
     h0, h1 = unrecorded_host(t, config.host.unrecorded_host_us)
     out["unrecorded_host"] = (h0, h1)
-    p0, p1 = python_holes(t, config.host)
+    p0, p1 = user_code(t, config.host)
     out["python_host"] = intersect(s0, s1, p0, p1)
     out["launch_bound"] = (s0, s1)
     return out

@@ -10,14 +10,23 @@
 | small_nccl_kernels | DDP with tiny gradient buckets (`bucket_cap_mb` ~ 16 KB): one all-reduce per tensor | each bucket's all-reduce |
 | nccl_blocks_compute_stream | per-parameter synchronous all-reduce (`async_op=False`, on the current = compute stream) in a grad hook | each all-reduce |
 | nccl_compute_no_overlap | no DDP: one all-reduce of all gradients after `backward()` | the all-reduce |
+| no_mixed_precision | plain FP32 with TF32 off (`torch.backends.cuda.matmul.allow_tf32 = False`, `torch.backends.cudnn.allow_tf32 = False`, as for bit-reproducible runs) instead of bf16 autocast | forward, loss and backward |
+| no_channels_last | a convolutional model and its inputs left in NCHW under bf16 autocast | forward, loss and backward |
+| unfused_optimizer | `SGD(..., foreach=False)`: one kernel per parameter and op | `optimizer.step()` |
+| cpu_tensor_init | noise made on the host and copied up: `images + 0.01 * torch.randn(images.shape).to(device)` | the factory op and its copy |
+| allocator_churn | `torch.cuda.empty_cache()` after every step: the next step allocates from the driver again | `empty_cache()` and the next step's forward, loss and backward |
 
-A clean run (`none`) uses worker processes, pinned memory, no syncs, eager mode and, with two or
-more processes, DDP with its default 25 MB buckets.
+A clean run (`none`) uses worker processes, pinned memory, no syncs, eager mode, the default
+(foreach) optimizer and, with two or more processes, DDP with its default 25 MB buckets; on a
+GPU it trains under bf16 autocast, with a convolutional model and its inputs in channels_last,
+as the PyTorch performance tuning guide recommends.  On the CPU it runs in FP32 and NCHW (no
+tensor cores to miss).
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -28,9 +37,22 @@ from ..errors import TraceapError
 from ..patterns._registry import pattern_ids
 from .markers import marker
 
-#: Patterns whose cause exists only on a GPU (pinned memory) or with NCCL between GPUs.
-GPU_ONLY = frozenset({"no_pin_memory", "small_nccl_kernels", "nccl_blocks_compute_stream",
-                      "nccl_compute_no_overlap"})
+#: Patterns whose cause exists only on a GPU, with why (one line each).
+GPU_ONLY = {
+    "no_pin_memory": "needs pinned host memory and a host-to-device copy",
+    "small_nccl_kernels": "needs NCCL between GPUs",
+    "nccl_blocks_compute_stream": "needs NCCL between GPUs",
+    "nccl_compute_no_overlap": "needs NCCL between GPUs",
+    "no_mixed_precision": "is about tensor cores left unused",
+    "no_channels_last": "is about cuDNN's layout transposes",
+    "unfused_optimizer": "is about per-parameter kernel launches",
+    "cpu_tensor_init": "needs a host-to-device copy",
+    "allocator_churn": "is about the CUDA caching allocator",
+}
+#: Patterns that need a backward pass and an optimizer.
+TRAINING_ONLY = ("unfused_optimizer",)
+#: Autocast precision of a clean GPU run (bf16: Ampere, Hopper, MI200 and later).
+AMP_DTYPE = torch.bfloat16
 #: Patterns that need two or more processes (torchrun) and a backward pass.
 DISTRIBUTED = ("small_nccl_kernels", "nccl_blocks_compute_stream", "nccl_compute_no_overlap")
 #: Tiny DDP buckets: 16 KB, so nearly every gradient tensor gets its own all-reduce.
@@ -60,10 +82,11 @@ def check_available(patterns: tuple[str, ...], device: str, world_size: int,
     """Raise PatternUnavailable with one clear line when a pattern cannot be recorded here."""
     for p in patterns:
         if p in GPU_ONLY and device != "cuda":
-            why = ("needs pinned host memory and a host-to-device copy" if p == "no_pin_memory"
-                   else "needs NCCL between GPUs")
-            raise PatternUnavailable(f"pattern {p} {why}; it cannot be recorded on {device} "
-                                     "(use --device cuda on a GPU machine)")
+            raise PatternUnavailable(f"pattern {p} {GPU_ONLY[p]}; it cannot be recorded on "
+                                     f"{device} (use --device cuda on a GPU machine)")
+        if p in TRAINING_ONLY and inference:
+            raise PatternUnavailable(f"pattern {p} is about the optimizer step; it cannot be "
+                                     "recorded with --inference")
         if p in DISTRIBUTED:
             if world_size < 2:
                 raise PatternUnavailable(f"pattern {p} needs 2 or more GPUs: run under torchrun "
@@ -85,16 +108,29 @@ class Recipe:
     num_workers: int
     pin_memory: bool
     compile_backend: str | None
+    #: bf16 autocast around forward and loss (a clean GPU run)
+    amp: bool = False
+    #: TF32 switched off for the recording (no_mixed_precision: FP32 on the FP32 units)
+    no_tf32: bool = False
+    #: model and inputs in channels_last (a clean GPU run of a convolutional model)
+    channels_last: bool = False
+    #: the optimizer's `foreach` (None: PyTorch's default, foreach on a GPU)
+    foreach: bool | None = None
 
     @classmethod
     def make(cls, patterns: tuple[str, ...], device: str, workers: int,
-             compile_backend: str) -> "Recipe":
+             compile_backend: str, convolutional: bool = True) -> "Recipe":
         """The knobs for `patterns` on `device`; everything else as a clean run has it."""
+        gpu = device == "cuda"
         return cls(
             patterns=patterns,
             num_workers=0 if "single_process_dataloading" in patterns else workers,
-            pin_memory=device == "cuda" and "no_pin_memory" not in patterns,
+            pin_memory=gpu and "no_pin_memory" not in patterns,
             compile_backend=compile_backend if "graph_break" in patterns else None,
+            amp=gpu and "no_mixed_precision" not in patterns,
+            no_tf32="no_mixed_precision" in patterns,
+            channels_last=gpu and convolutional and "no_channels_last" not in patterns,
+            foreach=False if "unfused_optimizer" in patterns else None,
         )
 
     def on(self, pattern: str) -> bool:
@@ -104,6 +140,39 @@ class Recipe:
     def mark(self, pattern: str):
         """The pattern's marker when it is switched on, else a no-op context."""
         return marker(pattern, pattern in self.patterns)
+
+    def marks(self, *patterns: str) -> ExitStack:
+        """The markers of those of `patterns` that are switched on, nested."""
+        stack = ExitStack()
+        for p in patterns:
+            if p in self.patterns:
+                stack.enter_context(marker(p))
+        return stack
+
+    def autocast(self, device: torch.device):
+        """bf16 autocast when the recipe trains in mixed precision, else a no-op context."""
+        if not self.amp:
+            return nullcontext()
+        return torch.autocast(device_type=device.type, dtype=AMP_DTYPE)
+
+    @contextmanager
+    def precision(self):
+        """TF32 off for the recording when no_mixed_precision is on; restored afterwards (a
+        sweep records many traces in one process)."""
+        if not self.no_tf32:
+            yield
+            return
+        saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+    @property
+    def memory_format(self) -> torch.memory_format:
+        """The layout of the model's parameters and its input batches."""
+        return torch.channels_last if self.channels_last else torch.contiguous_format
 
     @property
     def comm(self) -> str | None:
@@ -170,6 +239,18 @@ def _gaussian(k: int, sigma: float) -> Tensor:
     g = torch.exp(-r ** 2 / (2 * sigma ** 2))
     g = g / g.sum()
     return (g[:, None] * g[None, :]).expand(3, 1, k, k).contiguous()
+
+
+# --------------------------------------------------------------------------------------------
+# cpu_tensor_init
+
+
+def host_noise(images: Tensor) -> Tensor:
+    """Gaussian-noise augmentation written the slow way: the noise made by a host factory op
+    (`torch.randn(shape)` on the CPU) and copied up from pageable memory, every step, where
+    `torch.randn_like(images)` would make it on the device."""
+    noise = torch.randn(images.shape).to(images.device)
+    return images.add_(noise, alpha=0.01)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,6 +335,6 @@ def allreduce_after_backward(model: nn.Module) -> None:
         offset += g.numel()
 
 
-__all__ = ["DISTRIBUTED", "GPU_ONLY", "PatternUnavailable", "Recipe", "allreduce_after_backward",
-           "break_graph", "check_available", "heavy_preprocess", "host_syncs", "parse_patterns",
-           "wrap_distributed"]
+__all__ = ["AMP_DTYPE", "DISTRIBUTED", "GPU_ONLY", "PatternUnavailable", "Recipe", "TRAINING_ONLY",
+           "allreduce_after_backward", "break_graph", "check_available", "heavy_preprocess",
+           "host_noise", "host_syncs", "parse_patterns", "wrap_distributed"]

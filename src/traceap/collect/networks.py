@@ -412,13 +412,15 @@ class ModelSpec:
     build: Callable[[int], nn.Module]         # image_size -> model
     loss: Callable[[nn.Module, object, object], Tensor]
     num_classes: int
+    #: convolutions past the stem (a ViT's one patch-embedding convolution does not count)
+    convolutional: bool = True
 
     def __str__(self) -> str:
         return f"{self.name} ({self.task}, {self.image_size}px)"
 
 
-def _spec(name, task, size, build, loss, classes) -> ModelSpec:
-    return ModelSpec(name, task, size, build, loss, classes)
+def _spec(name, task, size, build, loss, classes, convolutional=True) -> ModelSpec:
+    return ModelSpec(name, task, size, build, loss, classes, convolutional)
 
 
 MODELS: dict[str, ModelSpec] = {s.name: s for s in [
@@ -429,9 +431,11 @@ MODELS: dict[str, ModelSpec] = {s.name: s for s in [
     _spec("resnet50", "image_classification", 224,
           lambda n: _resnet(50), _classification_loss, 1000),
     _spec("vit_b_16", "image_classification", 224,
-          lambda n: VisionTransformer(n, 16, 12, 12, 768, 3072), _classification_loss, 1000),
+          lambda n: VisionTransformer(n, 16, 12, 12, 768, 3072), _classification_loss, 1000,
+          convolutional=False),
     _spec("vit_s_16", "image_classification", 224,
-          lambda n: VisionTransformer(n, 16, 12, 6, 384, 1536), _classification_loss, 1000),
+          lambda n: VisionTransformer(n, 16, 12, 6, 384, 1536), _classification_loss, 1000,
+          convolutional=False),
     _spec("retinanet_resnet18_fpn", "object_detection", 512,
           lambda n: RetinaNet(_resnet(18), n), retinanet_loss, 91),
     _spec("retinanet_resnet50_fpn", "object_detection", 512,

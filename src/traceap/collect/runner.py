@@ -36,8 +36,9 @@ from ..progress import track
 from . import markers
 from .data import SyntheticImages, target_to
 from .networks import build_model, model_spec
-from .causes import (Recipe, allreduce_after_backward, break_graph, check_available,
-                       heavy_preprocess, host_syncs, parse_patterns, wrap_distributed)
+from .causes import (PatternUnavailable, Recipe, allreduce_after_backward, break_graph,
+                     check_available, heavy_preprocess, host_noise, host_syncs, parse_patterns,
+                     wrap_distributed)
 
 
 @dataclass
@@ -82,7 +83,16 @@ class CollectConfig:
             raise TraceapError(f"unknown split {self.split!r}; one of: {', '.join(SPLITS)}")
         if self.image_size is not None and self.image_size < 16:
             raise TraceapError("--image-size must be at least 16")
+        if "no_channels_last" in self.patterns and not model_spec(self.model).convolutional:
+            raise PatternUnavailable(f"pattern no_channels_last is about convolutions; "
+                                     f"{self.model} has none past its patch embedding")
         check_available(self.patterns, self.device, self.world_size, self.inference)
+
+    @property
+    def recipe(self) -> Recipe:
+        """The knobs of this recording."""
+        return Recipe.make(self.patterns, self.device, self.workers, self.compile_backend,
+                           model_spec(self.model).convolutional)
 
     @property
     def resolved_task(self) -> str:
@@ -175,11 +185,14 @@ def collect(cfg: CollectConfig) -> Recorded:
 def _notes(cfg: CollectConfig) -> str:
     spec = model_spec(cfg.model)
     mode = "inference" if cfg.inference else "training"
-    recipe = Recipe.make(cfg.patterns, cfg.device, cfg.workers, cfg.compile_backend)
+    recipe = cfg.recipe
+    precision = ("bf16 autocast" if recipe.amp
+                 else "fp32, tf32 off" if recipe.no_tf32 else "fp32")
     return (f"traceap collect: {mode}, batch {cfg.resolved_batch_size}, "
             f"{cfg.image_size or spec.image_size}px, {cfg.steps} active steps, "
-            f"num_workers={recipe.num_workers}, pin_memory={recipe.pin_memory}, "
-            f"torch {torch.__version__}")
+            f"num_workers={recipe.num_workers}, pin_memory={recipe.pin_memory}, {precision}, "
+            f"{'channels_last' if recipe.channels_last else 'NCHW'}, "
+            f"foreach={recipe.foreach}, torch {torch.__version__}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,9 +313,9 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
     os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
     torch.manual_seed(cfg.seed + cfg.rank)
     model, spec, size = build_model(cfg.model, cfg.image_size)
-    model = model.to(device)
+    recipe = cfg.recipe
+    model = model.to(device, memory_format=recipe.memory_format)
     raw_model = model
-    recipe = Recipe.make(cfg.patterns, cfg.device, cfg.workers, cfg.compile_backend)
     bs, total = cfg.resolved_batch_size, cfg.wait + cfg.warmup + cfg.steps
     data = SyntheticImages(spec, size, bs * total, seed=cfg.seed * 100 + cfg.rank)
     if recipe.num_workers > _cpus():
@@ -319,13 +332,15 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
         model = wrap_distributed(model, recipe, device)
     if recipe.compile_backend:
         model = break_graph(model, recipe.compile_backend)
-        _settle_compilation(cfg, model, raw_model, spec, data, device)
+        with recipe.precision():
+            _settle_compilation(cfg, recipe, model, raw_model, spec, data, device)
     if cfg.inference:
         raw_model.eval()
         optimizer = None
     else:
         raw_model.train()
-        optimizer = torch.optim.SGD(raw_model.parameters(), lr=1e-3, momentum=0.9)
+        optimizer = torch.optim.SGD(raw_model.parameters(), lr=1e-3, momentum=0.9,
+                                    foreach=recipe.foreach)
 
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -338,7 +353,7 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
         warnings.filterwarnings("ignore", message="This DataLoader will create",
                                 category=UserWarning)
         it = iter(loader)  # worker processes start here, outside the profiled steps
-    with profile(activities=activities,
+    with recipe.precision(), profile(activities=activities,
                  schedule=schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.steps, repeat=1),
                  record_shapes=True,
                  on_trace_ready=tensorboard_trace_handler(str(tmp), worker_name=eid,
@@ -352,9 +367,14 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
                     if recipe.pin_memory:
                         images = images.pin_memory()
             with recipe.mark("no_pin_memory"):
-                images = images.to(device, non_blocking=non_blocking)
+                images = images.to(device, non_blocking=non_blocking,
+                                   memory_format=recipe.memory_format)
                 target = target_to(target, device, non_blocking)
-            loss = _step(cfg, recipe, model, raw_model, spec, optimizer, images, target)
+            if recipe.on("cpu_tensor_init"):
+                with recipe.mark("cpu_tensor_init"):
+                    images = host_noise(images)
+            loss = _step(cfg, recipe, model, raw_model, spec, optimizer, images, target,
+                         churned=step > 0)
             prof.step()
     del it, loader
     files = sorted(tmp.glob("*.pt.trace.json*"))
@@ -364,7 +384,8 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
     return files[-1]
 
 
-def _settle_compilation(cfg, model, raw_model, spec, data, device, max_calls: int = 6) -> None:
+def _settle_compilation(cfg, recipe, model, raw_model, spec, data, device,
+                        max_calls: int = 6) -> None:
     """Call the compiled model until Dynamo stops compiling, before the profiler starts.
 
     A graph break compiles lazily, frame by frame and call by call (and recompiles a frame
@@ -374,7 +395,8 @@ def _settle_compilation(cfg, model, raw_model, spec, data, device, max_calls: in
     from torch.utils.data import default_collate
 
     images, target = default_collate([data[i] for i in range(cfg.resolved_batch_size)])
-    images, target = images.to(device), target_to(target, device, False)
+    images = images.to(device, memory_format=recipe.memory_format)
+    target = target_to(target, device, False)
     seen = -1
     for _ in range(max_calls):
         graphs = counters["stats"]["unique_graphs"]
@@ -382,37 +404,63 @@ def _settle_compilation(cfg, model, raw_model, spec, data, device, max_calls: in
             break
         seen = graphs
         if cfg.inference:
-            with torch.inference_mode():
+            with torch.inference_mode(), recipe.autocast(device):
                 model(images)
         else:
-            spec.loss(raw_model, model(images), target).backward()
+            with recipe.autocast(device):
+                loss = spec.loss(raw_model, model(images), target)
+            loss.backward()
             raw_model.zero_grad(set_to_none=True)
 
 
-def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target):
-    """Forward, loss, backward, gradient reduction, optimizer step (or just forward)."""
+#: Patterns whose cause is the whole forward, loss and backward (precision, layout) or sits in
+#: them (allocator_churn: the driver allocations after an `empty_cache()`).
+_COMPUTE_MARKS = ("no_mixed_precision", "no_channels_last")
+
+
+def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target,
+          churned: bool = False):
+    """Forward, loss, backward, gradient reduction, optimizer step (or just forward).
+
+    `churned`: an earlier step emptied the allocator's cache (allocator_churn), so this step's
+    compute allocates from the driver and is marked."""
     broken = recipe.on("graph_break")
+    compute = _COMPUTE_MARKS + (("allocator_churn",) if churned else ())
+    device = images.device
     if cfg.inference:
-        with torch.inference_mode(), recipe.mark("graph_break"):
+        with (torch.inference_mode(), recipe.mark("graph_break"), recipe.marks(*compute),
+              recipe.autocast(device)):
             outputs = model(images)
         if recipe.on("excessive_memcpy"):
             with recipe.mark("excessive_memcpy"):
                 host_syncs(outputs, None, raw_model)
+        _churn(recipe)
         return None
-    with recipe.mark("graph_break") if broken else nullcontext():
-        outputs = model(images)
-    loss = spec.loss(raw_model, outputs, target)
-    with recipe.mark("graph_break") if broken else nullcontext():
-        loss.backward()
+    with recipe.marks(*compute):
+        with recipe.autocast(device):
+            with recipe.mark("graph_break") if broken else nullcontext():
+                outputs = model(images)
+            loss = spec.loss(raw_model, outputs, target)
+        with recipe.mark("graph_break") if broken else nullcontext():
+            loss.backward()
     if recipe.comm == "nccl_compute_no_overlap":
         with recipe.mark("nccl_compute_no_overlap"):
             allreduce_after_backward(raw_model)
     if recipe.on("excessive_memcpy"):
         with recipe.mark("excessive_memcpy"):
             host_syncs(outputs, loss, raw_model)
-    optimizer.step()
+    with recipe.mark("unfused_optimizer"):
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    _churn(recipe)
     return loss
+
+
+def _churn(recipe: Recipe) -> None:
+    """`torch.cuda.empty_cache()` after the step, the allocator_churn cause."""
+    if recipe.on("allocator_churn"):
+        with recipe.mark("allocator_churn"):
+            torch.cuda.empty_cache()
 
 
 __all__ = ["CollectConfig", "OWNER", "Recorded", "append_entry", "collect", "entry_id", "existing_ids",

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..trace import CopyKind, Kind, MemKind, merged_intervals
 from ..windows import covered_time
-from .host import HostConfig, python_holes, unrecorded_host
+from .host import HostConfig, unrecorded_host, user_code
 from .host_init import init_copies
 from .signals import busy_rows, cached, name_mask, starved_gaps, subtract
 
@@ -236,13 +236,14 @@ def sync_costs(trace, tol_us: float, host: HostConfig = HostConfig()
                ) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the GPU idle host-blocking syncs cost: the gap each returns into
     (`sync_bubbles`), and the later starved gaps of the lead it lost (`sync_debt`) where the host
-    ran framework calls only.  Where the user's Python or unrecorded work held the host up in
-    those later gaps (`host.python_holes`, `host.unrecorded_host`), that is named first: it would
-    have eaten the lead too, and it is what the user can see and change."""
+    ran framework calls only.  Where the user's code or unrecorded work held the host up in
+    those later gaps (`host.user_code`: Python, ops on host tensors; `host.unrecorded_host`), that
+    is named first: it would have eaten the lead too, and it is what the user can see and
+    change."""
     def make():
         b0, b1 = sync_bubbles(trace, tol_us)
         h0, h1 = unrecorded_host(trace, host.unrecorded_host_us)
-        p0, p1 = python_holes(trace, host)
+        p0, p1 = user_code(trace, host)
         d0, d1 = subtract(*sync_debt(trace, tol_us), np.r_[h0, p0], np.r_[h1, p1])
         return merged_intervals(np.concatenate((b0, d0)), np.concatenate((b1, d1)))
     return cached(trace, f"sync_costs:{tol_us}:{host!r}", make)

@@ -29,6 +29,23 @@ def gpu_span(trace: Trace) -> tuple[float, float]:
     return lo, hi
 
 
+def leading_gap(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The head of the GPU span before its first GPU work, as (starts, ends) of length 0 or 1:
+    starved when that work's launch call began only inside the span (the step had begun and the
+    host had launched nothing yet: per-sample augmentation before the first upload, say).  A
+    trace whose first GPU work was launched before the span began, or begins it, has none."""
+    g = trace.gpu_work_rows
+    z = np.zeros(0)
+    if not len(g):
+        return z, z
+    lo, _ = gpu_span(trace)
+    first = g[np.argmin(trace.ts[g])]
+    call = int(trace.launch[first])
+    if call < 0 or float(trace.ts[first]) <= lo or float(trace.ts[call]) < lo:
+        return z, z
+    return np.array([lo]), np.array([float(trace.ts[first])])
+
+
 def first_batch_start(trace: Trace, first_gpu_us: float) -> float:
     """Start of the loader `__next__` the first GPU work waited for: the last one that starts
     before it and ends closer to it than its own length (nothing else came between them);

@@ -46,8 +46,9 @@ from .text import TextEncoder, cache_dir
 #: 3: host events; 4: idle time by mechanism per window; 5: the idle account gives NCCL time
 #: with nothing queued behind it to the host causes; 6: a sync's lost lead, `sync_debt`, is
 #: host_copies_syncs idle in later gaps too; 7: the newer mechanisms and the busy-time losses,
-#: `features.SUMMARY_SPLIT`).
-FEATURE_VERSION = 7
+#: `features.SUMMARY_SPLIT`; 8: python_host is the user's code, ops on host tensors included,
+#: the compiled graphs' wrapper Python not, and the GPU span's starved head is a starved gap).
+FEATURE_VERSION = 8
 
 
 @dataclass

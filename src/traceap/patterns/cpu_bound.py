@@ -1,15 +1,19 @@
-"""CPU-bound execution: the GPU idles while the host runs Python between launches.
+"""CPU-bound execution: the GPU idles while the host runs the user's code between launches.
 
 Mechanism: when the host takes longer to issue the next kernel than the device takes to run
 the last one, the launch queue empties and the device waits.  What makes that an anti-pattern
-rather than the nature of a workload is *where* the host spends the time: in the user's Python
-between framework calls (a per-sample loop, per-parameter optimizer code, hooks, `.tolist()`
-post-processing), which the profiler records as nothing at all, a hole between ops.  Time lost
-is the `python_host` idle of `traceap.idle`: starved GPU gaps (the next launch began after the
-device went idle) that no earlier cause claims (warm-up, communication, graph breaks, copies
-and syncs, data loading, unrecorded host work), while the host was in a hole longer than twice
-the framework call before it.  A launch-bound steady state whose idle time sits in the
-framework's own dispatch (small-model inference at batch 2, DDP bucket bookkeeping) is the
+rather than the nature of a workload is *where* the host spends the time: in the user's code
+(`traceap.measures.host.user_code`), either Python between framework calls (a per-sample loop,
+per-parameter optimizer code, hooks, `.tolist()` post-processing), which the profiler records
+as nothing at all, a hole between ops, or ops on host tensors that launch nothing (per-sample
+augmentation in the training loop: `aten::conv2d`, `aten::grid_sampler` on a CPU image, each
+running hundreds of us to ms on its own, where the dispatch of a kernel takes 10-30 us).  Time
+lost is the `python_host` idle of `traceap.idle`: starved GPU gaps (the next launch began after
+the device went idle; the head of the GPU span too, when its first work was launched only
+after the step began) that no earlier cause claims (warm-up, communication, graph breaks,
+copies and syncs, data loading, unrecorded host work), while the host was in a hole longer
+than twice the framework call before it or in such an op.  A launch-bound steady state whose
+idle time sits in the framework's own dispatch (small-model inference at batch 2, DDP bucket bookkeeping) is the
 idle account's `launch_bound` mechanism: shown as "launch-bound host", no anomaly, no finding.
 Anchors: HTA's short kernel (GPU time < CPU launch time); TraceLens short kernels averaging
 under 10 us and GPU idle over 15%; nsys-ai >= 5 launches under 10 us (in the evidence: they
@@ -25,7 +29,7 @@ import numpy as np
 from ..idle import measure as idle_account
 from ..idle import pattern_lost
 from ..idle import per_window as idle_per_window
-from ..measures.host import python_holes
+from ..measures.host import host_compute_ops, python_holes
 from ..measures.signals import (count_in, fmt_us, kernel_rows, outer_cpu_ops, per_episode, ramp,
                                 rows_in_windows, rows_named, sum_in, top_names)
 from ..trace import Kind, Trace, merged_intervals
@@ -37,7 +41,7 @@ from .proof import Proof, gaps_and_ops
 
 @dataclass(frozen=True)
 class CpuBoundConfig:
-    """Thresholds on the share of a window the GPU waits for the user's Python.
+    """Thresholds on the share of a window the GPU waits for the user's code.
 
     Chosen on the validation split of the real-based benchmark (particle_transformer, kineto;
     `benchmarks/real_rules_report.py`) and checked on the simulated train split: healthy
@@ -46,9 +50,10 @@ class CpuBoundConfig:
 
     python_lo: float = 0.1
     python_hi: float = 0.4
-    #: Python stretches per episode (a run of windows it costs idle time in) that make a
-    #: habit; one or two long ones (a microbenchmark's set-up between two kernels, in windows
-    #: of tens of us) are not.  Counted per episode as excessive_memcpy counts its syncs.
+    #: Python stretches and ops on host tensors per episode (a run of windows it costs idle
+    #: time in) that make a habit; one or two long ones (a microbenchmark's set-up between two
+    #: kernels, in windows of tens of us) are not.  Counted per episode as excessive_memcpy
+    #: counts its syncs.
     count_lo: float = 2.0
     count_hi: float = 4.0
     short_us: float = 10.0     # TraceLens / nsys-ai: kernels averaging under 10 us (evidence)
@@ -82,8 +87,9 @@ def optimizer_share(trace, kernels: np.ndarray) -> tuple[str, float]:
 
 class CpuBound(AntiPattern):
     id = "cpu_bound"
-    title = "CPU-bound: the GPU waits while the host runs Python between short kernels"
-    mechanism = "the host runs Python between launches; the GPU drains the queue and idles"
+    title = "CPU-bound: the GPU waits while the host runs the user's code between short kernels"
+    mechanism = ("the host runs the user's code (Python, ops on host tensors) between launches; "
+                 "the GPU drains the queue and idles")
     amount = ("n_short_kernels",)
     fix = """\
 Launch fewer, bigger kernels, or take the host out of the loop:
@@ -96,7 +102,10 @@ Launch fewer, bigger kernels, or take the host out of the loop:
 Also: raise the batch size (more work per kernel), use fused optimizers
 (`torch.optim.AdamW(params, fused=True)` or `foreach=True`), channels_last + AMP
 (`torch.autocast("cuda", dtype=torch.bfloat16)`), and move per-sample Python loops into
-batched tensor ops."""
+batched tensor ops.  Per-sample work on CPU tensors in the training loop (augmentation,
+preprocessing: the host ops named below) belongs in the Dataset's `__getitem__`, where
+DataLoader(num_workers=N) runs it in parallel and ahead of the step, or batched on the GPU
+after the upload (torchvision.transforms.v2 on CUDA tensors)."""
     letter = "C"
     color = "#D55E00"
     short = "CPU"
@@ -111,11 +120,13 @@ batched tensor ops."""
     def measure(self, windows: Windows) -> Measures:
         t, c = windows.trace, self.config
         # The idle account's own bucket: starved time no earlier cause claims, while the host
-        # ran the user's Python; the framework's dispatch (launch_bound) is the steady state.
+        # ran the user's code; the framework's dispatch (launch_bound) is the steady state.
         lost = pattern_lost(windows, self.id)
         waiting = lost + idle_per_window(windows)["launch_bound"]
-        h0, _ = python_holes(t)
-        n_python = count_in(windows, h0)
+        # the habit: Python stretches and ops on host tensors, one by one (a per-sample loop
+        # makes hundreds; a set-up op or two does not)
+        h0 = np.concatenate((python_holes(t)[0], t.ts[host_compute_ops(t)]))
+        n_python = count_in(windows, np.sort(h0))
         habit = ramp(per_episode(n_python, lost > 0), c.count_lo, c.count_hi)
         k = kernel_rows(t)
         short = short_kernels(t, c.short_us)
@@ -145,8 +156,8 @@ batched tensor ops."""
         text = (f"{n_k} kernels averaging {fmt_us(mean)} ({n_s} shorter than their launch or "
                 f"{fmt_us(self.config.short_us)}); the GPU waited for the host {fmt_us(waiting)} "
                 f"({of}), {fmt_us(lost)} of it "
-                f"while the host ran Python between framework calls (no op or runtime call "
-                f"recorded, over twice as long as the call before){who}")
+                f"while the host ran the user's code (Python between framework calls, over twice "
+                f"as long as the call before, and ops on host tensors that launch nothing){who}")
         opt, share = optimizer_share(t, k)
         if share >= 0.5:
             text += (f"; {100 * share:.0f}% of them are launched inside {opt}: a per-parameter "
@@ -163,7 +174,7 @@ batched tensor ops."""
     def title_for(self, numbers: dict) -> str:
         if numbers.get("n_short_kernels", 0) >= 0.5 * max(numbers.get("n_kernels", 0), 1):
             return self.title
-        return "CPU-bound: the GPU waits while the host runs Python between launches"
+        return "CPU-bound: the GPU waits while the host runs the user's code between launches"
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_kernels", 0) > 0

@@ -1,0 +1,120 @@
+"""Real H200 recordings with marked causes (benchmarks/h200): what the idle account and the
+rules make of the user's code on the host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import traceap
+from traceap import idle
+from traceap.analysis import analyze
+from traceap.manifest import read_manifest
+from traceap.measures.host import compiled_graphs, host_compute, python_holes
+from traceap.measures.signals import intersect
+
+from .conftest import CNN, REPO
+
+H200 = REPO / "benchmarks" / "h200"
+
+
+def _trace(name: str):
+    return traceap.load(H200 / "traces" / f"{name}-nvidia-h200.pt.trace.json.gz")
+
+
+def _marked(name: str) -> tuple[np.ndarray, np.ndarray]:
+    e = next(e for e in read_manifest(H200) if e.id == f"{name}-nvidia-h200")
+    return (np.array([a.start_us for a in e.anomalies]), np.array([a.end_us for a in e.anomalies]))
+
+
+def test_the_set_is_a_collect_dataset_with_ground_truth():
+    entries = read_manifest(H200)
+    assert len(entries) == 34
+    assert all(e.source == "collected" and e.platform == "NVIDIA H200" for e in entries)
+    bad = [e for e in entries if e.label == "bad"]
+    assert len(bad) == 30
+    assert all(e.anomalies and set(e.patterns) >= {a.pattern for a in e.anomalies} for e in bad)
+
+
+@pytest.mark.parametrize("model", ["resnet50-train-cpu_bound-bs128",
+                                   "vit_b_16-train-cpu_bound-bs64"])
+def test_augmentation_on_host_tensors_is_the_users_code(model):
+    """Per-sample augmentation in the loop runs ATen ops on CPU images that launch nothing: the
+    GPU's idle time there is cpu_bound's (it was 'launch-bound', no finding)."""
+    t = _trace(model)
+    acc = idle.measure(t)
+    m0, m1 = _marked(model)
+    code = idle.MECHANISM_IDS.index("python_host")
+    sel = acc.seg_code == code
+    i0, i1 = intersect(acc.seg_start[sel], acc.seg_end[sel], m0, m1)
+    # most of the augmentation's time is the user's code, and almost none of it elsewhere
+    assert (i1 - i0).sum() > 0.8 * (m1 - m0).sum()
+    assert acc.by_mechanism["python_host"] < 1.05 * (m1 - m0).sum()
+    a = analyze(t)
+    top = a.findings[0]
+    assert top.pattern == "cpu_bound" and top.severity == "high"
+    assert "aten::conv2d" in top.evidence
+
+
+@pytest.mark.parametrize("model", ["resnet50-train-clean-bs128", "vit_b_16-train-clean-bs64",
+                                   "fcn_resnet50-train-clean-bs16"])
+def test_a_clean_h200_run_holds_no_host_compute(model):
+    s, e = host_compute(_trace(model))
+    assert (e - s).sum() < 1.0  # us
+
+
+@pytest.mark.parametrize("model", ["resnet50-train-clean-bs128", "fcn_resnet50-train-clean-bs16"])
+def test_a_clean_convolutional_h200_run_has_no_cpu_bound_finding(model):
+    """(The clean ViT at batch 64 does: its forward's own Python between launches outlasts
+    the H200's kernels, the medium finding it had before ops on host tensors counted.)"""
+    assert "cpu_bound" not in {f.pattern for f in analyze(_trace(model)).findings}
+
+
+def test_views_under_one_framework_op_are_not_host_compute():
+    """DDP's unflatten_dense_tensors (212 views, 7-15 ms each call) launches nothing, but no
+    stretch of it is computation: it stays the framework's."""
+    t = traceap.load(CNN)
+    s, e = host_compute(t)
+    assert (e - s).sum() < 2000.0
+
+
+def test_the_compiled_graphs_wrapper_python_is_not_the_users_code():
+    """Inductor's generated wrapper launches its kernels from Python inside CompiledFunction:
+    the framework's launch path, not a hole of user code."""
+    t = _trace("vit_b_16-train-graph_break-bs64")
+    c0, c1 = compiled_graphs(t)
+    assert len(c0) >= 4
+    p0, p1 = python_holes(t)
+    i0, i1 = intersect(p0, p1, c0, c1)
+    assert (i1 - i0).sum() == 0.0
+    assert idle.measure(t).by_mechanism["python_host"] < 15_000.0
+
+
+def test_the_starved_head_of_the_span_is_a_starved_gap():
+    """The first step of the augmentation run: the host augments for 0.75 s before the first
+    upload; that head of the span is the user's code too, not 'not explained'."""
+    t = _trace("resnet50-train-cpu_bound-bs128")
+    acc = idle.measure(t)
+    assert acc.by_mechanism["not_explained"] < 10_000.0
+    first = t.steps[0]
+    code = idle.MECHANISM_IDS.index("python_host")
+    sel = acc.seg_code == code
+    i0, i1 = intersect(acc.seg_start[sel], acc.seg_end[sel],
+                       np.array([first.start_us]), np.array([first.end_us]))
+    assert (i1 - i0).sum() > 500_000.0
+
+
+@pytest.mark.parametrize("model,pattern", [
+    ("resnet50-train-no_mixed_precision-bs128", "no_mixed_precision"),
+    ("vit_b_16-train-no_mixed_precision-bs64", "no_mixed_precision"),
+    ("resnet50-train-no_channels_last-bs128", "no_channels_last"),
+    ("resnet50-train-unfused_optimizer-bs128", "unfused_optimizer"),
+    ("resnet50-train-cpu_tensor_init-bs128", "cpu_tensor_init"),
+    ("resnet50-train-allocator_churn-bs128", "allocator_churn"),
+    ("resnet50-train-single_process_dataloading-bs128", "single_process_dataloading"),
+    ("resnet50-train-no_pin_memory-bs128", "no_pin_memory"),
+    ("resnet50-train-excessive_memcpy-bs128", "excessive_memcpy"),
+    ("fcn_resnet50-train-cpu_bound-bs16", "cpu_bound"),
+])
+def test_each_recorded_cause_is_the_first_finding(model, pattern):
+    assert analyze(_trace(model)).findings[0].pattern == pattern
