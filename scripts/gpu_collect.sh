@@ -53,8 +53,8 @@ PLAN="$DEST/plan.yaml"
 
 if [ "$DEVICE" = cuda ]; then
   # Batch sizes that keep an H100/H200-class GPU busy in bf16; each model clean first, then its
-  # causes in the order of value (the budget may cut the tail; a rerun resumes); graph_break
-  # last (inductor compiles take the longest).
+  # causes in the order of value (the budget may cut the tail; a rerun resumes); recompilation
+  # and graph_break last (inductor compiles take the longest).
   cat > "$PLAN" <<'EOF'
 steps: 2
 workers: 8
@@ -75,7 +75,7 @@ runs:
                cpu_bound]
     batch_sizes: [16]
   - models: [resnet50]
-    patterns: [graph_break]
+    patterns: [recompilation, graph_break]
     batch_sizes: [128]
   - models: [vit_b_16]
     patterns: [graph_break]

@@ -445,3 +445,31 @@ def test_new_causes_that_cannot_happen_are_one_clear_line(tmp_path, argv, words)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], r.stderr
     assert not (tmp_path / "ds").exists()
+
+
+def test_recompilation_cause_compiles_again_inside_its_marks(tmp_path):
+    """Multi-scale input under torch.compile(dynamic=False): Dynamo compiles the model again in
+    each profiled step (real compile work, aot_eager on the CPU), inside the marked intervals."""
+    from traceap.measures.compile_regions import recompile_rows, recompiled_frames
+    r = collect(CollectConfig(model="resnet_tiny", patterns=("recompilation",), out=tmp_path,
+                              device="cpu", steps=2, batch_size=2, image_size=64, workers=1,
+                              compile_backend="aot_eager"))
+    assert [a.pattern for a in r.entry.anomalies] == ["recompilation", "recompilation"]
+    assert "torch.compile(dynamic=False)" in r.entry.notes
+    t = traceap.load(r.trace)
+    rows = recompile_rows(t)
+    assert len(rows) >= 3 and recompiled_frames(t)
+    assert all(_inside((t.ts[x], t.ts[x]), r.entry.anomalies) for x in rows)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--model", "vit_s_16", "--pattern", "recompilation"], "needs a convolutional classifier"),
+    (["--model", "resnet_tiny", "--pattern", "recompilation,graph_break"], "one at a time"),
+])
+def test_recompilation_cause_refuses_what_it_cannot_record(tmp_path, argv, words):
+    r = subprocess.run([sys.executable, "-m", "traceap", "collect", *argv, "--device", "cpu",
+                        "--out", str(tmp_path / "ds")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], r.stderr

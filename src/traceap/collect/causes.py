@@ -15,6 +15,7 @@
 | unfused_optimizer | `SGD(..., foreach=False)`: one kernel per parameter and op | `optimizer.step()` |
 | cpu_tensor_init | noise made on the host and copied up: `images + 0.01 * torch.randn(images.shape).to(device)` | the factory op and its copy |
 | allocator_churn | `torch.cuda.empty_cache()` after every step: the next step allocates from the driver again | `empty_cache()` and the next step's forward, loss and backward |
+| recompilation | multi-scale training under `torch.compile(model, dynamic=False)`: every profiled step feeds a new input size (16 px smaller each step), and Dynamo compiles the model again | the forward, loss and backward of each step with a new size |
 
 A clean run (`none`) uses worker processes, pinned memory, no syncs, eager mode, the default
 (foreach) optimizer and, with two or more processes, DDP with its default 25 MB buckets; on a
@@ -94,6 +95,9 @@ def check_available(patterns: tuple[str, ...], device: str, world_size: int,
             if inference:
                 raise PatternUnavailable(f"pattern {p} is about gradient all-reduce; it cannot "
                                          "be recorded with --inference")
+    if "graph_break" in patterns and "recompilation" in patterns:
+        raise TraceapError("patterns graph_break and recompilation both compile the model "
+                           "their own way; record them one at a time")
     comm = [p for p in patterns if p in DISTRIBUTED]
     if len(comm) > 1:
         raise TraceapError(f"patterns {' and '.join(comm)} are different ways to reduce "
@@ -126,7 +130,8 @@ class Recipe:
             patterns=patterns,
             num_workers=0 if "single_process_dataloading" in patterns else workers,
             pin_memory=gpu and "no_pin_memory" not in patterns,
-            compile_backend=compile_backend if "graph_break" in patterns else None,
+            compile_backend=(compile_backend if {"graph_break", "recompilation"} & set(patterns)
+                             else None),
             amp=gpu and "no_mixed_precision" not in patterns,
             no_tf32="no_mixed_precision" in patterns,
             channels_last=gpu and convolutional and "no_channels_last" not in patterns,
@@ -199,6 +204,24 @@ def break_graph(model: nn.Module, backend: str) -> nn.Module:
 
 def _graph_break_hook(module, inputs, output):
     torch._dynamo.graph_break()
+
+
+def compile_fixed_shapes(model: nn.Module, backend: str) -> nn.Module:
+    """`torch.compile(model, dynamic=False)`: every new input shape compiles the model again
+    (the recompilation cause, with a multi-scale loop feeding a new size each step)."""
+    return torch.compile(model, backend=backend, dynamic=False)
+
+
+#: How much smaller each profiled step's input is under the recompilation cause (px).
+SCALE_STEP_PX = 16
+
+
+def multi_scale(images: Tensor, index: int) -> Tensor:
+    """The batch resized for profiled step `index` (0, 1, ...): `SCALE_STEP_PX` px smaller per
+    step, the way multi-scale training draws a new resolution for every batch."""
+    h, w = images.shape[-2:]
+    size = max(32, h - SCALE_STEP_PX * (index + 1)), max(32, w - SCALE_STEP_PX * (index + 1))
+    return F.interpolate(images, size=size, mode="bilinear", align_corners=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,5 +359,6 @@ def allreduce_after_backward(model: nn.Module) -> None:
 
 
 __all__ = ["AMP_DTYPE", "DISTRIBUTED", "GPU_ONLY", "PatternUnavailable", "Recipe", "TRAINING_ONLY",
-           "allreduce_after_backward", "break_graph", "check_available", "heavy_preprocess",
+           "allreduce_after_backward", "break_graph", "check_available", "compile_fixed_shapes",
+           "heavy_preprocess", "multi_scale", "SCALE_STEP_PX",
            "host_noise", "host_syncs", "parse_patterns", "wrap_distributed"]

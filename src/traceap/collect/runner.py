@@ -37,8 +37,8 @@ from . import markers
 from .data import SyntheticImages, target_to
 from .networks import build_model, model_spec
 from .causes import (PatternUnavailable, Recipe, allreduce_after_backward, break_graph,
-                     check_available, heavy_preprocess, host_noise, host_syncs, parse_patterns,
-                     wrap_distributed)
+                     check_available, compile_fixed_shapes, heavy_preprocess, host_noise,
+                     host_syncs, multi_scale, parse_patterns, wrap_distributed)
 
 
 @dataclass
@@ -83,6 +83,11 @@ class CollectConfig:
             raise TraceapError(f"unknown split {self.split!r}; one of: {', '.join(SPLITS)}")
         if self.image_size is not None and self.image_size < 16:
             raise TraceapError("--image-size must be at least 16")
+        spec = model_spec(self.model)
+        if "recompilation" in self.patterns and (spec.task != "image_classification"
+                                                 or not spec.convolutional):
+            raise PatternUnavailable(f"pattern recompilation feeds a new input size each step; "
+                                     f"{self.model} needs a convolutional classifier (resnet*)")
         if "no_channels_last" in self.patterns and not model_spec(self.model).convolutional:
             raise PatternUnavailable(f"pattern no_channels_last is about convolutions; "
                                      f"{self.model} has none past its patch embedding")
@@ -192,7 +197,10 @@ def _notes(cfg: CollectConfig) -> str:
             f"{cfg.image_size or spec.image_size}px, {cfg.steps} active steps, "
             f"num_workers={recipe.num_workers}, pin_memory={recipe.pin_memory}, {precision}, "
             f"{'channels_last' if recipe.channels_last else 'NCHW'}, "
-            f"foreach={recipe.foreach}, torch {torch.__version__}")
+            f"foreach={recipe.foreach}, "
+            + ("multi-scale input under torch.compile(dynamic=False), " if
+               recipe.on("recompilation") else "")
+            + f"torch {torch.__version__}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,7 +339,8 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
     if cfg.world_size > 1 and not cfg.inference:
         model = wrap_distributed(model, recipe, device)
     if recipe.compile_backend:
-        model = break_graph(model, recipe.compile_backend)
+        model = (break_graph(model, recipe.compile_backend) if recipe.on("graph_break")
+                 else compile_fixed_shapes(model, recipe.compile_backend))
         with recipe.precision():
             _settle_compilation(cfg, recipe, model, raw_model, spec, data, device)
     if cfg.inference:
@@ -373,8 +382,12 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
             if recipe.on("cpu_tensor_init"):
                 with recipe.mark("cpu_tensor_init"):
                     images = host_noise(images)
+            profiled = step - cfg.wait - cfg.warmup
+            rescaled = recipe.on("recompilation") and profiled >= 0
+            if rescaled:  # a new size in every profiled step: Dynamo compiles again
+                images = multi_scale(images, profiled)
             loss = _step(cfg, recipe, model, raw_model, spec, optimizer, images, target,
-                         churned=step > 0)
+                         churned=step > 0, rescaled=rescaled)
             prof.step()
     del it, loader
     files = sorted(tmp.glob("*.pt.trace.json*"))
@@ -419,13 +432,16 @@ _COMPUTE_MARKS = ("no_mixed_precision", "no_channels_last")
 
 
 def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target,
-          churned: bool = False):
+          churned: bool = False, rescaled: bool = False):
     """Forward, loss, backward, gradient reduction, optimizer step (or just forward).
 
     `churned`: an earlier step emptied the allocator's cache (allocator_churn), so this step's
-    compute allocates from the driver and is marked."""
+    compute allocates from the driver and is marked.  `rescaled`: this step's input has a size
+    the compiled model has not seen (recompilation): its compute compiles again and is
+    marked."""
     broken = recipe.on("graph_break")
-    compute = _COMPUTE_MARKS + (("allocator_churn",) if churned else ())
+    compute = (_COMPUTE_MARKS + (("allocator_churn",) if churned else ())
+               + (("recompilation",) if rescaled else ()))
     device = images.device
     if cfg.inference:
         with (torch.inference_mode(), recipe.mark("graph_break"), recipe.marks(*compute),
