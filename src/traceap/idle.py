@@ -84,12 +84,16 @@ idle time names its mechanism in its declaration (`AntiPattern.account = IdleCau
                    (model set-up, unannotated data preparation, evaluation), not launching.
                    Rolls up into "not explained": nothing in the trace says what it was.
  7 python_host     a starved gap (the launch of the work that ends it began only after the
-                   device had gone idle) while the host ran the user's code (`measures.host.
-                   user_code`): Python between framework calls for longer than
-                   `HostConfig.python_ratio` x the framework call before it, or an op on host
-                   tensors that launches nothing and runs over `HostConfig.host_compute_us` on
-                   its own (per-sample augmentation in the loop, CPU preprocessing): the
-                   user's code, not the framework, kept the GPU waiting [CPU-bound].
+                   device had gone idle; also the head of the GPU span, when its first work
+                   was launched only after the span began: `measures.gaps.leading_gap`) while
+                   the host ran the user's code (`measures.host.user_code`): Python between
+                   framework calls for longer than `HostConfig.python_ratio` x the framework
+                   call before it, outside a compiled graph's run (Inductor's wrapper
+                   launching from Python is the framework's), or a run of ops that launch
+                   nothing holding one on host tensors that runs over
+                   `HostConfig.host_compute_us` on its own (per-sample augmentation in the
+                   loop, CPU preprocessing): the user's code, not the framework, kept the GPU
+                   waiting [CPU-bound].
  8 launch_bound    the rest of the starved gaps: the framework's own dispatch and launch calls
                    (a small model's steady state; no pattern: fixed by CUDA graphs or
                    torch.compile, not by removing a mistake).  Rolls up with python_host into
