@@ -118,3 +118,21 @@ def test_the_starved_head_of_the_span_is_a_starved_gap():
 ])
 def test_each_recorded_cause_is_the_first_finding(model, pattern):
     assert analyze(_trace(model)).findings[0].pattern == pattern
+
+
+def test_transposes_for_fp32_convolutions_ask_for_mixed_precision_not_channels_last():
+    """ResNet-50 in channels_last and FP32 (TF32 off): cuDNN's FP32 kernels work in NCHW, so
+    its tensors are transposed around each convolution.  Telling that user to move to
+    channels_last would contradict what they did: the finding names the precision."""
+    f = next(f for f in analyze(_trace("resnet50-train-no_mixed_precision-bs128")).findings
+             if f.pattern == "no_channels_last")
+    assert "FP32 convolutions" in f.title
+    assert f.numbers["n_fp32_conv_kernels"] == f.numbers["n_conv_kernels"] > 0
+    fix = " ".join(f.fix.split())
+    assert "torch.autocast" in fix and "the model is in channels_last already" in fix
+    assert "memory_format=torch.channels_last)" not in f.fix
+    # in bf16 and NCHW the transposes are the layout's, and channels_last is the fix
+    g = next(f for f in analyze(_trace("resnet50-train-no_channels_last-bs128")).findings
+             if f.pattern == "no_channels_last")
+    assert g.numbers["n_fp32_conv_kernels"] == 0
+    assert "FP32" not in g.title and "memory_format=torch.channels_last)" in g.fix

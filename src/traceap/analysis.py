@@ -348,10 +348,10 @@ def _findings(windows: Windows, calls: list[PatternCall], registry, account: Idl
             continue
         if cs:
             best = max(cs, key=lambda c: c.confidence)
-            fix = pat.fix if best.source == "offline" or not best.fix else best.fix
+            fix = pat.fix_for(ev.numbers) if best.source == "offline" or not best.fix else best.fix
             explanation = best.explanation
         else:
-            fix = pat.fix
+            fix = pat.fix_for(ev.numbers)
             explanation = (f"reported from the idle-time accounting: the {pid} rule flags "
                            f"{len(idx)} window(s) and the mechanism costs {pct:.1f}% of the "
                            f"{basis.unit}, though the {det_name} detector scored these windows "

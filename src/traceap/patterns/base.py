@@ -160,6 +160,12 @@ class AntiPattern(ABC):
         e.g. copies or only syncs, says which one it found)."""
         return self.title
 
+    def fix_for(self, numbers: dict) -> str:
+        """The fix that fits this evidence (a pattern whose evidence can point at two causes,
+        e.g. layout transposes from an NCHW model or from FP32 kernels, gives the one it
+        found)."""
+        return self.fix
+
     def supported(self, numbers: dict) -> bool:
         """Whether the evidence shows the mechanism at all (a finding needs time lost *and*
         the thing its title names: NCCL kernels, copies, a DataLoader, ...)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measures.layout import conv_rows, conv_transpose_rows
+from ..measures.precision import fp32_matmul_rows
 from ..measures.signals import (busy_per_window, fmt_us, ramp, rows_in_windows, steady_rows,
                                 top_names, union_in)
 from ..trace import Trace
@@ -93,12 +94,32 @@ themselves; check with `x.is_contiguous(memory_format=torch.channels_last)`."""
         top = top_names(t, rows, t.dur[rows], 2)
         names = ", ".join(f"{_short(n)} x{k} {fmt_us(w)}" for n, k, w in top)
         share = 100 * tr / busy if busy > 0 else 0.0
-        text = (f"{len(rows)} layout transposes around convolutions ran {fmt_us(tr)} "
-                f"({share:.0f}% of the GPU busy time{': ' + names if names else ''}; "
-                f"{len(convs)} convolution kernels): time lost = the transposes' time, which "
-                f"channels_last removes")
+        fp32 = int(len(np.intersect1d(convs, fp32_matmul_rows(t))))
+        if fp32 >= FP32_CONVS * max(len(convs), 1):
+            # FP32 cuDNN kernels work in NCHW: a channels_last model is transposed for them
+            text = (f"{len(rows)} layout transposes around convolutions ran {fmt_us(tr)} "
+                    f"({share:.0f}% of the GPU busy time{': ' + names if names else ''}; "
+                    f"{len(convs)} convolution kernels, {fp32} of them FP32 without tensor "
+                    f"cores): FP32 convolution kernels work in NCHW, so the transposes come "
+                    f"from the precision, not from the model's layout; time lost = the "
+                    f"transposes' time, which mixed precision or TF32 removes")
+        else:
+            text = (f"{len(rows)} layout transposes around convolutions ran {fmt_us(tr)} "
+                    f"({share:.0f}% of the GPU busy time{': ' + names if names else ''}; "
+                    f"{len(convs)} convolution kernels): time lost = the transposes' time, "
+                    f"which channels_last removes")
         return text, {"n_transposes": int(len(rows)), "transpose_us": round(tr, 1),
-                      "transpose_share_of_busy": round(share, 1), "n_conv_kernels": int(len(convs))}
+                      "transpose_share_of_busy": round(share, 1),
+                      "n_conv_kernels": int(len(convs)), "n_fp32_conv_kernels": fp32}
+
+    def title_for(self, numbers: dict) -> str:
+        if _fp32(numbers):
+            return ("Layout transposes around FP32 convolutions (channels_last without tensor "
+                    "cores)")
+        return self.title
+
+    def fix_for(self, numbers: dict) -> str:
+        return FP32_FIX if _fp32(numbers) else self.fix
 
     def supported(self, numbers: dict) -> bool:
         return numbers.get("time_lost_us", 0.0) > 0 and numbers.get("n_transposes", 0) > 0
@@ -109,6 +130,29 @@ themselves; check with `x.is_contiguous(memory_format=torch.channels_last)`."""
         rows = rows[in_runs(trace, runs)[rows]]
         return ("Layout transposes around convolutions (NCHW <-> NHWC), longest first",
                 event_rows(trace, longest_first(trace, rows), limit))
+
+
+#: Share of the convolution kernels running FP32 without tensor cores above which the
+#: transposes are the precision's: FP32 cuDNN kernels work in NCHW, so a model in channels_last
+#: is transposed to NCHW and back around each of them (real H200 recordings: ResNet-50 in
+#: channels_last and FP32 with TF32 off, 131 of 131 convolutions FP32, 726 transposes; in bf16
+#: NCHW, 0 of 105).
+FP32_CONVS = 0.5
+FP32_FIX = """\
+The convolutions run in FP32, whose cuDNN kernels work in NCHW: the model is in channels_last
+already, and its tensors are transposed for them. Run them on the tensor cores, where NHWC is
+the native layout, and the transposes go:
+
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        loss = criterion(model(images), targets)
+
+or keep FP32 weights and allow TF32 (`torch.backends.cudnn.allow_tf32 = True`, PyTorch's
+default for cuDNN). A run that must stay in strict FP32 is better left in NCHW."""
+
+
+def _fp32(numbers: dict) -> bool:
+    n = numbers.get("n_conv_kernels", 0)
+    return n > 0 and numbers.get("n_fp32_conv_kernels", 0) >= FP32_CONVS * n
 
 
 def _short(name: str, limit: int = 40) -> str:
