@@ -245,7 +245,7 @@ def test_bad_plans_are_one_clear_error(tmp_path, text, message):
 def test_example_plan_expands_to_the_advertised_sweep():
     plan = load_plan(CNN.parent / "collect_plan.yaml", device="cpu")
     ids = plan.configs
-    assert len(ids) == 3 * 7 * 2 * 2 + 2 * 6 * 2 + 2 * 6 + 2 * 4
+    assert len(ids) == 3 * 7 * 2 * 2 + 2 * 6 * 2 + 2 * 6 + 2 * 5 + 1 + 2 * 4
     assert {c.model for c in ids} >= {"resnet18", "vit_b_16", "retinanet_resnet18_fpn", "unet"}
 
 
@@ -473,3 +473,20 @@ def test_recompilation_cause_refuses_what_it_cannot_record(tmp_path, argv, words
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], r.stderr
+
+
+def test_a_plan_skips_a_cause_the_model_cannot_have_with_the_reason(tmp_path):
+    """A cause that needs another kind of model (recompilation: a convolutional classifier) is
+    'not possible here' in a plan, like a GPU-only cause on a CPU: skipped with its reason,
+    never recorded and never counted as a failure."""
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(
+        "out: ds\ndevice: cpu\nsteps: 1\ncompile_backend: aot_eager\nworkers: 1\n"
+        "runs:\n  - models: [vit_s_16, resnet_tiny]\n"
+        "    patterns: [recompilation]\n    batch_sizes: [2]\n")
+    calls, lines = [], []
+    result = run_plan(load_plan(plan_file), echo=lines.append, recorder=calls.append)
+    assert "1 to make on cpu" in lines[0] and "1 not possible here" in lines[0]
+    assert [c.model for c in calls] == ["resnet_tiny"] and not result.failed
+    assert [i for i, _ in result.unavailable] == ["vit_s_16-train-recompilation-bs2-cpu"]
+    assert "needs a convolutional classifier" in result.unavailable[0][1]

@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from ..errors import TraceapError
-from .causes import PatternUnavailable, check_available, parse_patterns
+from .causes import PatternUnavailable, parse_patterns
 from .runner import CollectConfig, collect, entry_id, existing_ids, prepare_out
 
 #: CPU training throughput and the fixed cost of one recording (model build, DataLoader
@@ -184,7 +184,7 @@ def run_plan(plan: Plan, echo: Callable[[str], None] = print,
     for i, cfg in enumerate(plan.configs):
         cfg.out = plan.out
         try:
-            check_available(cfg.patterns, cfg.device, cfg.world_size, cfg.inference)
+            cfg.check_possible()
         except PatternUnavailable:
             impossible += 1
             continue
@@ -208,7 +208,7 @@ def run_plan(plan: Plan, echo: Callable[[str], None] = print,
             echo(f"{prefix}: already recorded, skipped")
             continue
         try:
-            check_available(cfg.patterns, cfg.device, cfg.world_size, cfg.inference)
+            cfg.check_possible()
         except PatternUnavailable as exc:
             result.unavailable.append((eid, str(exc)))
             echo(f"{prefix}: skipped: {exc}")

@@ -83,12 +83,18 @@ class CollectConfig:
             raise TraceapError(f"unknown split {self.split!r}; one of: {', '.join(SPLITS)}")
         if self.image_size is not None and self.image_size < 16:
             raise TraceapError("--image-size must be at least 16")
+        self.check_possible()
+
+    def check_possible(self) -> None:
+        """Raise PatternUnavailable (one line) when a pattern's cause cannot happen in this
+        recording: with this model, on this device, in this world size or mode.  A plan skips
+        such recordings with the reason."""
         spec = model_spec(self.model)
         if "recompilation" in self.patterns and (spec.task != "image_classification"
                                                  or not spec.convolutional):
             raise PatternUnavailable(f"pattern recompilation feeds a new input size each step; "
                                      f"{self.model} needs a convolutional classifier (resnet*)")
-        if "no_channels_last" in self.patterns and not model_spec(self.model).convolutional:
+        if "no_channels_last" in self.patterns and not spec.convolutional:
             raise PatternUnavailable(f"pattern no_channels_last is about convolutions; "
                                      f"{self.model} has none past its patch embedding")
         check_available(self.patterns, self.device, self.world_size, self.inference)
