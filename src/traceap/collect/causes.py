@@ -358,7 +358,7 @@ def allreduce_after_backward(model: nn.Module) -> None:
         offset += g.numel()
 
 
-__all__ = ["AMP_DTYPE", "DISTRIBUTED", "GPU_ONLY", "PatternUnavailable", "Recipe", "TRAINING_ONLY",
-           "allreduce_after_backward", "break_graph", "check_available", "compile_fixed_shapes",
-           "heavy_preprocess", "multi_scale", "SCALE_STEP_PX",
-           "host_noise", "host_syncs", "parse_patterns", "wrap_distributed"]
+__all__ = ["AMP_DTYPE", "DISTRIBUTED", "GPU_ONLY", "PatternUnavailable", "Recipe", "SCALE_STEP_PX",
+           "TRAINING_ONLY", "allreduce_after_backward", "break_graph", "check_available",
+           "compile_fixed_shapes", "heavy_preprocess", "host_noise", "host_syncs", "multi_scale",
+           "parse_patterns", "wrap_distributed"]

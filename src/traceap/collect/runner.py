@@ -19,7 +19,7 @@ import shutil
 import sys
 import time
 import warnings
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -445,7 +445,6 @@ def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target
     compute allocates from the driver and is marked.  `rescaled`: this step's input has a size
     the compiled model has not seen (recompilation): its compute compiles again and is
     marked."""
-    broken = recipe.on("graph_break")
     compute = (_COMPUTE_MARKS + (("allocator_churn",) if churned else ())
                + (("recompilation",) if rescaled else ()))
     device = images.device
@@ -460,10 +459,10 @@ def _step(cfg, recipe: Recipe, model, raw_model, spec, optimizer, images, target
         return None
     with recipe.marks(*compute):
         with recipe.autocast(device):
-            with recipe.mark("graph_break") if broken else nullcontext():
+            with recipe.mark("graph_break"):
                 outputs = model(images)
             loss = spec.loss(raw_model, outputs, target)
-        with recipe.mark("graph_break") if broken else nullcontext():
+        with recipe.mark("graph_break"):
             loss.backward()
     if recipe.comm == "nccl_compute_no_overlap":
         with recipe.mark("nccl_compute_no_overlap"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Kind, Trace, merged_intervals
-from .signals import cached, name_mask, rows_named, subtract
+from .signals import cached, name_mask, outer_cpu_ops, rows_named, subtract
 
 #: Framework calls: ATen and other registered ops (`ns::name`) and runtime/driver calls.  User
 #: ranges (record_function, `ProfilerStep#3`, python frames) say where, not that work ran.
@@ -100,14 +100,11 @@ def python_holes(trace: Trace, config: HostConfig = HostConfig()
     return cached(trace, f"host:python_holes:{config!r}", make)
 
 
-def launching_threads(trace: Trace, tids: np.ndarray | None = None) -> np.ndarray:
-    """Thread ids whose runtime calls launched GPU work (kernels, copies, memsets); of `tids`
-    only, when given (cheaper than all of them in a large trace)."""
-    g = trace.gpu_work_rows
-    calls = trace.launch[g]
+def launching_threads(trace: Trace, tids: np.ndarray) -> np.ndarray:
+    """Those of thread ids `tids` whose runtime calls launched GPU work (kernels, copies,
+    memsets): a few candidates checked, not every thread of a large trace listed."""
+    calls = trace.launch[trace.gpu_work_rows]
     launched = trace.tid[calls[calls >= 0]]
-    if tids is None:
-        return np.unique(launched)
     return np.array([t for t in np.unique(tids) if (launched == t).any()], dtype=np.int64)
 
 
@@ -195,9 +192,7 @@ def host_compute(trace: Trace, config: HostConfig = HostConfig()) -> tuple[np.nd
             top = np.where(climb, up, top)
             up = np.where(climb, trace.parent[np.maximum(up, 0)].astype(np.int64), -1)
         computes = np.unique(top)
-        cpu = trace.rows(Kind.CPU_OP)
-        par = trace.parent[cpu]
-        outer = cpu[(par < 0) | (trace.kind[np.maximum(par, 0)] != Kind.CPU_OP)]
+        outer = outer_cpu_ops(trace)
         rt = trace.rows(Kind.CUDA_RUNTIME, Kind.CUDA_DRIVER)
         rt = rt[(trace.parent[rt] < 0)
                 | (trace.kind[np.maximum(trace.parent[rt], 0)] != Kind.CPU_OP)]

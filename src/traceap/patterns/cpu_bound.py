@@ -13,8 +13,8 @@ the device went idle; the head of the GPU span too, when its first work was laun
 after the step began) that no earlier cause claims (warm-up, communication, graph breaks,
 copies and syncs, data loading, unrecorded host work), while the host was in a hole longer
 than twice the framework call before it or in such an op.  A launch-bound steady state whose
-idle time sits in the framework's own dispatch (small-model inference at batch 2, DDP bucket bookkeeping) is the
-idle account's `launch_bound` mechanism: shown as "launch-bound host", no anomaly, no finding.
+idle time sits in the framework's own dispatch (small-model inference at batch 2, DDP bucket
+bookkeeping) is the idle account's `launch_bound` mechanism: shown as "launch-bound host", no anomaly, no finding.
 Anchors: HTA's short kernel (GPU time < CPU launch time); TraceLens short kernels averaging
 under 10 us and GPU idle over 15%; nsys-ai >= 5 launches under 10 us (in the evidence: they
 hold for healthy small models too, so they do not score).

@@ -94,23 +94,22 @@ themselves; check with `x.is_contiguous(memory_format=torch.channels_last)`."""
         top = top_names(t, rows, t.dur[rows], 2)
         names = ", ".join(f"{_short(n)} x{k} {fmt_us(w)}" for n, k, w in top)
         share = 100 * tr / busy if busy > 0 else 0.0
-        fp32 = int(len(np.intersect1d(convs, fp32_matmul_rows(t))))
-        if fp32 >= FP32_CONVS * max(len(convs), 1):
+        numbers = {"n_transposes": int(len(rows)), "transpose_us": round(tr, 1),
+                   "transpose_share_of_busy": round(share, 1),
+                   "n_conv_kernels": int(len(convs)),
+                   "n_fp32_conv_kernels": int(len(np.intersect1d(convs, fp32_matmul_rows(t))))}
+        text = (f"{len(rows)} layout transposes around convolutions ran {fmt_us(tr)} "
+                f"({share:.0f}% of the GPU busy time{': ' + names if names else ''}; "
+                f"{len(convs)} convolution kernels")
+        if _fp32(numbers):
             # FP32 cuDNN kernels work in NCHW: a channels_last model is transposed for them
-            text = (f"{len(rows)} layout transposes around convolutions ran {fmt_us(tr)} "
-                    f"({share:.0f}% of the GPU busy time{': ' + names if names else ''}; "
-                    f"{len(convs)} convolution kernels, {fp32} of them FP32 without tensor "
-                    f"cores): FP32 convolution kernels work in NCHW, so the transposes come "
-                    f"from the precision, not from the model's layout; time lost = the "
-                    f"transposes' time, which mixed precision or TF32 removes")
+            text += (f", {numbers['n_fp32_conv_kernels']} of them FP32 without tensor cores): "
+                     f"FP32 convolution kernels work in NCHW, so the transposes come from the "
+                     f"precision, not from the model's layout; time lost = the transposes' "
+                     f"time, which mixed precision or TF32 removes")
         else:
-            text = (f"{len(rows)} layout transposes around convolutions ran {fmt_us(tr)} "
-                    f"({share:.0f}% of the GPU busy time{': ' + names if names else ''}; "
-                    f"{len(convs)} convolution kernels): time lost = the transposes' time, "
-                    f"which channels_last removes")
-        return text, {"n_transposes": int(len(rows)), "transpose_us": round(tr, 1),
-                      "transpose_share_of_busy": round(share, 1),
-                      "n_conv_kernels": int(len(convs)), "n_fp32_conv_kernels": fp32}
+            text += "): time lost = the transposes' time, which channels_last removes"
+        return text, numbers
 
     def title_for(self, numbers: dict) -> str:
         if _fp32(numbers):
