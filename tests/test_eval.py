@@ -268,12 +268,14 @@ def test_flagged_accuracy_counts_only_the_windows_the_default_detector_flags(dat
         # one anomaly per window here: naming any overlapping one is naming the one
         assert f["overall_any"] == f["overall"]
         assert f["by_pattern"]["no_pin_memory"] == {"accuracy": 1.0, "accuracy_any": 1.0,
-                                                    "n_windows": count["ic_bad"]}
+                                                    "n_windows": count["ic_bad"], "wrong": {}}
+        # every wrong call counted under what it named
         assert f["by_pattern"]["excessive_memcpy"] == {"accuracy": 0.0, "accuracy_any": 0.0,
-                                                       "n_windows": count["od_bad"]}
+                                                       "n_windows": count["od_bad"],
+                                                       "wrong": {"cpu_bound": count["od_bad"]}}
         # a pattern whose windows are all unflagged keeps its row, with no windows
         assert f["by_pattern"]["cpu_bound"] == {"accuracy": None, "accuracy_any": None,
-                                                "n_windows": 0}
+                                                "n_windows": 0, "wrong": {}}
         assert set(f["by_pattern"]) == set(c["by_pattern"])
         # the same number by hand from the records: flagged & anomalous windows, their calls
         truth, pred = [], []
@@ -328,7 +330,8 @@ def test_flagged_accuracy_any_takes_either_cause_of_a_window_holding_two():
     assert f["overall"] == pytest.approx(1 / 3) and f["overall_any"] == pytest.approx(2 / 3)
     assert f["by_pattern"]["no_channels_last"] == {"accuracy": pytest.approx(1 / 3),
                                                    "accuracy_any": pytest.approx(2 / 3),
-                                                   "n_windows": 3}
+                                                   "n_windows": 3,
+                                                   "wrong": {"no_pin_memory": 2}}
 
 
 class Says:
@@ -386,7 +389,7 @@ def test_planted_accuracy_counts_the_plants_windows_and_names_the_plant(tmp_path
     assert f["overall_any"] == pytest.approx((planted + natural) / (100 + natural))
     assert f["planted"] == {"overall": 1.0, "overall_any": 1.0, "n_windows": planted,
                             "by_pattern": {"no_pin_memory": {"accuracy": 1.0, "accuracy_any": 1.0,
-                                                             "n_windows": planted}}}
+                                                             "n_windows": planted, "wrong": {}}}}
     md = tables.markdown(r.summary)
     assert "on planted windows `hybrid` flags" in md
     assert f"| **planted windows** | **100.0 / 100.0 ({planted})** |" in md
@@ -403,6 +406,7 @@ def test_planted_accuracy_counts_the_plants_windows_and_names_the_plant(tmp_path
                  on_warning=lambda m: None)
     p = r.summary["classification"]["says"][str(n)]["flagged"]["planted"]
     assert p["overall"] == 0.0 and p["overall_any"] == 0.0 and p["n_windows"] == planted
+    assert p["by_pattern"]["no_pin_memory"]["wrong"] == {"cpu_bound": planted}
     # nothing planted: no planted accuracy, and no table for it
     write_manifest(root, [by_id["nat"]])
     r = evaluate(root, {"hybrid": Oracle(root)}, classifiers={"says": Says("no_pin_memory")},

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import warnings as _warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -155,9 +156,12 @@ def _share(hits: list[bool]) -> float | None:
 
 def _named(rows: list[tuple[str, str | None, frozenset[str]]]) -> dict:
     """(right answer, call, every pattern the window holds) rows -> the share that names the
-    right answer (`accuracy`), any pattern the window holds (`accuracy_any`), and how many."""
+    right answer (`accuracy`), any pattern the window holds (`accuracy_any`), how many, and
+    what the wrong calls named (`wrong`: call -> windows, most first; "none" for no pattern)."""
+    wrong = Counter("none" if c is None else c for t, c, _ in rows if c != t)
     return {"accuracy": _share([c == t for t, c, _ in rows]),
-            "accuracy_any": _share([c in s for _, c, s in rows]), "n_windows": len(rows)}
+            "accuracy_any": _share([c in s for _, c, s in rows]), "n_windows": len(rows),
+            "wrong": dict(wrong.most_common())}
 
 
 def select(entries: Sequence[Entry], limit: int | None, key: Callable[[Entry], tuple]) -> list[Entry]:
