@@ -16,7 +16,7 @@ import traceap
 from traceap.collect import MARKER_PREFIX, CollectConfig, collect, load_plan, run_plan
 from traceap.collect.markers import extract
 from traceap.manifest import read_manifest
-from traceap.errors import DatasetError, OutputError
+from traceap.errors import DatasetError, OutputError, TraceapError
 
 from .conftest import CNN
 
@@ -196,6 +196,45 @@ def test_plan_records_clean_and_graph_break_then_resumes(tmp_path):
     assert lines[0].startswith("plan: 3 recording(s): 0 to make on cpu, 2 already there")
     assert calls == [] and sorted(again.existing) == sorted(first.recorded)
     assert len(read_manifest(tmp_path / "ds")) == 2
+
+
+def test_the_forced_graph_break_splits_a_vit_too():
+    """The break's hook goes on a layer the forward calls: a ViT's middle linear layer is a
+    MultiheadAttention `out_proj`, whose weights are read without calling it (the H200 ViT-B
+    recording compiled one graph per step with the hook there)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from traceap.collect.causes import break_graph
+    from traceap.collect.networks import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(32, 8, 2, 2, 32, 64, num_classes=10)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = break_graph(vit, "aot_eager")
+    compiled(torch.randn(2, 3, 32, 32))
+    assert counters["stats"]["unique_graphs"] >= 2
+    assert sum(counters["graph_break"].values()) >= 1
+    torch._dynamo.reset()
+
+
+def test_a_graph_break_that_did_not_take_effect_records_nothing(tmp_path, monkeypatch):
+    """A cause that left no mark in the trace is refused in one line, and no trace or manifest
+    line claims it."""
+    import torch
+
+    from traceap.collect import runner
+
+    # the hook never placed (as on a MultiheadAttention out_proj): one graph per step
+    monkeypatch.setattr(runner, "break_graph",
+                        lambda model, backend: torch.compile(model, backend=backend))
+    with pytest.raises(TraceapError, match="graph_break did not take effect"):
+        collect(CollectConfig(model="resnet_tiny", patterns=("graph_break",),
+                              out=str(tmp_path / "ds"), device="cpu", steps=2,
+                              compile_backend="aot_eager", workers=1))
+    assert not list((tmp_path / "ds" / "traces").glob("*"))
+    assert not (tmp_path / "ds" / "manifest.jsonl").exists()
 
 
 def test_gpu_only_pattern_on_cpu_is_one_clear_line(tmp_path):

@@ -32,8 +32,21 @@ def test_the_set_is_a_collect_dataset_with_ground_truth():
     assert len(entries) == 34
     assert all(e.source == "collected" and e.platform == "NVIDIA H200" for e in entries)
     bad = [e for e in entries if e.label == "bad"]
-    assert len(bad) == 30
+    assert len(bad) == 29
     assert all(e.anomalies and set(e.patterns) >= {a.pattern for a in e.anomalies} for e in bad)
+
+
+def test_a_graph_break_is_labelled_only_where_the_graph_split():
+    """The ViT-B recording's forced break never ran (its hook sat on a MultiheadAttention
+    out_proj, which is never called): one compiled frame per step, relabelled healthy.  The
+    ResNet-50's split the graph into several frames, and stays labelled."""
+    from traceap.measures.compile_regions import frame_ids
+
+    labels = {e.id: e.label for e in read_manifest(H200)}
+    assert frame_ids(_trace("vit_b_16-train-graph_break-bs64")) == {8}
+    assert labels["vit_b_16-train-graph_break-bs64-nvidia-h200"] == "good"
+    assert len(frame_ids(_trace("resnet50-train-graph_break-bs128"))) >= 2
+    assert labels["resnet50-train-graph_break-bs128-nvidia-h200"] == "bad"
 
 
 @pytest.mark.parametrize("model", ["resnet50-train-cpu_bound-bs128",

@@ -193,9 +193,15 @@ def break_graph(model: nn.Module, backend: str) -> nn.Module:
     """`torch.compile(model)` with a graph break forced in the middle of the network.
 
     The break sits in a forward hook of the middle convolution/linear layer, the way a stray
-    `print`, `.item()` or unsupported call inside a model splits the compiled graph.
+    `print`, `.item()` or unsupported call inside a model splits the compiled graph.  Only a
+    layer the forward calls can carry it: `nn.MultiheadAttention` reads its `out_proj`'s
+    weights without calling it, so a hook there never runs (on ViT-B/16 the middle layer is
+    such an `out_proj`: the H200 recording compiled one graph per step and cost nothing).
     """
-    layers = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    inside_mha = {id(m) for a in model.modules() if isinstance(a, nn.MultiheadAttention)
+                  for m in a.modules()}
+    layers = [m for m in model.modules()
+              if isinstance(m, (nn.Conv2d, nn.Linear)) and id(m) not in inside_mha]
     if not layers:
         raise TraceapError("graph_break needs a model with convolution or linear layers")
     layers[len(layers) // 2].register_forward_hook(_graph_break_hook)

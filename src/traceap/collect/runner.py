@@ -170,6 +170,7 @@ def collect(cfg: CollectConfig) -> Recorded:
         listed = False
         try:
             anomalies = markers.finalize(_record(cfg, eid, device, tmp), out / trace_rel)
+            _check_took_effect(cfg, out / trace_rel)
             task = cfg.resolved_task
             entry = Entry(
                 id=eid, path=trace_rel,
@@ -191,6 +192,22 @@ def collect(cfg: CollectConfig) -> Recorded:
             if not listed and eid not in existing_ids(out):
                 (out / trace_rel).unlink(missing_ok=True)
     return Recorded(entry, out / trace_rel, time.perf_counter() - t0, notes)
+
+
+def _check_took_effect(cfg: CollectConfig, path: Path) -> None:
+    """Raise TraceapError when the trace shows that a cause did not take effect, so that no
+    label claims what the run did not do: a forced graph break leaves at least two compiled
+    frames (`Torch-Compiled Region: N/M`) in the profiled steps; one means the break never ran."""
+    if "graph_break" not in cfg.patterns:
+        return
+    from ..load import load
+    from ..measures.compile_regions import frame_ids
+
+    frames = frame_ids(load(path))
+    if len(frames) < 2:
+        raise TraceapError(
+            f"graph_break did not take effect on {cfg.model}: the profiled steps ran "
+            f"{len(frames)} compiled frame(s), not a graph split in two; nothing recorded")
 
 
 def _notes(cfg: CollectConfig) -> str:
