@@ -478,6 +478,26 @@ def test_cpu_bound_starves_the_gpu(outputs):
         assert kernel_idle(tr, a, b) >= 0.15 * (b - a)
 
 
+def test_cpu_bound_leaves_the_dataloader_as_it_was():
+    """The Python overhead is the training loop's: the ops a single-process `DataLoader.__next__`
+    runs (its collate) are the loader's, and slowing them would plant a slower loader (a
+    data-loading stall, as the DLRM ranks' cpu_bound plants were)."""
+    from traceap.measures.signals import LOADER_NEXT, rows_named
+
+    base = DATA / "dlrm_job" / "worker0.pt.trace.json.gz"
+
+    def loader_us(tr) -> list[float]:
+        return [round(float(tr.dur[r]), 3) for r in rows_named(tr, LOADER_NEXT)]
+
+    before = loader_us(traceap.load(base))
+    assert before
+    for seed in range(4):
+        o = inject_one(Base.of(Doc(base), base.name), "cpu_bound", np.random.default_rng(seed))
+        tr = load_bytes(o.data, base.name)
+        assert loader_us(tr) == before, seed
+        assert o.anomalies
+
+
 # -- dialects ---------------------------------------------------------------------------------
 def _new_events(doc_base: Doc, f: Path) -> list:
     return Doc(f).events[doc_base.n_base:]

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...trace import Kind
+from ...measures.signals import LOADER_NEXT, rows_named
 from ...patterns._registry import register_piece
+from ...trace import Kind, merged_intervals
 from .base import Base, Block, Busy, Instance, Plan, Unusable
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     ops = np.flatnonzero(on_main & (tr.kind == Kind.CPU_OP) & ~np.isin(np.arange(len(tr)), steps)
                          & ((par < 0) | np.isin(par, steps)
                             | (tr.kind[np.maximum(par, 0)] != Kind.CPU_OP)))
+    # The ops a `DataLoader.__next__` runs (a single-process loader's collate) are the
+    # loader's: slowing them plants a slower loader, a data-loading stall, not Python overhead.
+    ops = ops[~_inside(base.start_rel(ops), *_loader_spans(base, on_main))]
     starts_all = base.start_rel(ops)
     instances = []
     for _row, lo, hi, _kids in base.steps_or_stretches()[: config.max_instances]:
@@ -86,6 +90,23 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
     if not instances:
         raise Unusable(f"no step has {config.min_ops} or more ops on the main thread to slow down")
     return Plan(PATTERN, instances)
+
+
+def _loader_spans(base: Base, on_main: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Relative (start, end) of the main thread's `DataLoader.__next__` spans, merged."""
+    tr = base.doc.trace
+    rows = rows_named(tr, LOADER_NEXT)
+    rows = rows[on_main[rows]]
+    s = base.start_rel(rows)
+    return merged_intervals(s, s + tr.dur[rows])
+
+
+def _inside(t: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per time in `t`: whether it falls in one of the disjoint sorted intervals [s, e)."""
+    if not len(s):
+        return np.zeros(len(t), dtype=bool)
+    i = np.searchsorted(s, t, side="right") - 1
+    return (i >= 0) & (t < e[np.maximum(i, 0)])
 
 
 # -- the natural label: where a real trace shows the pattern by itself ----------------------
