@@ -127,8 +127,8 @@ from .measures.dataparallel import dp_intervals
 from .measures.gaps import gpu_span, leading_gap, loader_gaps
 from .measures.host import HostConfig, unrecorded_host, user_code
 from .measures.host_init import init_intervals
-from .measures.signals import (busy_rows, cached, intersect, nccl_rows, spans, starved_gaps,
-                               subtract)
+from .measures.signals import (busy_rows, cached, inside, intersect, nccl_rows, spans,
+                               starved_gaps, subtract)
 from .measures.warmup import WarmupConfig, warmup
 from .patterns._registry import mechanism_of_pattern, pattern_of_mechanism
 from .trace import CopyKind, Kind, Trace, merged_intervals
@@ -416,14 +416,6 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
 
 
 # -- the account -------------------------------------------------------------------------------
-def _inside(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Per point: inside the union of sorted disjoint intervals [s, e)."""
-    if not len(s):
-        return np.zeros(len(x), dtype=bool)
-    j = np.searchsorted(s, x, side="right") - 1
-    return (j >= 0) & (x < e[np.maximum(j, 0)])
-
-
 def measure(trace: Trace, config: IdleConfig = IdleConfig()) -> IdleAccount:
     """The trace's idle account (computed once per trace and config)."""
     return cached(trace, f"idle:{config!r}", lambda: _measure(trace, config))
@@ -458,10 +450,10 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
     mid_pt = 0.5 * (p[:-1] + p[1:])
     length = np.diff(p)
     code = np.full(len(mid_pt), -1, dtype=np.int16)
-    idle = ~_inside(bs, be, mid_pt)
+    idle = ~inside(bs, be, mid_pt)
     free = idle.copy()
     for k, m in enumerate(MECHANISMS):
-        hit = free & _inside(*merged[m.id], mid_pt)
+        hit = free & inside(*merged[m.id], mid_pt)
         code[hit] = k
         free &= ~hit
     code[free] = NOT_EXPLAINED
@@ -479,10 +471,10 @@ def _measure(trace: Trace, config: IdleConfig) -> IdleAccount:
         s = np.clip(np.asarray(s, np.float64), lo, hi) - lo
         e = np.clip(np.asarray(e, np.float64), lo, hi) - lo
         ms, me = merged_intervals(s[e > s], e[e > s])
-        inside = _inside(ms, me, mid_pt) & left
-        left &= ~inside
-        if inside.any():
-            src_us[name] = float(length[inside].sum())
+        hit = inside(ms, me, mid_pt) & left
+        left &= ~hit
+        if hit.any():
+            src_us[name] = float(length[hit].sum())
     steady = [x for x in steady if x[2] not in wsteps]
     if steady:
         fb = covered_time(bs, be, np.array([x for s, e, _ in steady for x in (s - lo, e - lo)]))

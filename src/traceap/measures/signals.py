@@ -93,6 +93,14 @@ def subtract(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
     return intersect(a0, a1, c0[keep], c1[keep])
 
 
+def inside(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per point of `x`: inside the union of sorted disjoint intervals [s, e)."""
+    if not len(s):
+        return np.zeros(len(x), dtype=bool)
+    j = np.searchsorted(s, x, side="right") - 1
+    return (j >= 0) & (x < e[np.maximum(j, 0)])
+
+
 # -- intervals per window --------------------------------------------------------------------
 def union_in(windows: Windows, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per window: time covered by the union of intervals [starts, ends)."""

@@ -1,7 +1,8 @@
 """cpu_bound: Python overhead between ops makes launches slower than the kernels they run.
 
 Mechanism: over a stretch of the step (the forward) every op is preceded by more Python
-(dispatch, hooks, small-tensor bookkeeping): the host cadence slows by a factor of 2-6, the
+(dispatch, hooks, small-tensor bookkeeping; the ops a DataLoader's `__next__` runs are the
+loader's, left alone): the host cadence slows by a factor of 2-6, the
 queue of launched work runs dry and the GPU waits for each launch.  Each op's preceding gap
 grows by (factor - 1) x the time since the previous op started (at most twice the stretch's
 median interval: a pause the base had between two ops is not dispatch overhead).  Label: from
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...measures.signals import LOADER_NEXT, rows_named
+from ...measures.signals import LOADER_NEXT, inside, rows_named
 from ...patterns._registry import register_piece
 from ...trace import Kind, merged_intervals
 from .base import Base, Block, Busy, Instance, Plan, Unusable
@@ -58,7 +59,7 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
                             | (tr.kind[np.maximum(par, 0)] != Kind.CPU_OP)))
     # The ops a `DataLoader.__next__` runs (a single-process loader's collate) are the
     # loader's: slowing them plants a slower loader, a data-loading stall, not Python overhead.
-    ops = ops[~_inside(base.start_rel(ops), *_loader_spans(base, on_main))]
+    ops = ops[~inside(*_loader_spans(base, on_main), base.start_rel(ops))]
     starts_all = base.start_rel(ops)
     instances = []
     for _row, lo, hi, _kids in base.steps_or_stretches()[: config.max_instances]:
@@ -99,14 +100,6 @@ def _loader_spans(base: Base, on_main: np.ndarray) -> tuple[np.ndarray, np.ndarr
     rows = rows[on_main[rows]]
     s = base.start_rel(rows)
     return merged_intervals(s, s + tr.dur[rows])
-
-
-def _inside(t: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Per time in `t`: whether it falls in one of the disjoint sorted intervals [s, e)."""
-    if not len(s):
-        return np.zeros(len(t), dtype=bool)
-    i = np.searchsorted(s, t, side="right") - 1
-    return (i >= 0) & (t < e[np.maximum(i, 0)])
 
 
 # -- the natural label: where a real trace shows the pattern by itself ----------------------
