@@ -503,6 +503,20 @@ def test_recompilation_cause_compiles_again_inside_its_marks(tmp_path):
     assert all(_inside((t.ts[x], t.ts[x]), r.entry.anomalies) for x in rows)
 
 
+def test_a_recompilation_that_did_not_happen_records_nothing(tmp_path, monkeypatch):
+    """Steps that keep their input size (the multi-scale resize undone): nothing compiles
+    again, and the recording is refused rather than labelled recompilation."""
+    from traceap.collect import runner
+
+    monkeypatch.setattr(runner, "multi_scale", lambda images, step: images)
+    with pytest.raises(TraceapError, match="recompilation did not take effect"):
+        collect(CollectConfig(model="resnet_tiny", patterns=("recompilation",),
+                              out=tmp_path / "ds", device="cpu", steps=2, batch_size=2,
+                              image_size=64, workers=1, compile_backend="aot_eager"))
+    assert not list((tmp_path / "ds" / "traces").glob("*"))
+    assert not (tmp_path / "ds" / "manifest.jsonl").exists()
+
+
 def test_a_plan_skips_a_cause_the_model_cannot_have_with_the_reason(tmp_path):
     """A cause that needs another kind of model (recompilation: a convolutional classifier) is
     'not possible here' in a plan, like a GPU-only cause on a CPU: skipped with its reason,

@@ -197,17 +197,24 @@ def collect(cfg: CollectConfig) -> Recorded:
 def _check_took_effect(cfg: CollectConfig, path: Path) -> None:
     """Raise TraceapError when the trace shows that a cause did not take effect, so that no
     label claims what the run did not do: a forced graph break leaves at least two compiled
-    frames (`Torch-Compiled Region: N/M`) in the profiled steps; one means the break never ran."""
-    if "graph_break" not in cfg.patterns:
+    frames (`Torch-Compiled Region: N/M`) in the profiled steps (one means the break never
+    ran), and multi-scale input under fixed shapes leaves compile work after the first
+    profiled step (none means no shape change made Dynamo compile again)."""
+    if not {"graph_break", "recompilation"} & set(cfg.patterns):
         return
     from ..load import load
-    from ..measures.compile_regions import frame_ids
+    from ..measures.compile_regions import frame_ids, recompile_rows
 
-    frames = frame_ids(load(path))
-    if len(frames) < 2:
+    trace = load(path)
+    frames = frame_ids(trace)
+    if "graph_break" in cfg.patterns and len(frames) < 2:
         raise TraceapError(
             f"graph_break did not take effect on {cfg.model}: the profiled steps ran "
             f"{len(frames)} compiled frame(s), not a graph split in two; nothing recorded")
+    if "recompilation" in cfg.patterns and not len(recompile_rows(trace)):
+        raise TraceapError(
+            f"recompilation did not take effect on {cfg.model}: no compile work after the "
+            f"first profiled step; nothing recorded")
 
 
 def _notes(cfg: CollectConfig) -> str:
