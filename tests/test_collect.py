@@ -229,12 +229,24 @@ def test_a_graph_break_that_did_not_take_effect_records_nothing(tmp_path, monkey
     # the hook never placed (as on a MultiheadAttention out_proj): one graph per step
     monkeypatch.setattr(runner, "break_graph",
                         lambda model, backend: torch.compile(model, backend=backend))
+    cfg = CollectConfig(model="resnet_tiny", patterns=("graph_break",), out=tmp_path / "ds",
+                        device="cpu", steps=2, compile_backend="aot_eager", workers=1)
     with pytest.raises(TraceapError, match="graph_break did not take effect"):
-        collect(CollectConfig(model="resnet_tiny", patterns=("graph_break",),
-                              out=str(tmp_path / "ds"), device="cpu", steps=2,
-                              compile_backend="aot_eager", workers=1))
+        collect(cfg)
     assert not list((tmp_path / "ds" / "traces").glob("*"))
     assert not (tmp_path / "ds" / "manifest.jsonl").exists()
+    # an earlier recording of that id is left as it was by a refused --overwrite
+    monkeypatch.undo()
+    first = collect(cfg)
+    trace, line = first.trace.read_bytes(), (tmp_path / "ds" / "manifest.jsonl").read_bytes()
+    monkeypatch.setattr(runner, "break_graph",
+                        lambda model, backend: torch.compile(model, backend=backend))
+    cfg.overwrite = True
+    with pytest.raises(TraceapError, match="graph_break did not take effect"):
+        collect(cfg)
+    assert first.trace.read_bytes() == trace
+    assert (tmp_path / "ds" / "manifest.jsonl").read_bytes() == line
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["manifest.jsonl", "traces"]
 
 
 def test_gpu_only_pattern_on_cpu_is_one_clear_line(tmp_path):

@@ -112,8 +112,10 @@ def merge(anomalies: list[Anomaly]) -> list[Anomaly]:
     return sorted(out, key=lambda a: a.start_us)
 
 
-def finalize(raw: str | os.PathLike, out: str | os.PathLike) -> list[Anomaly]:
-    """Read the profiler's file, take out the markers as anomalies, write `out` gzipped."""
+def finalize(raw: str | os.PathLike, out: str | os.PathLike,
+             name: str | os.PathLike | None = None) -> list[Anomaly]:
+    """Read the profiler's file, take out the markers as anomalies, write `out` gzipped (its
+    `traceName` the file it will be: `name`, else `out`)."""
     data = Path(raw).read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
@@ -124,7 +126,7 @@ def finalize(raw: str | os.PathLike, out: str | os.PathLike) -> list[Anomaly]:
     anomalies = extract(trace)
     out = Path(out)
     if "traceName" in trace:  # the profiler's temporary file is gone; name the real one
-        trace["traceName"] = str(out)
+        trace["traceName"] = str(name if name is not None else out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     with gzip.open(tmp, "wb", compresslevel=6) as f:

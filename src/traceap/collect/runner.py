@@ -169,8 +169,12 @@ def collect(cfg: CollectConfig) -> Recorded:
         trace_rel = f"traces/{eid}.pt.trace.json.gz"
         listed = False
         try:
-            anomalies = markers.finalize(_record(cfg, eid, device, tmp), out / trace_rel)
-            _check_took_effect(cfg, out / trace_rel)
+            # Staged beside the raw file and checked there: a recording refused (its cause left
+            # no mark) never replaces the trace an earlier one of this id left.
+            staged = tmp / "staged.json.gz"
+            anomalies = markers.finalize(_record(cfg, eid, device, tmp), staged,
+                                         name=out / trace_rel)
+            _check_took_effect(cfg, staged)
             task = cfg.resolved_task
             entry = Entry(
                 id=eid, path=trace_rel,
@@ -180,6 +184,8 @@ def collect(cfg: CollectConfig) -> Recorded:
                 label="bad" if cfg.patterns else "good", patterns=list(cfg.patterns),
                 anomalies=anomalies, source="collected",
                 notes=_notes(cfg), job=job_id(cfg) if cfg.world_size > 1 else None)
+            (out / trace_rel).parent.mkdir(parents=True, exist_ok=True)
+            staged.replace(out / trace_rel)
             append_entry(out, entry, replace=cfg.overwrite)
             listed = True
         finally:
@@ -188,7 +194,6 @@ def collect(cfg: CollectConfig) -> Recorded:
                 tmp.parent.rmdir()  # only when no other recording is using it
             # A stop (Ctrl-C, SIGTERM) between the trace and its manifest line: the trace goes
             # too, so the manifest and the traces agree and a rerun records it again.
-            (out / (trace_rel + ".part")).unlink(missing_ok=True)
             if not listed and eid not in existing_ids(out):
                 (out / trace_rel).unlink(missing_ok=True)
     return Recorded(entry, out / trace_rel, time.perf_counter() - t0, notes)
@@ -369,6 +374,9 @@ def _record(cfg: CollectConfig, eid: str, device: torch.device, tmp: Path) -> Pa
     if cfg.world_size > 1 and not cfg.inference:
         model = wrap_distributed(model, recipe, device)
     if recipe.compile_backend:
+        # Each recording compiles from scratch: Dynamo's cache of an earlier recording in this
+        # process (a plan's) would serve its graphs again, with or without the cause's break.
+        torch._dynamo.reset()
         model = (break_graph(model, recipe.compile_backend) if recipe.on("graph_break")
                  else compile_fixed_shapes(model, recipe.compile_backend))
         with recipe.precision():

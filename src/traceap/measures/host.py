@@ -104,8 +104,8 @@ def launching_threads(trace: Trace, tids: np.ndarray) -> np.ndarray:
     """Those of thread ids `tids` whose runtime calls launched GPU work (kernels, copies,
     memsets): a few candidates checked, not every thread of a large trace listed."""
     calls = trace.launch[trace.gpu_work_rows]
-    launched = trace.tid[calls[calls >= 0]]
-    return np.array([t for t in np.unique(tids) if (launched == t).any()], dtype=np.int64)
+    tids = np.unique(tids)
+    return tids[np.isin(tids, trace.tid[calls[calls >= 0]])]
 
 
 def _launch_marks(trace: Trace, tid: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...measures.signals import LOADER_NEXT, inside, rows_named
+from ...measures.signals import LOADER_NEXT, inside, rows_named, spans
 from ...patterns._registry import register_piece
 from ...trace import Kind, merged_intervals
 from .base import Base, Block, Busy, Instance, Plan, Unusable
@@ -95,11 +95,9 @@ def plan(base: Base, rng: np.random.Generator, config: Config = Config()) -> Pla
 
 def _loader_spans(base: Base, on_main: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Relative (start, end) of the main thread's `DataLoader.__next__` spans, merged."""
-    tr = base.doc.trace
-    rows = rows_named(tr, LOADER_NEXT)
-    rows = rows[on_main[rows]]
-    s = base.start_rel(rows)
-    return merged_intervals(s, s + tr.dur[rows])
+    rows = rows_named(base.doc.trace, LOADER_NEXT)
+    s, e = spans(base.doc.trace, rows[on_main[rows]])
+    return merged_intervals(base.rel(s), base.rel(e))
 
 
 # -- the natural label: where a real trace shows the pattern by itself ----------------------
