@@ -178,6 +178,30 @@ def test_split_summary_gives_the_newer_mechanisms_and_busy_losses_their_own_inpu
     assert col[inside].sum() > 0 and col[inside].mean() > col[~inside].mean()
 
 
+def test_a_split_model_reads_the_inputs_it_was_built_with(sample_windows, tmp_path):
+    """A `summary_split` model records its split inputs when built and reads those, not the
+    ones of the traceap scoring with it: a checkpoint built before a busy-time pattern was
+    added keeps its input width and columns; one reading an input this traceap no longer
+    measures is refused in one line."""
+    from traceap.model.features import SUMMARY_SPLIT, split_inputs
+    cfg = replace(preset("small"), summary_idle=True, summary_split=True, summary_absolute=False)
+    assert cfg.with_head().split_inputs == SUMMARY_SPLIT
+    assert ModelConfig.from_dict(cfg.with_head().to_dict()).split_inputs == SUMMARY_SPLIT
+    older = replace(cfg, split_inputs=SUMMARY_SPLIT[:-1])   # before the last one was added
+    assert older.with_head().split_inputs == SUMMARY_SPLIT[:-1]
+    f = featurize(sample_windows, cfg)
+    now, then = f.inputs(cfg)["summary"], f.inputs(older)["summary"]
+    assert then.shape[1] == summary_dim(older) == now.shape[1] - 2
+    k = len(SUMMARY_IDLE) + len(SUMMARY_SPLIT)      # the absolute idle block, then relative
+    assert np.allclose(then, np.delete(now, [now.shape[1] - k - 1, now.shape[1] - 1], axis=1))
+    model = create_model(older.with_head(), ["unknown"])
+    path = save_model(model, tmp_path / "older.pt", {})
+    assert load_model(path).config.split_inputs == SUMMARY_SPLIT[:-1]
+    assert len(Predictor(path).predict(sample_windows).scores) == sample_windows.n
+    with pytest.raises(ModelError, match="busy_gone_pattern.*does not measure"):
+        split_inputs(replace(cfg, split_inputs=("busy_gone_pattern",)))
+
+
 def test_longest_idle_is_the_longest_gpu_gap_in_each_window(sample_windows):
     t = sample_windows.trace
     edges = sample_windows.edges

@@ -60,6 +60,10 @@ class ModelConfig:
     #                               account: measured shares of the window, not names)
     summary_split: bool = False   # with summary_idle: the sixteen patterns' newer mechanisms
     #                               on their own and the busy-time losses (features.SUMMARY_SPLIT)
+    split_inputs: tuple[str, ...] = ()  # with summary_split: the inputs it reads, in order;
+    #                               () = features.SUMMARY_SPLIT of now, fixed when a model is
+    #                               built (`with_head`), so a mechanism or busy-time pattern
+    #                               added later leaves a checkpoint's inputs as they were
     time_absolute: bool = True    # launch delay and duration quantised in us (paper eq. 3)
     time_relative: bool = False   # add delay, idle gap before the event and duration relative
     #                               to the trace's own typical values (other GPUs, batch sizes)
@@ -120,8 +124,12 @@ class ModelConfig:
     def with_head(self) -> "ModelConfig":
         """This config with its pattern head's list explicit: () becomes every pattern
         registered now (what a new model is built and trained on, and what its checkpoint
-        stores)."""
-        return self if self.head_patterns else replace(self, head_patterns=pattern_ids())
+        stores); with `summary_split`, its split inputs likewise (`features.SUMMARY_SPLIT`)."""
+        cfg = self if self.head_patterns else replace(self, head_patterns=pattern_ids())
+        if cfg.summary_split and not cfg.split_inputs:
+            from .features import SUMMARY_SPLIT
+            cfg = replace(cfg, split_inputs=SUMMARY_SPLIT)
+        return cfg
 
     def to_dict(self) -> dict:
         """Plain dict (tuples as lists) for checkpoints."""

@@ -63,8 +63,9 @@ DECLARED = {m.id: m.model_as or "not_explained" for m in MECHANISMS
 #: patterns spend inefficiently (`AntiPattern.window_lost` of each `BusyInefficient` pattern:
 #: FP32 matrix math, layout transposes, per-parameter optimizer kernels), shares of the window.
 #: Both read from the account and the registry (no module outside a pattern's own names it),
-#: in their order; a mechanism or busy-time pattern added later widens these inputs, so a
-#: `summary_split` checkpoint is bound to the account and registry it was trained with.
+#: in their order; a checkpoint records the ones it was built with (`ModelConfig.split_inputs`)
+#: and reads those, so a mechanism or busy-time pattern added later widens SUMMARY_SPLIT, not
+#: an existing checkpoint's inputs.
 SPLIT_MECHANISMS = tuple(m.id for m in MECHANISMS if m.model_as)
 BUSY_PATTERNS = tuple(p.id for p in REGISTRY.values() if isinstance(p.account, BusyInefficient))
 SUMMARY_SPLIT = (tuple(f"idle_{m}" for m in SPLIT_MECHANISMS)
@@ -195,9 +196,11 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
     if cfg.summary_idle:
         idle = np.nan_to_num(np.clip(stats[:, [idx[k] for k in SUMMARY_IDLE]], 0.0, 1.0))
         if cfg.summary_split:  # the newer mechanisms out of the ones they declare, on their own
-            split = np.nan_to_num(np.clip(stats[:, [idx[k] for k in SUMMARY_SPLIT]], 0.0, 1.0))
-            for j, m in enumerate(SPLIT_MECHANISMS):
-                idle[:, MODEL_MECHANISMS.index(DECLARED[m])] -= split[:, j]
+            names = split_inputs(cfg)
+            split = np.nan_to_num(np.clip(stats[:, [idx[k] for k in names]], 0.0, 1.0))
+            for j, k in enumerate(names):
+                if k.startswith("idle_"):
+                    idle[:, MODEL_MECHANISMS.index(DECLARED[k[len("idle_"):]])] -= split[:, j]
             idle = np.concatenate([np.clip(idle, 0.0, 1.0), split], axis=1)
         idle = idle.astype(np.float32)
         parts.append(idle)
@@ -206,10 +209,23 @@ def summary(stats: np.ndarray, width_us: float, cfg: ModelConfig) -> np.ndarray:
     return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), np.float32)
 
 
+def split_inputs(cfg: ModelConfig) -> tuple[str, ...]:
+    """The `summary_split` inputs a config reads, in order: those its checkpoint was built
+    with (`ModelConfig.split_inputs`), else SUMMARY_SPLIT of now.  ModelError (one line) for
+    one this traceap no longer measures."""
+    names = cfg.split_inputs or SUMMARY_SPLIT
+    gone = [k for k in names if k not in SUMMARY_SPLIT]
+    if gone:
+        from ..errors import ModelError
+        raise ModelError(f"the model reads {gone[0]!r}, which this traceap does not measure: "
+                         f"retrain it (features.SUMMARY_SPLIT)")
+    return tuple(names)
+
+
 def summary_dim(cfg: ModelConfig) -> int:
     """Width of the per-window summary input under a config."""
     base = SUMMARY_DIM + (len(SUMMARY_EXTRA) if cfg.summary_extra else 0)
-    idle = (len(SUMMARY_IDLE) + (len(SUMMARY_SPLIT) if cfg.summary_split else 0)) \
+    idle = (len(SUMMARY_IDLE) + (len(split_inputs(cfg)) if cfg.summary_split else 0)) \
         * (1 + int(cfg.summary_relative)) if cfg.summary_idle else 0
     return base * (int(cfg.summary_absolute) + int(cfg.summary_relative)) + idle
 
@@ -529,4 +545,4 @@ __all__ = ["HOST_CAP", "HOST_KINDS", "RATIO_SPAN", "REF_KEYS", "STAT_KEYS", "SUM
            "SUMMARY_IDLE", "SUMMARY_SPLIT", "FeatureWork", "TraceFeatures", "UNKNOWN_PLATFORM",
            "batch_arrays",
            "featurize", "featurize_trace", "host_pick", "longest_idle", "platform_of",
-           "quantize_ratio", "quantize_time", "raw_stats", "summary", "summary_dim"]
+           "quantize_ratio", "quantize_time", "raw_stats", "split_inputs", "summary", "summary_dim"]
