@@ -1,0 +1,144 @@
+"""Stacks fitted on each fold's inner validation, read on the fold eval's held-out scores.
+
+    python benchmarks/fold_stack_sweep.py --fold-models benchmarks/out/sp_e \\
+        --scores benchmarks/out/sp_eval/scores.jsonl [--dataset datasets/real]
+
+For every fold K, each stack below is fitted on K's inner-validation scores
+(FOLD_MODELS/K/inner_validation/scores.jsonl, written by `fold_models.py`) and applied to the
+held-out windows of K in the fold eval's scores.jsonl (`traceap eval --folds ... --out`, which
+keeps the model's and the rules' scores per window); printed pooled over the folds: window AUC,
+trace AUC (max), natural-trace window AUC, healthy windows flagged, and the patterns where the
+stack ranks below the rules (each pattern's windows against every clean window, as eval.json's
+per-pattern rows, compared at one decimal).
+
+- `as shipped`: the folds' own hybrid.json (what the fold eval scored);
+- `recipe`: `traceap ship stack`'s fit (the ratio grid, bias raised for the flag);
+- `fewest below`: among the grid's ratios, the one with the fewest patterns below the rules on
+  the inner validation (then window + trace AUC);
+- `ratio R`: the model/expert ratio fixed (for reading only: a choice among these made on the
+  held-out numbers would be a fit on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+
+from traceap._auc import auc
+from traceap.detectors.hybrid import HybridParams
+from traceap.detectors.stack import SHIPPED_RATIO_GRID, fit_stack, flag_bias, warm_of
+from traceap.eval.folds import FoldPlan, dataset_assignment
+
+FIXED = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+LOGIT = HybridParams().logit
+
+
+def read_rows(path: Path, source: dict[str, str], split: str | None = None) -> list[dict]:
+    rows = []
+    for line in path.open():
+        r = json.loads(line)
+        if r["n_windows"] != 100 or (split and r["split"] != split):
+            continue
+        r["labels"] = np.asarray(r["labels"], bool)
+        r["source"] = source.get(r["id"])
+        rows.append(r)
+    return rows
+
+
+def numbers(rows: list[dict], score) -> dict:
+    """Window / trace / natural AUC, healthy flagged share and per-pattern AUC of a score."""
+    y = np.concatenate([r["labels"] for r in rows])
+    s = np.concatenate([score(r) for r in rows])
+    truth = np.array([p for r in rows for p in r["patterns"]], dtype=object)
+    per = {}
+    for p in sorted({x for x in truth if x}):
+        keep = (truth == p) | ~y
+        per[p] = auc((truth == p)[keep], s[keep])
+    nat = [r for r in rows if r["source"] == "natural"]
+    good = [r for r in rows if r["label"] == "good"]
+    return {"window": auc(y, s),
+            "trace": auc([r["label"] == "bad" for r in rows], [float(np.max(score(r))) for r in rows]),
+            "natural": auc(np.concatenate([r["labels"] for r in nat]),
+                           np.concatenate([score(r) for r in nat])) if nat else None,
+            "healthy": float(np.mean([np.mean(score(r) >= 0.5) for r in good])) if good else None,
+            "per": per}
+
+
+def below(m: dict, rules: dict) -> list[tuple[str, float]]:
+    return [(p, round(100 * (v - rules["per"][p]), 1)) for p, v in m["per"].items()
+            if round(100 * v, 1) < round(100 * rules["per"][p], 1)]
+
+
+def combine(params: HybridParams):
+    return lambda r: params.combine(r["scores"]["model"], r["scores"]["expert"])
+
+
+def at_ratio(rows: list[dict], ratio: float) -> HybridParams:
+    """The stack with model/expert ratio fixed, scale and bias by a logistic fit, the bias
+    raised for the flag as `traceap ship stack` does."""
+    x = np.concatenate([ratio * LOGIT(r["scores"]["model"]) + LOGIT(r["scores"]["expert"])
+                        for r in rows])
+    y = np.concatenate([r["labels"] for r in rows]).astype(int)
+    fit = LogisticRegression(C=1.0).fit(x[:, None], y)
+    k = float(fit.coef_[0][0])
+    return flag_bias(HybridParams(ratio * k, k, float(fit.intercept_[0])), rows, (100,),
+                     warm_of(False), say=lambda *_: None)
+
+
+def fewest_below(rows: list[dict]) -> HybridParams:
+    rules = numbers(rows, lambda r: np.asarray(r["scores"]["expert"]))
+    best = None
+    for ratio in SHIPPED_RATIO_GRID:
+        p = at_ratio(rows, ratio)
+        m = numbers(rows, combine(p))
+        key = (-len(below(m, rules)), m["window"] + m["trace"])
+        if best is None or key > best[0]:
+            best = (key, p)
+    return best[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fold-models", type=Path, required=True)
+    ap.add_argument("--scores", type=Path, required=True, help="the fold eval's scores.jsonl")
+    ap.add_argument("--dataset", default="datasets/real")
+    ap.add_argument("--folds", default="benchmarks/real_folds.yaml")
+    args = ap.parse_args()
+
+    plan = FoldPlan.read(args.folds)
+    entries, assignment = dataset_assignment(args.dataset, plan)
+    source = {e.id: e.source for e in entries}
+    folds = [f.name for f in plan.folds]
+    held = read_rows(args.scores, source)
+    inner = {k: read_rows(args.fold_models / k / "inner_validation" / "scores.jsonl", source,
+                          "validation") for k in folds}
+    rules = numbers(held, lambda r: np.asarray(r["scores"]["expert"]))
+
+    def show(name: str, m: dict) -> None:
+        b = below(m, rules)
+        print(f"{name:14s} window {100 * m['window']:.1f}  trace {100 * m['trace']:.1f}  "
+              f"natural {100 * m['natural']:.1f}  healthy flagged {100 * m['healthy']:.1f}%  "
+              f"below the rules on {len(b)}: {b}")
+
+    def stacked(name: str, fitted: dict[str, HybridParams]) -> None:
+        show(name, numbers(held, lambda r: fitted[assignment.fold[r["id"]]].combine(
+            r["scores"]["model"], r["scores"]["expert"])))
+
+    show("rules", rules)
+    show("model", numbers(held, lambda r: np.asarray(r["scores"]["model"])))
+    stacked("as shipped", {k: HybridParams.read(args.fold_models / k / "hybrid.json")
+                           for k in folds})
+    stacked("recipe", {k: fit_stack(inner[k], (100,), grid=SHIPPED_RATIO_GRID, bias=True)
+                       for k in folds})
+    stacked("fewest below", {k: fewest_below(inner[k]) for k in folds})
+    for ratio in FIXED:
+        stacked(f"ratio {ratio:g}", {k: at_ratio(inner[k], ratio) for k in folds})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
