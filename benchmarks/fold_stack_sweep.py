@@ -17,6 +17,9 @@ per-pattern rows, compared at one decimal).
   the inner validation (then window + trace AUC);
 - `ratio R`: the model/expert ratio fixed (for reading only: a choice among these made on the
   held-out numbers would be a fit on them).
+
+`--mix-with FOLD_MODELS2 SCORES2` reads the mean of two candidates' model scores per window
+(the other's inner-validation and held-out scores, the same windows) as one model's.
 """
 
 from __future__ import annotations
@@ -101,12 +104,24 @@ def fewest_below(rows: list[dict]) -> HybridParams:
     return best[1]
 
 
+def mean_model(rows: list[dict], other: list[dict]) -> list[dict]:
+    """The rows with each window's model score averaged with the other rows' (same traces)."""
+    by_id = {r["id"]: r for r in other}
+    out = []
+    for r in rows:
+        m = (np.asarray(r["scores"]["model"]) + np.asarray(by_id[r["id"]]["scores"]["model"])) / 2
+        out.append({**r, "scores": {**r["scores"], "model": m}})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fold-models", type=Path, required=True)
     ap.add_argument("--scores", type=Path, required=True, help="the fold eval's scores.jsonl")
     ap.add_argument("--dataset", default="datasets/real")
     ap.add_argument("--folds", default="benchmarks/real_folds.yaml")
+    ap.add_argument("--mix-with", nargs=2, type=Path, metavar=("FOLD_MODELS2", "SCORES2"),
+                    help="average the model scores with a second candidate's")
     args = ap.parse_args()
 
     plan = FoldPlan.read(args.folds)
@@ -116,6 +131,11 @@ def main() -> int:
     held = read_rows(args.scores, source)
     inner = {k: read_rows(args.fold_models / k / "inner_validation" / "scores.jsonl", source,
                           "validation") for k in folds}
+    if args.mix_with:
+        other_models, other_scores = args.mix_with
+        held = mean_model(held, read_rows(other_scores, source))
+        inner = {k: mean_model(v, read_rows(other_models / k / "inner_validation" / "scores.jsonl",
+                                            source, "validation")) for k, v in inner.items()}
     rules = numbers(held, lambda r: np.asarray(r["scores"]["expert"]))
 
     def show(name: str, m: dict) -> None:
@@ -130,8 +150,9 @@ def main() -> int:
 
     show("rules", rules)
     show("model", numbers(held, lambda r: np.asarray(r["scores"]["model"])))
-    stacked("as shipped", {k: HybridParams.read(args.fold_models / k / "hybrid.json")
-                           for k in folds})
+    if not args.mix_with:
+        stacked("as shipped", {k: HybridParams.read(args.fold_models / k / "hybrid.json")
+                               for k in folds})
     stacked("recipe", {k: fit_stack(inner[k], (100,), grid=SHIPPED_RATIO_GRID, bias=True)
                        for k in folds})
     stacked("fewest below", {k: fewest_below(inner[k]) for k in folds})
