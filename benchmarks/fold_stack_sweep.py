@@ -29,15 +29,13 @@ import json
 from pathlib import Path
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
 
 from traceap._auc import auc
 from traceap.detectors.hybrid import HybridParams
-from traceap.detectors.stack import SHIPPED_RATIO_GRID, fit_stack, flag_bias, warm_of
+from traceap.detectors.stack import SHIPPED_RATIO_GRID, fit_stack, report
 from traceap.eval.folds import FoldPlan, dataset_assignment
 
 FIXED = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-LOGIT = HybridParams().logit
 
 
 def read_rows(path: Path, source: dict[str, str], split: str | None = None) -> list[dict]:
@@ -53,7 +51,8 @@ def read_rows(path: Path, source: dict[str, str], split: str | None = None) -> l
 
 
 def numbers(rows: list[dict], score) -> dict:
-    """Window / trace / natural AUC, healthy flagged share and per-pattern AUC of a score."""
+    """`traceap.detectors.stack.report` of a score (window / natural / trace AUC, healthy
+    flagged share) and its per-pattern window AUC ("per")."""
     y = np.concatenate([r["labels"] for r in rows])
     s = np.concatenate([score(r) for r in rows])
     truth = np.array([p for r in rows for p in r["patterns"]], dtype=object)
@@ -61,14 +60,7 @@ def numbers(rows: list[dict], score) -> dict:
     for p in sorted({x for x in truth if x}):
         keep = (truth == p) | ~y
         per[p] = auc((truth == p)[keep], s[keep])
-    nat = [r for r in rows if r["source"] == "natural"]
-    good = [r for r in rows if r["label"] == "good"]
-    return {"window": auc(y, s),
-            "trace": auc([r["label"] == "bad" for r in rows], [float(np.max(score(r))) for r in rows]),
-            "natural": auc(np.concatenate([r["labels"] for r in nat]),
-                           np.concatenate([score(r) for r in nat])) if nat else None,
-            "healthy": float(np.mean([np.mean(score(r) >= 0.5) for r in good])) if good else None,
-            "per": per}
+    return {**report(rows, score), "per": per}
 
 
 def below(m: dict, rules: dict) -> list[tuple[str, float]]:
@@ -81,15 +73,9 @@ def combine(params: HybridParams):
 
 
 def at_ratio(rows: list[dict], ratio: float) -> HybridParams:
-    """The stack with model/expert ratio fixed, scale and bias by a logistic fit, the bias
+    """The stack with model/expert ratio fixed: `fit_stack` over a one-ratio grid, the bias
     raised for the flag as `traceap ship stack` does."""
-    x = np.concatenate([ratio * LOGIT(r["scores"]["model"]) + LOGIT(r["scores"]["expert"])
-                        for r in rows])
-    y = np.concatenate([r["labels"] for r in rows]).astype(int)
-    fit = LogisticRegression(C=1.0).fit(x[:, None], y)
-    k = float(fit.coef_[0][0])
-    return flag_bias(HybridParams(ratio * k, k, float(fit.intercept_[0])), rows, (100,),
-                     warm_of(False), say=lambda *_: None)
+    return fit_stack(rows, (100,), grid=(ratio,), bias=True)
 
 
 def fewest_below(rows: list[dict]) -> HybridParams:
@@ -98,7 +84,7 @@ def fewest_below(rows: list[dict]) -> HybridParams:
     for ratio in SHIPPED_RATIO_GRID:
         p = at_ratio(rows, ratio)
         m = numbers(rows, combine(p))
-        key = (-len(below(m, rules)), m["window"] + m["trace"])
+        key = (-len(below(m, rules)), m["window_auc"] + m["trace_auc_max"])
         if best is None or key > best[0]:
             best = (key, p)
     return best[1]
@@ -140,8 +126,8 @@ def main() -> int:
 
     def show(name: str, m: dict) -> None:
         b = below(m, rules)
-        print(f"{name:14s} window {100 * m['window']:.1f}  trace {100 * m['trace']:.1f}  "
-              f"natural {100 * m['natural']:.1f}  healthy flagged {100 * m['healthy']:.1f}%  "
+        print(f"{name:14s} window {100 * m['window_auc']:.1f}  trace {100 * m['trace_auc_max']:.1f}  "
+              f"natural {100 * m['natural_auc']:.1f}  healthy flagged {100 * m['healthy_flagged']:.1f}%  "
               f"below the rules on {len(b)}: {b}")
 
     def stacked(name: str, fitted: dict[str, HybridParams]) -> None:
