@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import typer
 
@@ -58,7 +59,18 @@ def exit_code() -> int:
 
 
 def stopped(what: str) -> None:
-    """One line for a stopped command and the shell's code for the signal."""
+    """One line for a stopped command and the shell's code for the signal, at once.
+
+    Called once the command has removed what it had half written.  The process then ends
+    without the interpreter's teardown: that joins what the stop left behind (a DataLoader's
+    workers and its fd-sharing threads, multiprocessing's children), and on a loaded machine
+    a worker killed in a hand-over kept a stopped sweep alive past 30 s after this line.  The
+    workers got the signal too (or see their parent gone), so nothing outlives it for long."""
     name = signal.Signals(_received[0]).name if _received else "SIGINT"
     typer.echo(f"traceap: interrupted ({name}); {what}", err=True)
-    raise typer.Exit(exit_code())
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(exit_code())
