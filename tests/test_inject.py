@@ -356,6 +356,52 @@ def test_grad_accum_label_claims_only_what_no_sync_gives_back(path, tmp_path):
     assert far <= rounds, (far, rounds)
 
 
+def test_a_capped_plant_is_labelled_with_the_idle_it_added_net():
+    """`_net_caps`: a capped instance (grad_accum's round) may label later waits only up to the
+    idle it added after it, net of the base's gaps that shrank, and not counting the gaps its
+    own label already holds; the next instance's stretch is not its.  Uncapped instances keep
+    every gap that grew."""
+    from traceap.inject.core import _net_caps
+    from traceap.inject.mechanisms.base import Instance
+    capped = Instance([], lambda f: [], max_caused_us=500.0)
+    capped.intervals = [(0.0, 40.0)]
+    free = Instance([], lambda f: [])
+    nxt = Instance([], lambda f: [], max_caused_us=500.0)
+    at = np.array([30.0, 100.0, 200.0, 300.0, 1100.0])      # gap ends (kernel starts)
+    gap = np.array([25.0, 50.0, 10.0, 60.0, 80.0])          # the idle before each kernel
+    change = np.array([20.0, 50.0, -70.0, 40.0, 80.0])      # against the base
+    left = {id(capped): 500.0, id(free): None, id(nxt): 500.0}
+    _net_caps(left, [(0.0, capped), (1000.0, nxt), (2000.0, free)], at, gap, change)
+    # 20 + 50 - 70 + 40, less the 20 its own label holds; the 80 after 1000 is the next one's
+    assert left[id(capped)] == pytest.approx(20.0)
+    assert left[id(nxt)] == pytest.approx(80.0) and left[id(free)] is None
+    left = {id(capped): 15.0}
+    _net_caps(left, [(0.0, capped)], at, gap, change)
+    assert left[id(capped)] == pytest.approx(15.0)            # the plant's own cap first
+    left = {id(capped): 500.0}
+    _net_caps(left, [(0.0, capped)], at[:3], gap[:3], np.array([20.0, 10.0, -70.0]))
+    assert left[id(capped)] == 0.0                             # it added nothing there, net
+
+
+@needs_shared
+def test_a_round_where_the_base_idled_anyway_labels_no_later_wait():
+    """HTA's TorchRec rank idles 81% of its span: a planted round runs where its GPU idled
+    anyway and adds no idle (the idle account's total is the base's), so its fix gives back no
+    later wait.  The label held 50 ms of such waits more than 5 ms from any round, counting
+    the gaps that grew and not the ones that shrank."""
+    from traceap import idle
+    o = inject_one(Base.of(Doc(TORCHREC), TORCHREC.name), "grad_accum_allreduce",
+                   np.random.default_rng([7, 13]))
+    tr = load_bytes(o.data, "torchrec.json")
+    added = idle.measure(tr).total_us - idle.measure(traceap.load(TORCHREC)).total_us
+    assert abs(added) < 1000.0
+    wasted = accumulation(tr).wasted
+    ns, ne = merged_intervals(tr.ts[wasted] - 5000.0, tr.end[wasted] + 5000.0)
+    far = sum((b - a) - float(np.clip(np.minimum(ne, b) - np.maximum(ns, a), 0, None).sum())
+              for a, b in o.anomalies)
+    assert far == pytest.approx(0.0, abs=1.0)
+
+
 @pytest.mark.parametrize("path", [SAMPLE, pytest.param(TORCHREC, marks=needs_shared)],
                          ids=["dlrm_sample", "hta_torchrec"])
 def test_a_sync_waits_only_for_a_stream_it_outlasted(path):

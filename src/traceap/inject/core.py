@@ -280,6 +280,7 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
                     key=lambda x: x[0])
     firsts = np.array([s for s, _ in starts])
     left = {id(inst): inst.max_caused_us for inst in instances}
+    _net_caps(left, starts, new_ts[k] - t0, out_gap, out_gap - base_gap)
     caused: dict[int, list] = {id(inst): [] for inst in instances}
     # in time order: a capped instance's budget goes to the waits right after it
     for i in grown[np.argsort(new_ts[k[grown]], kind="stable")].tolist():
@@ -302,6 +303,29 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
         caused[id(inst)].append((float(a), float(b)))
     for inst in instances:
         inst.intervals.extend(_merge_caused(caused[id(inst)]))
+
+
+def _net_caps(left: dict, starts: list, at: np.ndarray, gap: np.ndarray,
+              change: np.ndarray) -> None:
+    """Lower each capped instance's budget (`Instance.max_caused_us`) to the idle it added
+    later, net: the change of the gaps before the base kernels from its start to the next
+    instance's (grown ones less shrunk ones), less the growth of those its own label reaches
+    into.  A plant whose host delay only moves the base's own later gaps (a `loss.item()` that
+    drains the device with or without grad_accum's round: the relaunch after it comes as late
+    either way), or lands where the base's GPU idled anyway, adds no idle there, and the gaps
+    that grew are offset by gaps that shrank: its fix gives back nothing of them.  Uncapped
+    instances keep every gap that grew."""
+    for j, (first, inst) in enumerate(starts):
+        if left[id(inst)] is None:
+            continue
+        end = starts[j + 1][0] if j + 1 < len(starts) else np.inf
+        here = (at >= first) & (at < end)
+        own = np.zeros(len(at), dtype=bool)
+        for x, y in inst.intervals:  # as `_add_caused_idle` skips them
+            own |= (x < at + 1e-6) & (at - gap < y)
+        own &= here
+        net = float(change[here].sum()) - float(np.clip(change[own], 0.0, None).sum())
+        left[id(inst)] = min(left[id(inst)], max(net, 0.0))
 
 
 def _merge_caused(gaps: list) -> list:

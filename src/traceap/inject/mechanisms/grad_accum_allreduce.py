@@ -13,7 +13,9 @@ MB of gradients, and its own final micro-step (a marker, then the final round la
 the forward, not labelled: that communication is needed).  The planted micro-step's compute is
 not planted (the fix keeps it).  Label: where the GPU waits while the host waits for the round,
 and later waits it caused up to the round's length (what the fix gives back; not the drain of a
-deep queue by the `loss.item()`, which `no_sync` keeps).
+deep queue by the `loss.item()`, which `no_sync` keeps) and up to the idle the plant added after
+it, net (`inject.core._net_caps`: where the host's delay only moves the base's own gaps, or the
+round runs where the base idled anyway, the gaps that grew are offset by gaps that shrank).
 """
 
 from __future__ import annotations
