@@ -18,8 +18,9 @@ Time lost: the finding's `time_lost_us` on the planted trace less the one on the
 base may hold the pattern naturally).  Prints per pattern the number of plants, the share found
 (a finding of any severity) and found at medium/high severity, the median / quartiles of time
 lost / cost over the plants found (issue 34's target, "time lost of planted findings": median
-within +-30% of 1) and the median over every plant (a plant not found counts 0); writes DIR/planted_cost.json
-with one row per plant.
+within +-30% of 1) and the median over every plant (a plant not found counts 0), and the plant's
+own label length / cost (median, and the share over 1.5x: a label that claims idle its plant did
+not add); writes DIR/planted_cost.json with one row per plant.
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ NEW = ("no_mixed_precision", "no_channels_last", "unfused_optimizer", "allocator
 
 def _label_us(entry, pattern: str) -> float:
     return float(sum(a.end_us - a.start_us for a in entry.anomalies if a.pattern == pattern))
+
+
+def _label_share(sel: list[dict]) -> str:
+    """Median label length / cost of the plants, and the share labelled with over 1.5x the
+    cost ('-' for rows written before the label was kept).  A label longer than the idle its
+    plant added marks time the fix does not give back (consecutive caused gaps join into one
+    label while half of it is waiting, so up to 2x is by construction)."""
+    r = [x["label_us"] / x["cost_us"] for x in sel if x.get("label_us") is not None]
+    if not r:
+        return f"{'-':>10s} {'-':>6s}"
+    return f"{np.median(r):10.2f} {100 * np.mean(np.array(r) > 1.5):5.0f}%"
 
 
 def _lost(a, pattern: str) -> tuple[float, str | None]:
@@ -92,12 +104,13 @@ def main(argv=None) -> int:
         lost -= _lost(b_an, p)[0]
         rows.append({"id": e.id, "split": e.split, "base": e.base, "pattern": p,
                      "cost_us": cost, "lost_us": lost, "severity": sev,
-                     "ratio": lost / cost if cost > 0 else None})
+                     "ratio": lost / cost if cost > 0 else None, "label_us": _label_us(e, p)})
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(plants)} plants ({time.time() - t0:.0f} s)", flush=True)
     print(f"{len(rows)} plants, {time.time() - t0:.0f} s")
     print(f"{'pattern':22s} {'split':12s} {'plants':>6s} {'found':>6s} {'med+':>5s} "
-          f"{'median':>7s} {'q25':>6s} {'q75':>6s} {'all':>6s}  {'cost ms (median)':>16s}")
+          f"{'median':>7s} {'q25':>6s} {'q75':>6s} {'all':>6s}  {'cost ms (median)':>16s} "
+          f"{'label/cost':>10s} {'>1.5x':>6s}")
     for p in wanted:
         for s in splits + ["all"]:
             sel = [r for r in rows if r["pattern"] == p and (s == "all" or r["split"] == s)
@@ -112,7 +125,8 @@ def main(argv=None) -> int:
             print(f"{p:22s} {s:12s} {len(sel):6d} {100 * len(found) / len(sel):5.0f}% "
                   f"{100 * serious:4.0f}% {np.median(r):7.2f} {np.quantile(r, .25):6.2f} "
                   f"{np.quantile(r, .75):6.2f} {np.median(every):6.2f}  "
-                  f"{np.median([x['cost_us'] for x in sel]) / 1e3:16.2f}")
+                  f"{np.median([x['cost_us'] for x in sel]) / 1e3:16.2f} "
+                  f"{_label_share(sel)}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "planted_cost.json").write_text(json.dumps(rows, indent=1))
