@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from traceap._auc import auc
 from traceap.detectors.hybrid import HybridParams
 from traceap.detectors.stack import SHIPPED_RATIO_GRID, fit_stack, report
 from traceap.eval.folds import FoldPlan, dataset_assignment
+from traceap.eval.metrics import pattern_aucs
 
 FIXED = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 
@@ -56,11 +56,8 @@ def numbers(rows: list[dict], score) -> dict:
     y = np.concatenate([r["labels"] for r in rows])
     s = np.concatenate([score(r) for r in rows])
     truth = np.array([p for r in rows for p in r["patterns"]], dtype=object)
-    per = {}
-    for p in sorted({x for x in truth if x}):
-        keep = (truth == p) | ~y
-        per[p] = auc((truth == p)[keep], s[keep])
-    return {**report(rows, score), "per": per}
+    per = pattern_aucs(truth, s, ~y, sorted({x for x in truth if x}))
+    return {**report(rows, score), "per": {p: a for p, (a, _) in per.items()}}
 
 
 def below(m: dict, rules: dict) -> list[tuple[str, float]]:

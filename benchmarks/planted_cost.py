@@ -20,7 +20,8 @@ base may hold the pattern naturally).  Prints per pattern the number of plants, 
 lost / cost over the plants found (issue 34's target, "time lost of planted findings": median
 within +-30% of 1) and the median over every plant (a plant not found counts 0), and the plant's
 own label length / cost (median, and the share over 1.5x: a label that claims idle its plant did
-not add); writes DIR/planted_cost.json with one row per plant.
+not add); writes DIR/planted_cost.json with one row per plant (a folder it stamps, as traceap's
+commands do: a planted_cost.json it did not write is never replaced).
 """
 
 from __future__ import annotations
@@ -39,10 +40,16 @@ sys.path.insert(0, str(REPO / "src"))
 from traceap import idle  # noqa: E402
 from traceap.analysis import analyze  # noqa: E402
 from traceap.load import load  # noqa: E402
+from traceap.errors import OutputError  # noqa: E402
 from traceap.manifest import read_manifest, trace_path  # noqa: E402
+from traceap.outputs import Owner, claim  # noqa: E402
 
 #: Plants that keep the GPU busy: their cost is the planted labels' length.
 LABEL_COST = ("no_mixed_precision", "no_channels_last")
+#: --out: a folder of its own runs (any rerun replaces them), beside files of others.
+OWNER = Owner("planted_cost.py", stamp=".planted-cost.json",
+              schema="traceap.bench.planted_cost/v1", rerun="any", foreign_ok=True)
+ROWS = "planted_cost.json"
 NEW = ("no_mixed_precision", "no_channels_last", "unfused_optimizer", "allocator_churn",
        "recompilation", "grad_accum_allreduce", "dataparallel", "cpu_tensor_init")
 
@@ -75,6 +82,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--rows", type=Path, help="re-print the table from an earlier planted_cost.json")
     args = ap.parse_args(argv)
+    try:
+        out = claim(args.out, OWNER, planned=[ROWS]) if args.out else None
+    except OutputError as exc:
+        print(f"planted_cost.py: {exc}", file=sys.stderr)
+        return 2
     splits = args.split.split(",")
     wanted = args.patterns.split(",")
     entries = [e for e in read_manifest(args.dataset) if e.split in splits]
@@ -127,9 +139,10 @@ def main(argv=None) -> int:
                   f"{np.quantile(r, .75):6.2f} {np.median(every):6.2f}  "
                   f"{np.median([x['cost_us'] for x in sel]) / 1e3:16.2f} "
                   f"{_label_share(sel)}")
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "planted_cost.json").write_text(json.dumps(rows, indent=1))
+    if out is not None:
+        out.begin([ROWS])
+        (args.out / ROWS).write_text(json.dumps(rows, indent=1))
+        out.finish([ROWS])
     return 0
 
 

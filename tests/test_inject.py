@@ -336,24 +336,33 @@ TORCHREC = (SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis"
 
 @pytest.mark.parametrize("path", [SAMPLE, pytest.param(TORCHREC, marks=needs_shared)],
                          ids=["dlrm_sample", "hta_torchrec"])
-def test_grad_accum_label_claims_only_what_no_sync_gives_back(path, tmp_path):
+def test_grad_accum_label_claims_only_what_no_sync_gives_back(path):
     """`no_sync` removes a micro-step's all-reduce round, not its `loss.item()`: behind a deep
     queue that sync drains the queue and everything after starts late, a wait the fix keeps.  The
     label away from the wasted all-reduces (the wait the plant caused later) holds at most the
     rounds' length.  It took every later wait: on the TorchRec rank 936 ms of label lay more
     than 5 ms from any wasted all-reduce against 127 ms of rounds, on the sample 56 ms vs 33."""
-    o = inject_one(Base.of(Doc(path), path.name), "grad_accum_allreduce",
-                   np.random.default_rng([7, 13]))
-    f = tmp_path / "grad_accum.json"
-    f.write_bytes(o.data)
-    tr = traceap.load(f)
+    o, tr = _grad_accum_plant(path)
     wasted = accumulation(tr).wasted
     assert len(wasted) and o.n_instances >= 2
     rounds = float((tr.end[wasted] - tr.ts[wasted]).sum())
-    ns, ne = merged_intervals(tr.ts[wasted] - 5000.0, tr.end[wasted] + 5000.0)
-    far = sum((b - a) - float(np.clip(np.minimum(ne, b) - np.maximum(ns, a), 0, None).sum())
-              for a, b in o.anomalies)
+    far = _label_far_from_rounds(tr, o.anomalies)
     assert far <= rounds, (far, rounds)
+
+
+def _grad_accum_plant(path):
+    """(the injection, its trace) of grad_accum_allreduce planted into `path`."""
+    o = inject_one(Base.of(Doc(path), path.name), "grad_accum_allreduce",
+                   np.random.default_rng([7, 13]))
+    return o, load_bytes(o.data, "grad_accum.json")
+
+
+def _label_far_from_rounds(tr, anomalies) -> float:
+    """Label time (us) more than 5 ms from any wasted all-reduce: the later waits."""
+    wasted = accumulation(tr).wasted
+    ns, ne = merged_intervals(tr.ts[wasted] - 5000.0, tr.end[wasted] + 5000.0)
+    return sum((b - a) - float(np.clip(np.minimum(ne, b) - np.maximum(ns, a), 0, None).sum())
+               for a, b in anomalies)
 
 
 def test_a_capped_plant_is_labelled_with_the_idle_it_added_net():
@@ -390,16 +399,10 @@ def test_a_round_where_the_base_idled_anyway_labels_no_later_wait():
     later wait.  The label held 50 ms of such waits more than 5 ms from any round, counting
     the gaps that grew and not the ones that shrank."""
     from traceap import idle
-    o = inject_one(Base.of(Doc(TORCHREC), TORCHREC.name), "grad_accum_allreduce",
-                   np.random.default_rng([7, 13]))
-    tr = load_bytes(o.data, "torchrec.json")
+    o, tr = _grad_accum_plant(TORCHREC)
     added = idle.measure(tr).total_us - idle.measure(traceap.load(TORCHREC)).total_us
     assert abs(added) < 1000.0
-    wasted = accumulation(tr).wasted
-    ns, ne = merged_intervals(tr.ts[wasted] - 5000.0, tr.end[wasted] + 5000.0)
-    far = sum((b - a) - float(np.clip(np.minimum(ne, b) - np.maximum(ns, a), 0, None).sum())
-              for a, b in o.anomalies)
-    assert far == pytest.approx(0.0, abs=1.0)
+    assert _label_far_from_rounds(tr, o.anomalies) == pytest.approx(0.0, abs=1.0)
 
 
 @pytest.mark.parametrize("path", [SAMPLE, pytest.param(TORCHREC, marks=needs_shared)],

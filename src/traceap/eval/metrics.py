@@ -63,4 +63,19 @@ def runs(flags: np.ndarray) -> int:
     return int(f[0]) + int(np.count_nonzero(f[1:] & ~f[:-1]))
 
 
-__all__ = ["NO_PATTERN", "accuracy", "auc", "confusion", "mean_defined", "roc", "runs"]
+def pattern_aucs(truth: np.ndarray, scores: np.ndarray, clean: np.ndarray,
+                 patterns: Sequence[str]) -> dict[str, tuple[float | None, int]]:
+    """Per pattern of `patterns` with windows (`truth`: each window's pattern or None): window
+    AUC of its windows against every clean window, and its window count.  Windows of other
+    patterns are left out, so each pattern is ranked against the same healthy background."""
+    out = {}
+    for p in patterns:
+        pos = truth == p
+        if pos.any():
+            keep = pos | clean
+            out[p] = (auc(pos[keep], scores[keep]), int(pos.sum()))
+    return out
+
+
+__all__ = ["NO_PATTERN", "accuracy", "auc", "confusion", "mean_defined", "pattern_aucs", "roc",
+           "runs"]

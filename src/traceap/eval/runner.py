@@ -436,13 +436,8 @@ class EvalResult:
         truth = np.array([p for r in recs for p in r.patterns], dtype=object)
         scores = np.concatenate([r.scores[name] for r in recs])
         clean = np.concatenate([~r.labels for r in recs])
-        out = {}
-        for p in pattern_ids():
-            pos = truth == p
-            if pos.any():
-                keep = pos | clean
-                out[p] = {"auc": metrics.auc(pos[keep], scores[keep]), "n_windows": int(pos.sum())}
-        return out
+        return {p: {"auc": a, "n_windows": n}
+                for p, (a, n) in metrics.pattern_aucs(truth, scores, clean, pattern_ids()).items()}
 
     def _trace_level(self, n: int, name: str) -> dict:
         recs = self.of(n)

@@ -279,17 +279,18 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     starts = sorted(((min(b.t0 for b in inst.blocks), inst) for inst in instances),
                     key=lambda x: x[0])
     firsts = np.array([s for s, _ in starts])
+    at = new_ts[k] - t0
     left = {id(inst): inst.max_caused_us for inst in instances}
-    _net_caps(left, starts, new_ts[k] - t0, out_gap, out_gap - base_gap)
+    _net_caps(left, starts, at, out_gap, out_gap - base_gap)
+    # a gap an instance's label already reaches into is that instance's wait
+    labelled = _in_labels(at, out_gap, [iv for inst in instances for iv in inst.intervals])
     caused: dict[int, list] = {id(inst): [] for inst in instances}
     # in time order: a capped instance's budget goes to the waits right after it
-    for i in grown[np.argsort(new_ts[k[grown]], kind="stable")].tolist():
-        b = new_ts[k[i]] - t0
-        a = b - (out_gap[i] - base_gap[i])
-        # a gap an instance's label already reaches into is that instance's wait
-        if any(x < b + 1e-6 and b - out_gap[i] < y for inst in instances
-               for x, y in inst.intervals):
+    for i in grown[np.argsort(at[grown], kind="stable")].tolist():
+        if labelled[i]:
             continue
+        b = at[i]
+        a = b - (out_gap[i] - base_gap[i])
         j = int(np.searchsorted(firsts, a + 1e-6, side="right")) - 1
         if j < 0:
             continue
@@ -303,6 +304,14 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
         caused[id(inst)].append((float(a), float(b)))
     for inst in instances:
         inst.intervals.extend(_merge_caused(caused[id(inst)]))
+
+
+def _in_labels(at: np.ndarray, gap: np.ndarray, intervals: list) -> np.ndarray:
+    """Per idle gap (ending at `at`, `gap` long): whether one of `intervals` reaches into it."""
+    hit = np.zeros(len(at), dtype=bool)
+    for x, y in intervals:
+        hit |= (x < at + 1e-6) & (at - gap < y)
+    return hit
 
 
 def _net_caps(left: dict, starts: list, at: np.ndarray, gap: np.ndarray,
@@ -320,10 +329,7 @@ def _net_caps(left: dict, starts: list, at: np.ndarray, gap: np.ndarray,
             continue
         end = starts[j + 1][0] if j + 1 < len(starts) else np.inf
         here = (at >= first) & (at < end)
-        own = np.zeros(len(at), dtype=bool)
-        for x, y in inst.intervals:  # as `_add_caused_idle` skips them
-            own |= (x < at + 1e-6) & (at - gap < y)
-        own &= here
+        own = here & _in_labels(at, gap, inst.intervals)
         net = float(change[here].sum()) - float(np.clip(change[own], 0.0, None).sum())
         left[id(inst)] = min(left[id(inst)], max(net, 0.0))
 
