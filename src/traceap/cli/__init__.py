@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from ..errors import TraceapError
+from ..errors import TraceapError, raised_by_a_stop
 from . import _help
 
 # Libraries loaded on demand must not draw on stderr: the text encoder's weights load with a
@@ -81,6 +81,10 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
         if os.environ.get("TRACEAP_DEBUG"):
             raise
+        if raised_by_a_stop(exc):  # a library's clean-up failing under a stop is the stop
+            from ._stop import exit_code
+            typer.echo("traceap: interrupted", err=True)
+            sys.exit(exit_code())
         typer.echo(f"traceap: internal error: {type(exc).__name__}: {exc} "
                    f"(set TRACEAP_DEBUG=1 for the traceback)", err=True)
         sys.exit(1)

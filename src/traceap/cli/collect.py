@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import TraceapError
+from ..errors import TraceapError, raised_by_a_stop
 from ._stop import interrupt_here, stop_on_signals, stopped  # noqa: F401 (interrupt_here: tests)
 
 
@@ -70,8 +70,10 @@ def collect(
         _say_device(chosen, p.device)
         try:
             res = run_plan(p, echo=typer.echo)
-        except KeyboardInterrupt:
-            stopped("rerun the same command to record the rest")
+        except BaseException as exc:
+            if raised_by_a_stop(exc):
+                stopped("rerun the same command to record the rest")
+            raise
         typer.echo(f"plan: {len(res.recorded)} recorded, {len(res.existing)} already there, "
                    f"{len(res.unavailable)} skipped (not possible here), "
                    f"{len(res.failed)} failed -> {p.out}")
@@ -88,8 +90,10 @@ def collect(
     _say_device(chosen, device)
     try:
         rec = record(cfg)
-    except KeyboardInterrupt:
-        stopped("nothing of this recording was kept")
+    except BaseException as exc:
+        if raised_by_a_stop(exc):
+            stopped("nothing of this recording was kept")
+        raise
     for note in rec.notes:
         typer.echo(f"traceap: {note}", err=True)
     e = rec.entry

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from ..errors import TraceapError
+from ..errors import TraceapError, raised_by_a_stop
 from .causes import PatternUnavailable, parse_patterns
 from .runner import CollectConfig, collect, entry_id, existing_ids, prepare_out
 
@@ -217,6 +217,8 @@ def run_plan(plan: Plan, echo: Callable[[str], None] = print,
         try:
             rec = recorder(cfg)
         except (TraceapError, RuntimeError) as exc:
+            if raised_by_a_stop(exc):  # the stop itself, not a failed recording: end the sweep
+                raise KeyboardInterrupt from exc
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             result.failed.append((eid, msg))
             todo.pop(i - 1, None)
