@@ -265,7 +265,8 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     A stall the backlog hid still delays the host, so the next step's work starts later
     and the GPU waits there; that wait is the plant's too.  It is found as the growth of the
     idle gap before each base kernel, compared with the base, and given to the instance
-    planted last before it.
+    planted last before it, the earliest first, up to the idle that instance added net
+    (`_net_caps`): no label claims more idle than its fix gives back.
     """
     k, base_gap = _base_gaps(base)
     instances = [inst for inst in instances if inst.causes_wait]
@@ -285,7 +286,7 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
     # a gap an instance's label already reaches into is that instance's wait
     labelled = _in_labels(at, out_gap, [iv for inst in instances for iv in inst.intervals])
     caused: dict[int, list] = {id(inst): [] for inst in instances}
-    # in time order: a capped instance's budget goes to the waits right after it
+    # in time order: an instance's budget goes to the waits right after it
     for i in grown[np.argsort(at[grown], kind="stable")].tolist():
         if labelled[i]:
             continue
@@ -296,11 +297,10 @@ def _add_caused_idle(base: Base, instances: list, new_ts, new_end) -> None:
             continue
         inst = starts[j][1]
         cap = left[id(inst)]
-        if cap is not None:
-            if cap <= 0:
-                continue
-            b = min(b, a + cap)  # the start of the wait: the delay the fix removes comes first
-            left[id(inst)] = cap - (b - a)
+        if cap <= 0:
+            continue
+        b = min(b, a + cap)  # the start of the wait: the delay the fix removes comes first
+        left[id(inst)] = cap - (b - a)
         caused[id(inst)].append((float(a), float(b)))
     for inst in instances:
         inst.intervals.extend(_merge_caused(caused[id(inst)]))
@@ -316,22 +316,21 @@ def _in_labels(at: np.ndarray, gap: np.ndarray, intervals: list) -> np.ndarray:
 
 def _net_caps(left: dict, starts: list, at: np.ndarray, gap: np.ndarray,
               change: np.ndarray) -> None:
-    """Lower each capped instance's budget (`Instance.max_caused_us`) to the idle it added
-    later, net: the change of the gaps before the base kernels from its start to the next
-    instance's (grown ones less shrunk ones), less the growth of those its own label reaches
-    into.  A plant whose host delay only moves the base's own later gaps (a `loss.item()` that
-    drains the device with or without grad_accum's round: the relaunch after it comes as late
-    either way), or lands where the base's GPU idled anyway, adds no idle there, and the gaps
-    that grew are offset by gaps that shrank: its fix gives back nothing of them.  Uncapped
-    instances keep every gap that grew."""
+    """Set each instance's budget of caused wait to the idle it added later, net: the change of
+    the gaps before the base kernels from its start to the next instance's (grown ones less
+    shrunk ones), less the growth of those its own label reaches into; never above its own cap
+    (`Instance.max_caused_us`).  A plant whose host delay only moves the base's own later gaps
+    (a `loss.item()` that drains the device with or without grad_accum's round: the relaunch
+    after it comes as late either way; a DataParallel scatter on a rank whose GPU idles most of
+    each step), or lands where the base's GPU idled anyway, adds no idle there, and the gaps
+    that grew are offset by gaps that shrank: its fix gives back nothing of them."""
     for j, (first, inst) in enumerate(starts):
-        if left[id(inst)] is None:
-            continue
         end = starts[j + 1][0] if j + 1 < len(starts) else np.inf
         here = (at >= first) & (at < end)
         own = here & _in_labels(at, gap, inst.intervals)
-        net = float(change[here].sum()) - float(np.clip(change[own], 0.0, None).sum())
-        left[id(inst)] = min(left[id(inst)], max(net, 0.0))
+        net = max(float(change[here].sum()) - float(np.clip(change[own], 0.0, None).sum()), 0.0)
+        cap = left[id(inst)]
+        left[id(inst)] = net if cap is None else min(cap, net)
 
 
 def _merge_caused(gaps: list) -> list:

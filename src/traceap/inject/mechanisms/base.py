@@ -228,9 +228,10 @@ class Instance:
     #: its too; False for plants that only make GPU work slower (FP32 kernels, transposes).
     causes_wait: bool = True
     #: The most caused wait (us, summed) the instance may be labelled with, the earliest first;
-    #: None: no cap.  A plant whose fix removes only part of what it delays (grad_accum's round,
-    #: not the `loss.item()` beside it that drains the queue) caps it at that part; a capped
-    #: instance is also held to the idle it added after it, net (`core._net_caps`).
+    #: None: no cap of its own.  A plant whose fix removes only part of what it delays
+    #: (grad_accum's round, not the `loss.item()` beside it that drains the queue) caps it at
+    #: that part.  Every instance is also held to the idle it added after it, net
+    #: (`core._net_caps`).
     max_caused_us: float | None = None
     #: (first row, last row, name): cpu_op ranges over runs of base rows, placed once those
     #: rows have moved (a graph break's compiled regions).
