@@ -192,6 +192,30 @@ def test_a_burst_of_item_calls_after_a_deep_queue_is_a_copy_habit_not_launch_bou
     assert mine["not_explained"] <= 0.01 * total
 
 
+def test_small_collectives_are_charged_the_host_calls_between_them(tmp_path):
+    """Many small all-reduces planted into the DLRM sample: between two of their kernels the GPU
+    waits while the host is in the c10d call that launches the next one.  The account gave
+    only the kernels' time to `small_nccl` (41% of the label's idle; 0.41 of the idle the plants
+    add on every base of the benchmark) and the calls' gaps to launch_bound (55%).  Bucketing
+    removes both, so both are the pattern's time lost."""
+    from traceap.inject.core import inject_one
+    from traceap.inject.edit import Doc
+    from traceap.inject.mechanisms import Base
+    from .conftest import SAMPLE
+    o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), "small_nccl_kernels",
+                   np.random.default_rng([7, 0]))
+    f = tmp_path / "planted.json"
+    f.write_bytes(o.data)
+    acc = idle.measure(traceap.load(f))
+    s, e = merged_intervals(np.array([a for a, _ in o.anomalies]),
+                            np.array([b for _, b in o.anomalies]))
+    mine = {m: acc.time_in(m, s, e) for m in idle.MECHANISM_IDS}
+    total = sum(mine.values())
+    assert total > 10_000.0
+    assert mine["small_nccl"] >= 0.85 * total
+    assert mine["launch_bound"] + mine["python_host"] <= 0.1 * total
+
+
 def test_warmup_first_step_and_module_loading_are_not_the_steady_state():
     """An AMD toy training run: its first step is 190x the second and starts with slow first
     kernel launches (lazy module loading): warm-up, left out of the per-step figures."""

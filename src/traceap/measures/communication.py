@@ -16,7 +16,8 @@ import numpy as np
 
 from .copies import blocking_dtoh_calls, sync_rows
 from .gaps import idle_gaps, queued_intervals
-from .signals import cached, compute_streams, intersect, nccl_rows, rows_named, subtract
+from .signals import (cached, compute_streams, intersect, name_mask, nccl_rows, rows_named,
+                      subtract)
 
 #: The host side of a collective: c10d's op, its record_param_comms and nccl:* ranges.
 COLLECTIVE_HOST = r"^(c10d::|c10d_functional::|_c10d_functional::|nccl:|rccl:|record_param_comms$)"
@@ -101,3 +102,22 @@ def host_late_outside_collectives(trace) -> tuple[np.ndarray, np.ndarray]:
         comm = rows_named(trace, COLLECTIVE_HOST)
         return subtract(l0, l1, trace.ts[comm], trace.end[comm])
     return cached(trace, "comm:host_late_outside", make)
+
+
+def collective_calls(trace, kernels: np.ndarray) -> np.ndarray:
+    """Rows of the outermost collective host call (c10d's op, record_param_comms, nccl:*
+    ranges: `COLLECTIVE_HOST`) around the launch of each of `kernels`, each row once.  Many
+    small collectives keep the device idle between their kernels while the host is in these
+    calls launching the next one: with the kernels, the time that bucketing them removes."""
+    coll = name_mask(trace, COLLECTIVE_HOST)
+    launch = trace.launch[kernels].astype(np.int64)
+    p = trace.parent[launch[launch >= 0]].astype(np.int64)
+    top = np.full(len(p), -1, dtype=np.int64)
+    todo = np.flatnonzero(p >= 0)
+    while len(todo):  # one level of the call tree per pass; the outermost match wins
+        q = p[todo]
+        hit = coll[trace.name[q]]
+        top[todo[hit]] = q[hit]
+        p[todo] = trace.parent[q]
+        todo = todo[p[todo] >= 0]
+    return np.unique(top[top >= 0])

@@ -47,8 +47,10 @@ from .text import TextEncoder, cache_dir
 #: with nothing queued behind it to the host causes; 6: a sync's lost lead, `sync_debt`, is
 #: host_copies_syncs idle in later gaps too; 7: the newer mechanisms and the busy-time losses,
 #: `features.SUMMARY_SPLIT`; 8: python_host is the user's code, ops on host tensors included,
-#: the compiled graphs' wrapper Python not, and the GPU span's starved head is a starved gap).
-FEATURE_VERSION = 8
+#: the compiled graphs' wrapper Python not, and the GPU span's starved head is a starved gap;
+#: 9: small collectives' idle holds the starved gaps while the host is in the c10d calls that
+#: launch them, which were launch_bound).
+FEATURE_VERSION = 9
 
 
 @dataclass
