@@ -166,6 +166,22 @@ def test_a_sync_is_charged_the_lead_it_lost_in_later_gaps_too(readme_sample):
     assert acc.by_mechanism["host_copies_syncs"] > float(np.sum(b1 - b0)) + 1000.0
 
 
+def _idle_in_label(tmp_path, pattern: str) -> dict[str, float]:
+    """`pattern` planted into the DLRM sample (seed [7, 0]): the idle inside its label, per
+    mechanism of the planted trace's account."""
+    from traceap.inject.core import inject_one
+    from traceap.inject.edit import Doc
+    from traceap.inject.mechanisms import Base
+    from .conftest import SAMPLE
+    o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), pattern, np.random.default_rng([7, 0]))
+    f = tmp_path / "planted.json"
+    f.write_bytes(o.data)
+    acc = idle.measure(traceap.load(f))
+    s, e = merged_intervals(np.array([a for a, _ in o.anomalies]),
+                            np.array([b for _, b in o.anomalies]))
+    return {m: acc.time_in(m, s, e) for m in idle.MECHANISM_IDS}
+
+
 def test_a_burst_of_item_calls_after_a_deep_queue_is_a_copy_habit_not_launch_bound(tmp_path):
     """`.item()` calls planted into the DLRM rank drain its deep queue; the GPU then starves
     while the host relaunches at the device's pace.  That idle is the syncs' (the plant's label),
@@ -174,18 +190,7 @@ def test_a_burst_of_item_calls_after_a_deep_queue_is_a_copy_habit_not_launch_bou
     it happens (6% of the label's idle).  None of it is unexplained: the replay moved every
     queued kernel by each host delay, and 8.4 of the label's 27.8 ms of idle were gaps the
     planted syncs did not cause."""
-    from traceap.inject.core import inject_one
-    from traceap.inject.edit import Doc
-    from traceap.inject.mechanisms import Base
-    from .conftest import SAMPLE
-    o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), "excessive_memcpy",
-                   np.random.default_rng([7, 0]))
-    f = tmp_path / "planted.json"
-    f.write_bytes(o.data)
-    acc = idle.measure(traceap.load(f))
-    s, e = merged_intervals(np.array([a for a, _ in o.anomalies]),
-                            np.array([b for _, b in o.anomalies]))
-    mine = {m: acc.time_in(m, s, e) for m in idle.MECHANISM_IDS}
+    mine = _idle_in_label(tmp_path, "excessive_memcpy")
     total = sum(mine.values())
     assert mine["host_copies_syncs"] >= 0.6 * total
     assert mine["launch_bound"] + mine["python_host"] <= 0.1 * total
@@ -198,18 +203,7 @@ def test_small_collectives_are_charged_the_host_calls_between_them(tmp_path):
     only the kernels' time to `small_nccl` (41% of the label's idle; 0.41 of the idle the plants
     add on every base of the benchmark) and the calls' gaps to launch_bound (55%).  Bucketing
     removes both, so both are the pattern's time lost."""
-    from traceap.inject.core import inject_one
-    from traceap.inject.edit import Doc
-    from traceap.inject.mechanisms import Base
-    from .conftest import SAMPLE
-    o = inject_one(Base.of(Doc(SAMPLE), SAMPLE.name), "small_nccl_kernels",
-                   np.random.default_rng([7, 0]))
-    f = tmp_path / "planted.json"
-    f.write_bytes(o.data)
-    acc = idle.measure(traceap.load(f))
-    s, e = merged_intervals(np.array([a for a, _ in o.anomalies]),
-                            np.array([b for _, b in o.anomalies]))
-    mine = {m: acc.time_in(m, s, e) for m in idle.MECHANISM_IDS}
+    mine = _idle_in_label(tmp_path, "small_nccl_kernels")
     total = sum(mine.values())
     assert total > 10_000.0
     assert mine["small_nccl"] >= 0.85 * total
