@@ -25,7 +25,6 @@ per-pattern rows, compared at one decimal).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -34,19 +33,18 @@ from traceap.detectors.hybrid import HybridParams
 from traceap.detectors.stack import SHIPPED_RATIO_GRID, fit_stack, report
 from traceap.eval.folds import FoldPlan, dataset_assignment
 from traceap.eval.metrics import pattern_aucs
+from traceap.eval.scores import merge_scores
 
 FIXED = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 
 
-def read_rows(path: Path, source: dict[str, str], split: str | None = None) -> list[dict]:
-    rows = []
-    for line in path.open():
-        r = json.loads(line)
-        if r["n_windows"] != 100 or (split and r["split"] != split):
-            continue
+def read_rows(path: Path, source: dict[str, str]) -> list[dict]:
+    """The N = 100 records of a scores.jsonl (`traceap.eval.scores.merge_scores`) for the
+    dataset's traces, window labels as booleans, each with its trace's source."""
+    rows = [r for (_, n), r in merge_scores([path], ids=source).items() if n == 100]
+    for r in rows:
         r["labels"] = np.asarray(r["labels"], bool)
-        r["source"] = source.get(r["id"])
-        rows.append(r)
+        r["source"] = source[r["id"]]
     return rows
 
 
@@ -112,13 +110,13 @@ def main() -> int:
     source = {e.id: e.source for e in entries}
     folds = [f.name for f in plan.folds]
     held = read_rows(args.scores, source)
-    inner = {k: read_rows(args.fold_models / k / "inner_validation" / "scores.jsonl", source,
-                          "validation") for k in folds}
+    inner = {k: read_rows(args.fold_models / k / "inner_validation" / "scores.jsonl", source)
+             for k in folds}
     if args.mix_with:
         other_models, other_scores = args.mix_with
         held = mean_model(held, read_rows(other_scores, source))
         inner = {k: mean_model(v, read_rows(other_models / k / "inner_validation" / "scores.jsonl",
-                                            source, "validation")) for k, v in inner.items()}
+                                            source)) for k, v in inner.items()}
     rules = numbers(held, lambda r: np.asarray(r["scores"]["expert"]))
 
     def show(name: str, m: dict) -> None:

@@ -388,8 +388,8 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     # call; bucketing removes both (the kernels alone were 41% of what planted ones add).  Not
     # a call the host made far ahead of a device idle for other reasons.
     calls = collective_calls(t, small)
-    s0, s1, _ = starved_gaps(t)
-    w0, w1 = intersect(t.ts[calls], t.end[calls], s0, s1)
+    g0, g1, _ = starved_gaps(t)
+    w0, w1 = intersect(t.ts[calls], t.end[calls], g0, g1)
     c0, c1 = merged_intervals(np.concatenate((t.ts[small], w0)), np.concatenate((t.end[small], w1)))
     out["small_nccl"] = subtract(c0, c1, *host_late_outside_collectives(t))
     out["nccl"] = subtract(*spans(t, nccl_rows(t)), l0, l1)
@@ -414,14 +414,15 @@ def mechanism_intervals(trace: Trace, config: IdleConfig = IdleConfig()
     rest = np.setdiff1d(host_side, np.concatenate((page, habit)))
     out["input_copies"] = spans(t, rest)
     out["data_loading"] = loader_gaps(t, config.loader_gap_share)
-    s0, s1, _ = starved_gaps(t)
+    # The host-cause stretches: the starved gaps, the host late under a collective and the
+    # span's leading gap; the user's code inside them is python_host, all of them launch-bound.
     f0, f1 = leading_gap(t)
-    s0, s1 = np.concatenate((s0, l0, f0)), np.concatenate((s1, l1, f1))
+    a0, a1 = np.concatenate((g0, l0, f0)), np.concatenate((g1, l1, f1))
     h0, h1 = unrecorded_host(t, config.host.unrecorded_host_us)
     out["unrecorded_host"] = (h0, h1)
     p0, p1 = user_code(t, config.host)
-    out["python_host"] = intersect(s0, s1, p0, p1)
-    out["launch_bound"] = (s0, s1)
+    out["python_host"] = intersect(a0, a1, p0, p1)
+    out["launch_bound"] = (a0, a1)
     return out
 
 

@@ -64,6 +64,13 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _interrupted() -> None:
+    """The end of a command stopped by a signal (or Ctrl-C): one line, the signal's code."""
+    from ._stop import exit_code
+    typer.echo("traceap: interrupted", err=True)
+    sys.exit(exit_code())
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and exit code 2."""
     try:
@@ -72,9 +79,7 @@ def main() -> None:
         typer.echo(f"traceap: error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        from ._stop import exit_code
-        typer.echo("traceap: interrupted", err=True)
-        sys.exit(exit_code())
+        _interrupted()
     except MemoryError:
         typer.echo("traceap: error: out of memory", err=True)
         sys.exit(2)
@@ -82,9 +87,7 @@ def main() -> None:
         if os.environ.get("TRACEAP_DEBUG"):
             raise
         if raised_by_a_stop(exc):  # a library's clean-up failing under a stop is the stop
-            from ._stop import exit_code
-            typer.echo("traceap: interrupted", err=True)
-            sys.exit(exit_code())
+            _interrupted()
         typer.echo(f"traceap: internal error: {type(exc).__name__}: {exc} "
                    f"(set TRACEAP_DEBUG=1 for the traceback)", err=True)
         sys.exit(1)

@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from contextlib import contextmanager
 
 import typer
+
+from ..errors import raised_by_a_stop
 
 #: The signal that stopped this process (None while none has).
 _received: list[int] = []
@@ -74,3 +77,16 @@ def stopped(what: str) -> None:
         except (OSError, ValueError):
             pass
     os._exit(exit_code())
+
+
+@contextmanager
+def stop_point(what: str):
+    """Around work that a stop may cut short: an error raised while the stop unwound (a
+    library's clean-up failing under it, `errors.raised_by_a_stop`) ends the command as the
+    stop, with `stopped(what)`; any other error goes on up."""
+    try:
+        yield
+    except BaseException as exc:
+        if raised_by_a_stop(exc):
+            stopped(what)
+        raise

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from ..errors import TraceapError, raised_by_a_stop
-from ._stop import interrupt_here, stop_on_signals, stopped  # noqa: F401 (interrupt_here: tests)
+from ..errors import TraceapError
+from ._stop import interrupt_here, stop_on_signals, stop_point  # noqa: F401 (interrupt_here: tests)
 
 
 def register(app: typer.Typer) -> None:
@@ -68,12 +68,8 @@ def collect(
         p = load_plan(plan, out=out, device=chosen or (None if torch.cuda.is_available()
                                                         else "cpu"))
         _say_device(chosen, p.device)
-        try:
+        with stop_point("rerun the same command to record the rest"):
             res = run_plan(p, echo=typer.echo)
-        except BaseException as exc:
-            if raised_by_a_stop(exc):
-                stopped("rerun the same command to record the rest")
-            raise
         typer.echo(f"plan: {len(res.recorded)} recorded, {len(res.existing)} already there, "
                    f"{len(res.unavailable)} skipped (not possible here), "
                    f"{len(res.failed)} failed -> {p.out}")
@@ -88,12 +84,8 @@ def collect(
                         compile_backend=compile_backend, overwrite=overwrite)
     cfg.validate()  # a bad option is one line before anything is said or recorded
     _say_device(chosen, device)
-    try:
+    with stop_point("nothing of this recording was kept"):
         rec = record(cfg)
-    except BaseException as exc:
-        if raised_by_a_stop(exc):
-            stopped("nothing of this recording was kept")
-        raise
     for note in rec.notes:
         typer.echo(f"traceap: {note}", err=True)
     e = rec.entry
