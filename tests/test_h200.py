@@ -10,6 +10,7 @@ import traceap
 from traceap import idle
 from traceap.analysis import analyze
 from traceap.manifest import read_manifest
+from traceap.measures.compile_regions import BreakConfig, break_gaps, compiled_rows
 from traceap.measures.host import compiled_graphs, host_compute, python_holes
 from traceap.measures.signals import intersect
 
@@ -128,9 +129,32 @@ def test_the_starved_head_of_the_span_is_a_starved_gap():
     ("resnet50-train-no_pin_memory-bs128", "no_pin_memory"),
     ("resnet50-train-excessive_memcpy-bs128", "excessive_memcpy"),
     ("fcn_resnet50-train-cpu_bound-bs16", "cpu_bound"),
+    ("resnet50-train-graph_break-bs128", "graph_break"),
 ])
 def test_each_recorded_cause_is_the_first_finding(model, pattern):
     assert analyze(_trace(model)).findings[0].pattern == pattern
+
+
+def test_the_eager_code_between_graphs_inside_a_compiled_frame_is_the_break():
+    """ResNet-50 compiled with a break in a layer's forward hook: Dynamo runs the rest of the
+    forward as resumed frames inside frame 0/0, which spans the whole forward.  The break's
+    eager stretches (guard checks, the resumed frames' bytecode) lie inside that region, between
+    its graphs; read as compiled code they were the user's code (a cpu_bound finding first)."""
+    t = _trace("resnet50-train-graph_break-bs128")
+    rows = compiled_rows(t, r"^Torch-Compiled Region|^CompiledFunction$")
+    names = {t.names[c] for c in t.name[rows]}
+    assert "CompiledFunction" in names
+    assert "Torch-Compiled Region: 0/0" not in names      # it holds the resumed frames
+    g0, g1 = break_gaps(t, BreakConfig())
+    forward = t.ts[rows].min(), t.end[rows].max()
+    assert ((g0 >= forward[0]) & (g1 <= forward[1])).sum() > 20
+    lost = {f.pattern: f.time_lost_us for f in analyze(t).findings}
+    assert lost["graph_break"] > 20_000.0 > lost["cpu_bound"]
+    # a compiled frame without nested ones keeps its region (ViT-B, whose break never ran)
+    v = _trace("vit_b_16-train-graph_break-bs64")
+    kept = compiled_rows(v, r"^Torch-Compiled Region|^CompiledFunction$")
+    assert {v.names[c] for c in v.name[kept]} == {"Torch-Compiled Region: 8/0",
+                                                   "CompiledFunction"}
 
 
 def test_transposes_for_fp32_convolutions_ask_for_mixed_precision_not_channels_last():

@@ -20,6 +20,7 @@ from .signals import cached, rows_named, through_resume
 
 FORWARD = r"^Torch-Compiled Region|^CompiledFunction$"
 BACKWARD = r"^CompiledFunctionBackward$"
+REGION = "Torch-Compiled Region"
 FRAME = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 OPTIMIZER = r"^Optimizer\.step|^## optimizer ##"
 
@@ -69,6 +70,43 @@ def gpu_extents(trace, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(has, gs, s), np.where(has, ge, e)
 
 
+def holds(trace, outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Per row of `outer`: whether a row of `inner` other than itself starts inside it on its
+    thread (host events nest, so it ends inside it too)."""
+    out = np.zeros(len(outer), bool)
+    for tid in np.unique(trace.tid[outer]):
+        o = np.flatnonzero(trace.tid[outer] == tid)
+        i = inner[trace.tid[inner] == tid]
+        i = i[np.lexsort((-trace.end[i], trace.ts[i]))]
+        ts = trace.ts[i]
+        for k in o:
+            r = outer[k]
+            j = np.searchsorted(ts, trace.ts[r], side="left")
+            # past itself and the rows that start with it and hold it
+            while j < len(i) and (i[j] == r or trace.end[i[j]] > trace.end[r]):
+                j += 1
+            out[k] = j < len(i) and ts[j] < trace.end[r]
+    return out
+
+
+def compiled_rows(trace, pattern: str) -> np.ndarray:
+    """The rows of `pattern` (FORWARD or BACKWARD) that are compiled code, in time order.
+
+    After a graph break Dynamo runs the rest of the function as a new compiled frame inside
+    the one that broke: a `Torch-Compiled Region` that holds another region spans the eager
+    code between them too (on a compiled ResNet-50 with a break in a layer's hook, frame 0/0
+    spans the whole forward, its graphs and resumed frames nested in it).  Where the graphs
+    show as `CompiledFunction` (training), such a region is left out and its graphs and the
+    regions inside it stay; without them (inference) the region stays whole."""
+    rows = rows_named(trace, pattern, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    is_region = np.array([trace.names[c].startswith(REGION) for c in trace.name[rows]], bool)
+    regions, graphs = rows[is_region], rows[~is_region]
+    if not len(regions) or not len(graphs):
+        return rows
+    drop = regions[holds(trace, regions, regions) & holds(trace, regions, graphs)]
+    return np.setdiff1d(rows, drop)
+
+
 def break_gaps(trace, config: BreakConfig) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the eager stretches between consecutive compiled regions of one
     direction within one step: on the device (last kernel of a region to the first of the next)
@@ -79,7 +117,7 @@ def break_gaps(trace, config: BreakConfig) -> tuple[np.ndarray, np.ndarray]:
         opt = trace.ts[rows_named(trace, OPTIMIZER, (Kind.USER_ANNOTATION, Kind.CPU_OP))]
         opt = np.sort(opt)
         for pattern in (FORWARD, BACKWARD):
-            rows = rows_named(trace, pattern, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+            rows = compiled_rows(trace, pattern)
             if len(rows) < 2:
                 continue
             s, e = merged_intervals(trace.ts[rows], trace.end[rows])

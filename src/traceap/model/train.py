@@ -49,8 +49,9 @@ from .text import TextEncoder, cache_dir
 #: `features.SUMMARY_SPLIT`; 8: python_host is the user's code, ops on host tensors included,
 #: the compiled graphs' wrapper Python not, and the GPU span's starved head is a starved gap;
 #: 9: small collectives' idle holds the starved gaps while the host is in the c10d calls that
-#: launch them, which were launch_bound).
-FEATURE_VERSION = 9
+#: launch them, which were launch_bound; 10: compile_gaps holds the eager stretches between
+#: the graphs of a compiled frame that holds resumed frames, `compile_regions.compiled_rows`).
+FEATURE_VERSION = 10
 
 
 @dataclass
