@@ -368,6 +368,39 @@ def compiled_ddp(ddp: Trace, frames: int) -> Trace:
     return rebuild(ddp, names, name=code)
 
 
+def test_a_region_is_compiled_code_unless_it_holds_resumed_frames_and_graphs():
+    """`compiled_rows`: a region holding other regions and `CompiledFunction` graphs (a break
+    resumed inside it) is left out; a region holding only graphs, an inference region holding
+    regions but no `CompiledFunction`, and a region with another thread's region inside its
+    span all stay."""
+    import json
+
+    from traceap.load import load_bytes
+    from traceap.measures.compile_regions import FORWARD, compiled_rows
+
+    def x(name, ts, dur, tid=1):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts,
+                "dur": dur}
+    broken = [x("Torch-Compiled Region: 0/0", 0, 100), x("CompiledFunction", 5, 25),
+              x("Torch-Compiled Region: 1/0", 35, 25), x("CompiledFunction", 40, 18),
+              x("Torch-Compiled Region: 2/0", 62, 28), x("CompiledFunction", 64, 24)]
+    inference = [x("Torch-Compiled Region: 3/0", 200, 100),
+                 x("Torch-Compiled Region: 4/0", 210, 30), x("Torch-Compiled Region: 5/0", 250, 40)]
+    threads = [x("Torch-Compiled Region: 6/0", 400, 100), x("CompiledFunction", 405, 25),
+               x("Torch-Compiled Region: 7/0", 410, 10, tid=2)]
+
+    t = load_bytes(json.dumps({"traceEvents": broken + inference + threads}).encode(),
+                   "regions.json")
+    kept = sorted((float(t.ts[r] - t.ts.min()), t.names[t.name[r]])
+                  for r in compiled_rows(t, FORWARD))
+    assert [k for k in kept if k[0] < 200] == [
+        (5.0, "CompiledFunction"), (35.0, "Torch-Compiled Region: 1/0"),
+        (40.0, "CompiledFunction"), (62.0, "Torch-Compiled Region: 2/0"),
+        (64.0, "CompiledFunction")]
+    assert len([k for k in kept if 200 <= k[0] < 400]) == 3
+    assert len([k for k in kept if k[0] >= 400]) == 3
+
+
 def test_graph_break_found_between_compiled_frames(ddp):
     t = compiled_ddp(ddp, 2)
     idx = flagged(t, "graph_break")
