@@ -10,7 +10,7 @@ import traceap
 from traceap import idle
 from traceap.analysis import analyze
 from traceap.manifest import read_manifest
-from traceap.measures.compile_regions import BreakConfig, break_gaps, compiled_rows
+from traceap.measures.compile_regions import FORWARD, BreakConfig, break_gaps, compiled_rows
 from traceap.measures.host import compiled_graphs, host_compute, python_holes
 from traceap.measures.signals import intersect
 
@@ -141,7 +141,7 @@ def test_the_eager_code_between_graphs_inside_a_compiled_frame_is_the_break():
     eager stretches (guard checks, the resumed frames' bytecode) lie inside that region, between
     its graphs; read as compiled code they were the user's code (a cpu_bound finding first)."""
     t = _trace("resnet50-train-graph_break-bs128")
-    rows = compiled_rows(t, r"^Torch-Compiled Region|^CompiledFunction$")
+    rows = compiled_rows(t, FORWARD)
     names = {t.names[c] for c in t.name[rows]}
     assert "CompiledFunction" in names
     assert "Torch-Compiled Region: 0/0" not in names      # it holds the resumed frames
@@ -152,7 +152,7 @@ def test_the_eager_code_between_graphs_inside_a_compiled_frame_is_the_break():
     assert lost["graph_break"] > 20_000.0 > lost["cpu_bound"]
     # a compiled frame without nested ones keeps its region (ViT-B, whose break never ran)
     v = _trace("vit_b_16-train-graph_break-bs64")
-    kept = compiled_rows(v, r"^Torch-Compiled Region|^CompiledFunction$")
+    kept = compiled_rows(v, FORWARD)
     assert {v.names[c] for c in v.name[kept]} == {"Torch-Compiled Region: 8/0",
                                                    "CompiledFunction"}
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Kind, merged_intervals
-from .signals import cached, rows_named, through_resume
+from .signals import ancestors, cached, name_mask, rows_named, through_resume
 
 FORWARD = r"^Torch-Compiled Region|^CompiledFunction$"
 BACKWARD = r"^CompiledFunctionBackward$"
-REGION = "Torch-Compiled Region"
+REGION = r"^Torch-Compiled Region"
 FRAME = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 OPTIMIZER = r"^Optimizer\.step|^## optimizer ##"
 
@@ -70,25 +70,6 @@ def gpu_extents(trace, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(has, gs, s), np.where(has, ge, e)
 
 
-def holds(trace, outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
-    """Per row of `outer`: whether a row of `inner` other than itself starts inside it on its
-    thread (host events nest, so it ends inside it too)."""
-    out = np.zeros(len(outer), bool)
-    for tid in np.unique(trace.tid[outer]):
-        o = np.flatnonzero(trace.tid[outer] == tid)
-        i = inner[trace.tid[inner] == tid]
-        i = i[np.lexsort((-trace.end[i], trace.ts[i]))]
-        ts = trace.ts[i]
-        for k in o:
-            r = outer[k]
-            j = np.searchsorted(ts, trace.ts[r], side="left")
-            # past itself and the rows that start with it and hold it
-            while j < len(i) and (i[j] == r or trace.end[i[j]] > trace.end[r]):
-                j += 1
-            out[k] = j < len(i) and ts[j] < trace.end[r]
-    return out
-
-
 def compiled_rows(trace, pattern: str) -> np.ndarray:
     """The rows of `pattern` (FORWARD or BACKWARD) that are compiled code, in time order.
 
@@ -99,11 +80,11 @@ def compiled_rows(trace, pattern: str) -> np.ndarray:
     show as `CompiledFunction` (training), such a region is left out and its graphs and the
     regions inside it stay; without them (inference) the region stays whole."""
     rows = rows_named(trace, pattern, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    is_region = np.array([trace.names[c].startswith(REGION) for c in trace.name[rows]], bool)
+    is_region = name_mask(trace, REGION)[trace.name[rows]]
     regions, graphs = rows[is_region], rows[~is_region]
     if not len(regions) or not len(graphs):
         return rows
-    drop = regions[holds(trace, regions, regions) & holds(trace, regions, graphs)]
+    drop = regions[ancestors(trace, regions)[regions] & ancestors(trace, graphs)[regions]]
     return np.setdiff1d(rows, drop)
 
 

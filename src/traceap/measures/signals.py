@@ -260,6 +260,21 @@ def enclosing_annotations(trace: Trace, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def ancestors(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Per trace row: whether it encloses one of `rows` in the call tree (`Trace.parent`, the
+    enclosing host event on the same thread), at any depth."""
+    out = np.zeros(len(trace), dtype=bool)
+    p = trace.parent[rows].astype(np.int64)
+    p = p[p >= 0]
+    while len(p):  # one level of the call tree per pass; a row marked before ends its walk
+        p = np.unique(p)
+        p = p[~out[p]]
+        out[p] = True
+        p = trace.parent[p].astype(np.int64)
+        p = p[p >= 0]
+    return out
+
+
 def top_names(trace: Trace, rows: np.ndarray, weights: np.ndarray | None = None,
               k: int = 3) -> list[tuple[str, int, float]]:
     """The k most frequent (or heaviest) names among rows: (name, count, total weight)."""
