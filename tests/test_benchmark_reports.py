@@ -52,3 +52,34 @@ def test_planted_cost_of_a_plant_is_its_time_lost(dataset, tmp_path):
     rows = json.loads((tmp_path / "planted_cost.json").read_text())
     assert len(rows) == 1 and rows[0]["severity"] is not None
     assert rows[0]["ratio"] == pytest.approx(1.0, abs=0.3)
+
+
+def test_the_h200_training_sets_replace_only_what_they_wrote(tmp_path):
+    """`h200_train_sets.py` into a folder whose h200_train holds someone else's manifest:
+    refused in one line, that file and the folder untouched, nothing injected; into an empty
+    folder it writes both sets, and a second run rewrites its own files."""
+    h200 = tmp_path / "h200"
+    h200.mkdir()
+    (h200 / "traces").symlink_to(REPO / "benchmarks" / "h200" / "traces")
+    keep = ("resnet50-train-clean-bs128-nvidia-h200",
+            "resnet50-train-no_pin_memory-bs128-nvidia-h200")
+    rows = [r for r in (REPO / "benchmarks" / "h200" / "manifest.jsonl").read_text().splitlines()
+            if json.loads(r)["id"] in keep]
+    (h200 / "manifest.jsonl").write_text("\n".join(rows) + "\n")
+    theirs = tmp_path / "theirs"
+    (theirs / "h200_train").mkdir(parents=True)
+    (theirs / "h200_train" / "manifest.jsonl").write_text("their dataset\n")
+    r = _run("h200_train_sets.py", "--h200", str(h200), "--out", str(theirs), "--copies", "1")
+    assert r.returncode == 2 and "did not write" in r.stderr
+    assert (theirs / "h200_train" / "manifest.jsonl").read_text() == "their dataset\n"
+    assert sorted(p.name for p in theirs.rglob("*")) == ["h200_train", "manifest.jsonl"]
+    mine = tmp_path / "mine"
+    for _ in range(2):
+        r = _run("h200_train_sets.py", "--h200", str(h200), "--out", str(mine), "--copies", "1",
+                 "--jobs", "1")
+        assert r.returncode == 0, r.stderr
+    train = [json.loads(x)
+             for x in (mine / "h200_train" / "manifest.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["split"]) for x in train] == [(keep[1], "train")]
+    planted = (mine / "h200_inj" / "manifest.jsonl").read_text().splitlines()
+    assert len(planted) > 10 and all(json.loads(x)["split"] == "train" for x in planted)
